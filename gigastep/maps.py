@@ -1,0 +1,97 @@
+"""Obstacle maps: the built-in catalogue, map sets, scaling to the world and prerendering."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import jax.numpy as jnp
+import numpy as np
+
+from gigastep._resources import read_catalog_toml
+from gigastep.types import EnvConfig, MapSpec, closest
+
+__all__ = ["MapArrays", "builtin_maps", "map_arrays", "map_set", "map_set_names", "prerender"]
+
+
+@lru_cache(maxsize=None)
+def builtin_maps() -> dict[str, MapSpec]:
+    """The built-in maps of `envs/maps.toml`, by name, in catalogue order."""
+    table = read_catalog_toml("maps.toml")["maps"]
+    return {name: MapSpec(name=name, **fields) for name, fields in table.items()}
+
+
+def map_set_names() -> tuple[str, ...]:
+    """Every name `map_set` accepts: the named sets and each built-in map."""
+    sets = read_catalog_toml("maps.toml")["sets"]
+    return tuple(sets) + tuple(builtin_maps())
+
+
+def map_set(name: str) -> tuple[MapSpec, ...]:
+    """The maps of a named set (`"all"`, `"empty"`) or the single built-in map `name`."""
+    sets = read_catalog_toml("maps.toml")["sets"]
+    maps = builtin_maps()
+    if name in sets:
+        return tuple(maps[m] for m in sets[name])
+    if name in maps:
+        return (maps[name],)
+    raise ValueError(
+        f"unknown map set {name!r}; expected one of {list(map_set_names())} "
+        f"(closest: {closest(str(name), map_set_names())})"
+    )
+
+
+class MapArrays:
+    """The maps of a config as float32 arrays in world coordinates.
+
+    Attributes:
+        boxes: (K, B, 4) boxes [x1, y1, x2, y2]; padding boxes are all zero.
+        box_valid: (K, B) bool, False for padding.
+        start: (K, 2, 4) start region of team 0 and team 1.
+        height: (K, 2) start altitude range.
+        heading: (K, 2, 2) start heading range of team 0 and team 1.
+    """
+
+    def __init__(self, config: EnvConfig):
+        k, b = len(config.maps), config.max_boxes
+        scale = np.array(
+            [config.limit_x, config.limit_y, config.limit_x, config.limit_y], np.float64
+        ) / 10.0
+        boxes = np.zeros((k, max(b, 1), 4), np.float64)
+        valid = np.zeros((k, max(b, 1)), bool)
+        for i, m in enumerate(config.maps):
+            for j, box in enumerate(m.boxes):
+                boxes[i, j] = np.asarray(box) * scale
+                valid[i, j] = True
+        self.boxes_np = boxes[:, :b].astype(np.float32)
+        self.boxes = jnp.asarray(boxes, jnp.float32)
+        self.box_valid = jnp.asarray(valid)
+        self.start = jnp.asarray(
+            [[np.asarray(m.start_team0) * scale, np.asarray(m.start_team1) * scale]
+             for m in config.maps], jnp.float32)  # fmt: skip
+        self.height = jnp.asarray([m.height for m in config.maps], jnp.float32)
+        self.heading = jnp.asarray(
+            [[m.heading_team0, m.heading_team1] for m in config.maps], jnp.float32
+        )
+
+
+def map_arrays(config: EnvConfig) -> MapArrays:
+    return MapArrays(config)
+
+
+def prerender(config: EnvConfig) -> np.ndarray:
+    """Background image of every map: (K, res_x, res_y, 3) uint8, boxes grey (127, 127, 127).
+
+    A box covers the half-open pixel block [X1, X2) x [Y1, Y2) with
+    X = clip(trunc(x * res_x / limit_x), 0, res_x - 1) (likewise for y).
+    """
+    rx, ry = config.resolution
+    images = np.zeros((len(config.maps), rx, ry, 3), np.uint8)
+    boxes = MapArrays(config).boxes_np.astype(np.float32)
+    fx = np.float32(rx) / np.float32(config.limit_x)
+    fy = np.float32(ry) / np.float32(config.limit_y)
+    for i, m in enumerate(config.maps):
+        for x1, y1, x2, y2 in boxes[i, : len(m.boxes)]:
+            X1, X2 = (int(np.clip(np.trunc(v * fx), 0, rx - 1)) for v in (x1, x2))
+            Y1, Y2 = (int(np.clip(np.trunc(v * fy), 0, ry - 1)) for v in (y1, y2))
+            images[i, X1:X2, Y1:Y2] = 127
+    return images
