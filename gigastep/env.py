@@ -1,0 +1,553 @@
+"""`GigastepEnv`: the phases of the game composed into pure `reset` and `step` functions.
+
+The module-level functions take the static `EnvConfig` as their first argument and are pure;
+the class is a thin, stateless holder of a config that offers them as methods (unbatched,
+batched with `vmap`, and auto-resetting), all compiled with the config as static argument.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache, partial
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gigastep import dynamics, interactions, rewards, waypoints
+from gigastep.maps import MapArrays, prerender
+from gigastep.observations.visibility import visibility
+from gigastep.observations.vector import vector_observations
+from gigastep.spaces import Box, Discrete, Tuple
+from gigastep.types import (
+    AgentState,
+    EnvConfig,
+    EnvState,
+    EpisodeState,
+    StepInfo,
+    StepNoise,
+    closest,
+)
+
+__all__ = [
+    "GigastepEnv",
+    "observe",
+    "reset",
+    "reset_state",
+    "sample_noise",
+    "step",
+    "step_autoreset",
+    "transition",
+]
+
+
+# ------------------------------------------------------------------------------------------
+# Static per-config data (numpy, cached; embedded as constants when traced)
+# ------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _maps(config: EnvConfig) -> MapArrays:
+    return MapArrays(config)
+
+
+@lru_cache(maxsize=16)
+def _background(config: EnvConfig) -> np.ndarray:
+    return prerender(config)
+
+
+# ------------------------------------------------------------------------------------------
+# Input checks (trace time: shapes and dtypes only, no compute)
+# ------------------------------------------------------------------------------------------
+
+
+def _check_key(key, what: str = "key") -> None:
+    key = jnp.asarray(key) if not hasattr(key, "dtype") else key
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"{what} must be a single PRNG key, got a key array of shape {key.shape}")
+        return
+    if key.shape != (2,) or key.dtype != jnp.uint32:
+        raise ValueError(
+            f"{what} must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed), "
+            f"uint32 of shape (2,)); got {key.dtype} of shape {key.shape}"
+        )
+
+
+def _check_actions(config: EnvConfig, actions) -> None:
+    n = config.n_agents
+    shape, dtype = np.shape(actions), jnp.result_type(actions)
+    if config.discrete_actions:
+        if shape != (n,) or not jnp.issubdtype(dtype, jnp.integer):
+            raise ValueError(
+                f"discrete actions must be integers of shape ({n},) (one index 0..26 per agent); "
+                f"got {dtype} of shape {shape}"
+            )
+    elif shape != (n, 3) or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"continuous actions must be floats of shape ({n}, 3) (heading, dive, throttle in "
+            f"[-1, 1] per agent); got {dtype} of shape {shape}"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# Observation
+# ------------------------------------------------------------------------------------------
+
+
+def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise):
+    """Observations of every agent of one game (SPEC §5).
+
+    Returns: "vector" (n, L) float32, "rgb" (n, res_x, res_y, 3) uint8, or the tuple
+    (rgb, vector) for "rgb_vector".
+    """
+    agents, episode = state.agents, state.episode
+    seen = visibility(config, agents.alive, geo.dist, detected, comm_noise)
+    out = []
+    if config.obs_type in ("rgb", "rgb_vector"):
+        from gigastep.observations.rgb import rgb_observations
+
+        background = jnp.asarray(_background(config))
+        out.append(rgb_observations(config, background, agents, episode, seen, took_damage))
+    if config.obs_type in ("vector", "rgb_vector"):
+        boxes = jnp.asarray(_maps(config).boxes)[episode.map_idx]
+        out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def global_view(config: EnvConfig, state: EnvState):
+    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (SPEC §5.4)."""
+    from gigastep.observations.rgb import global_view as draw
+
+    return draw(config, jnp.asarray(_background(config)), state.agents, state.episode)
+
+
+# ------------------------------------------------------------------------------------------
+# Reset
+# ------------------------------------------------------------------------------------------
+
+
+def _placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid, margin):
+    """(n,) bool: an agent too close to another (radius and altitude enlarged by `margin`) or
+    inside a box enlarged by `margin`."""
+    n = config.n_agents
+    conflict = jnp.zeros(n, bool)
+    if config.collision_range > 0 and n > 1:
+        geo = interactions.geometry(agents)
+        dz = jnp.abs(agents.z[:, None] - agents.z[None, :])
+        radius = np.float32((config.collision_range + margin) ** 2)
+        close = (geo.d2 < radius) & (dz < config.collision_altitude + margin)
+        conflict = jnp.any(close & ~jnp.eye(n, dtype=bool), axis=1)
+    x, y = agents.x[:, None], agents.y[:, None]
+    inside = (
+        (x > boxes[None, :, 0] - margin) & (x < boxes[None, :, 2] + margin)
+        & (y > boxes[None, :, 1] - margin) & (y < boxes[None, :, 3] + margin)
+    )  # fmt: skip
+    return conflict | jnp.any(inside & box_valid[None, :], axis=1)
+
+
+def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
+    """A fresh game and the communication noise of its first observation.
+
+    The map is drawn uniformly from the config's map set; each team's agents are placed
+    uniformly in its start region with a heading drawn from its heading range; agents in
+    conflict (closer than the collision radius + 0.1, or inside a box enlarged by 0.1) are
+    redrawn, up to `reset_max_rounds` rounds.
+    """
+    n = config.n_agents
+    k_map, k_place, k_comm = jax.random.split(key, 3)
+    maps = _maps(config)
+    n_maps = len(config.maps)
+    map_idx = jax.random.randint(k_map, (), 0, n_maps) if n_maps > 1 else jnp.int32(0)
+    teams = np.asarray(config.teams)
+    region = jnp.asarray(maps.start)[map_idx][teams]  # (n, 4)
+    heights = jnp.asarray(maps.height)[map_idx]  # (2,)
+    headings = jnp.asarray(maps.heading)[map_idx][teams]  # (n, 2)
+    boxes = jnp.asarray(maps.boxes)[map_idx]
+    box_valid = jnp.asarray(maps.box_valid)[map_idx]
+
+    def draw(k):
+        u = jax.random.uniform(k, (4, n))
+        return (
+            region[:, 0] + u[0] * (region[:, 2] - region[:, 0]),
+            region[:, 1] + u[1] * (region[:, 3] - region[:, 1]),
+            heights[0] + u[2] * (heights[1] - heights[0]),
+            headings[:, 0] + u[3] * (headings[:, 1] - headings[:, 0]),
+        )
+
+    x, y, z, heading = draw(jax.random.fold_in(k_place, 0))
+    max_health = jnp.asarray(config.max_health, jnp.float32)
+    agents = AgentState(
+        x=x, y=y, z=z, v=jnp.ones(n, jnp.float32), heading=dynamics.wrap_angle(heading),
+        health=max_health, alive=jnp.ones(n, bool), tracked=jnp.zeros((n, n), jnp.int32),
+    )  # fmt: skip
+
+    def conflicts(a):
+        return _placement_conflicts(config, a, boxes, box_valid, 0.1)
+
+    def cond(carry):
+        round_, a, need = carry
+        return (round_ <= config.reset_max_rounds) & jnp.any(need)
+
+    def body(carry):
+        round_, a, need = carry
+        x, y, z, h = draw(jax.random.fold_in(k_place, round_))
+        a = a.replace(x=jnp.where(need, x, a.x), y=jnp.where(need, y, a.y),
+                      z=jnp.where(need, z, a.z),
+                      heading=jnp.where(need, dynamics.wrap_angle(h), a.heading))  # fmt: skip
+        return round_ + 1, a, conflicts(a)
+
+    _, agents, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), agents, conflicts(agents)))
+    episode = EpisodeState(
+        map_idx=jnp.asarray(map_idx, jnp.int32),
+        waypoint=jnp.zeros(4, jnp.float32),
+        waypoint_time=jnp.zeros((), jnp.float32),
+        aux_rewards_factor=jnp.ones((), jnp.float32),
+        step=jnp.zeros((), jnp.int32),
+        returns=jnp.zeros(n, jnp.float32),
+    )
+    comm = (
+        jax.random.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
+    )
+    return EnvState(agents=agents, episode=episode), comm
+
+
+def _first_observation(config: EnvConfig, state: EnvState, comm):
+    n = config.n_agents
+    geo = interactions.geometry(state.agents)
+    return observe(config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm)
+
+
+def reset(config: EnvConfig, key):
+    """Start a game: returns (obs, state)."""
+    _check_key(key)
+    state, comm = reset_state(config, key)
+    return _first_observation(config, state, comm), state
+
+
+# ------------------------------------------------------------------------------------------
+# Step
+# ------------------------------------------------------------------------------------------
+
+
+def sample_noise(config: EnvConfig, key) -> StepNoise:
+    """Every random number of one step. Keys are split the same way whatever the flags."""
+    n = config.n_agents
+    k_det, k_comm, k_wp = jax.random.split(key, 3)
+    zeros = jnp.zeros((n, n), jnp.float32)
+    return StepNoise(
+        detection=jax.random.uniform(k_det, (n, n)) if config.stochastic_obs else zeros,
+        comm=jax.random.uniform(k_comm, (n, n)) if config.stochastic_comm else zeros,
+        waypoint=jax.random.uniform(k_wp, (4,)) if config.enable_waypoints
+        else jnp.zeros(4, jnp.float32),
+    )
+
+
+@chex.dataclass(frozen=True)
+class _Advanced:
+    state: EnvState
+    geo: interactions.Geometry
+    combat: interactions.Combat
+    rewards: chex.Array
+    terminated: chex.Array
+    truncated: chex.Array
+
+
+def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _Advanced:
+    """Everything of a step but the observation: move, waypoints, hazards, combat, health,
+    termination and rewards."""
+    _check_actions(config, actions)
+    agents, episode = state.agents, state.episode
+    alive_pre = agents.alive
+    moved = dynamics.move(config, agents, dynamics.decode_actions(config, actions))
+    hit, waypoint, waypoint_time = waypoints.update_waypoint(
+        config, moved, episode, alive_pre, noise.waypoint
+    )
+    maps = _maps(config)
+    geo = interactions.geometry(moved)
+    boxes = jnp.asarray(maps.boxes)[episode.map_idx]
+    box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
+    hz = interactions.hazards(config, moved, geo, boxes, box_valid)
+    fight = interactions.combat(config, moved, geo, hz.alive, noise.detection)
+    max_health = jnp.asarray(config.max_health, jnp.float32)
+    health = (
+        moved.health
+        - jnp.sum(fight.damage, axis=1) * np.float32(config.damage_per_second * config.dt)
+        + np.float32(config.healing_per_second * config.dt)
+        + max_health * hit
+    )
+    health = jnp.clip(jnp.where(hz.alive, health, 0.0), 0.0, max_health)
+    alive = hz.alive & (health > 0)
+    reward = rewards.total_reward(
+        config,
+        rewards.RewardInputs(
+            alive_pre=alive_pre, alive=alive, hit_waypoint=hit, collided=hz.collided,
+            hazard_death=alive_pre & (hz.oob | hz.in_box), detected=fight.detected,
+            damage=fight.damage,
+        ),
+        episode.aux_rewards_factor,
+    )  # fmt: skip
+    team1 = jnp.asarray(np.asarray(config.teams) == 1)
+    a1 = jnp.sum(alive & team1)
+    a0 = jnp.sum(alive) - a1
+    if config.episode_ends_one_team_dead:
+        terminated = (a0 == 0) | (a1 == 0)
+    else:
+        terminated = (a0 == 0) & (a1 == 0)
+    length = episode.step + 1
+    truncated = jnp.zeros((), bool)
+    if config.max_episode_length is not None:
+        truncated = (length >= config.max_episode_length) & ~terminated
+    new = EnvState(
+        agents=moved.replace(health=health, alive=alive, tracked=fight.tracked),
+        episode=episode.replace(
+            waypoint=waypoint, waypoint_time=waypoint_time, step=length,
+            returns=episode.returns + reward,
+        ),
+    )  # fmt: skip
+    return _Advanced(state=new, geo=geo, combat=fight, rewards=reward,
+                     terminated=terminated, truncated=truncated)  # fmt: skip
+
+
+def transition(config: EnvConfig, state: EnvState, actions, noise: StepNoise):
+    """One step with its randomness given: (obs, state, rewards, dones, episode_done)."""
+    adv = _advance(config, state, actions, noise)
+    obs = observe(
+        config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm
+    )
+    done = adv.terminated | adv.truncated
+    return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
+
+
+def step(config: EnvConfig, state: EnvState, actions, key):
+    """One step: (obs, state, rewards (n,), dones (n,), episode_done ()).
+
+    `dones[i]` is True for every dead agent; the step never resets a finished game (see
+    `step_autoreset` for that).
+    """
+    _check_key(key)
+    return transition(config, state, actions, sample_noise(config, key))
+
+
+def _select(done, a, b):
+    return jax.tree_util.tree_map(
+        lambda x, y: jnp.where(jnp.reshape(done, (-1,) + (1,) * (x.ndim - done.ndim)), x, y)
+        if done.ndim else jnp.where(done, x, y), a, b)  # fmt: skip
+
+
+def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: bool = True):
+    """A step that replaces a finished game by a fresh one inside the same call.
+
+    Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
+    game's where `episode_done`; rewards, dones and episode_done are the finished step's.
+    `info.final_obs` holds the last observation of the finished game (computed only when
+    `final_obs` is True, else it repeats `obs`).
+    """
+    _check_key(key)
+    k_step, k_reset = jax.random.split(key)
+    noise = sample_noise(config, k_step)
+    adv = _advance(config, state, actions, noise)
+    done = adv.terminated | adv.truncated
+    fresh, fresh_comm = reset_state(config, k_reset)
+    nxt = _select(done, fresh, adv.state)
+    geo = interactions.geometry(nxt.agents)
+    obs = observe(
+        config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
+        jnp.where(done, fresh_comm, noise.comm),
+    )  # fmt: skip
+    last = obs
+    if final_obs:
+        last = observe(
+            config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm
+        )
+    info = StepInfo(
+        terminated=adv.terminated,
+        truncated=adv.truncated,
+        final_obs=last,
+        episode_return=adv.state.episode.returns,
+        episode_length=adv.state.episode.step,
+    )
+    return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
+
+
+# ------------------------------------------------------------------------------------------
+# Compiled batched forms (config static; shared by every env with an equal config)
+# ------------------------------------------------------------------------------------------
+
+
+def _check_batch(keys, what="keys"):
+    keys = keys if hasattr(keys, "dtype") else jnp.asarray(keys)
+    typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
+    if (typed and keys.ndim != 1) or (not typed and (keys.ndim != 2 or keys.shape[-1] != 2)):
+        raise ValueError(
+            f"{what} must be a batch of PRNG keys, shape (B, 2) uint32 or (B,) typed keys "
+            f"(e.g. jax.random.split(key, B)); got {keys.dtype} of shape {keys.shape}"
+        )
+
+
+@partial(jax.jit, static_argnums=0)
+def _v_reset(config, keys):
+    return jax.vmap(partial(reset, config))(keys)
+
+
+@partial(jax.jit, static_argnums=0)
+def _v_step(config, states, actions, keys):
+    return jax.vmap(partial(step, config))(states, actions, keys)
+
+
+@partial(jax.jit, static_argnums=(0, 4))
+def _v_step_autoreset(config, states, actions, keys, final_obs):
+    return jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)
+
+
+@partial(jax.jit, static_argnums=0)
+def _reset_done_episodes(config, obs, states, ep_dones, key):
+    keys = jax.random.split(key, ep_dones.shape[0])
+    new_obs, new_states = jax.vmap(partial(reset, config))(keys)
+    return _select(ep_dones, new_obs, obs), _select(ep_dones, new_states, states)
+
+
+@partial(jax.jit, static_argnums=0)
+def _v_global_view(config, states):
+    return jax.vmap(partial(global_view, config))(states)
+
+
+class GigastepEnv:
+    """A Gigastep game: two teams of 3D aircraft-like agents that detect and shoot each other.
+
+    Observation (per agent, leading axis n = `n_agents`):
+        "vector": float32 (n, L) — ego row, nearest seen agents, waypoint and box features.
+        "rgb": uint8 (n, res_x, res_y, 3) — ego-centred top view (first image axis = world x).
+        "rgb_vector": the tuple (rgb, vector).
+        A dead agent's observation is all zeros.
+    Action (per agent): continuous float32 (n, 3) (heading, dive, throttle) in [-1, 1], NaN
+        acting as 0; or discrete int (n,) in 0..26 (clipped), see `gigastep.dynamics.ACTION_TABLE`.
+    Reward: float32 (n,), see `gigastep.rewards`. Dones: bool (n,), True for dead agents.
+    State: `EnvState` (agents struct-of-arrays and episode fields), a pytree of arrays.
+
+    `reset(key) -> (obs, state)` and `step(state, actions, key) -> (obs, state, rewards, dones,
+    episode_done)` are pure and can be jitted, vmapped and pmapped; `v_reset` / `v_step` are
+    their compiled batched forms.
+
+    Example:
+        >>> import jax, gigastep
+        >>> env = gigastep.make("identical_5_vs_5_fobs_vec_void_disc")
+        >>> keys = jax.random.split(jax.random.key(0), 8)
+        >>> obs, states = env.v_reset(keys)
+        >>> actions = jax.random.randint(jax.random.key(1), (8, env.n_agents), 0, 27)
+        >>> obs, states, rewards, dones, ep_done = env.v_step(states, actions, keys)
+        >>> obs.shape
+        (8, 10, 90)
+    """
+
+    def __init__(self, config: EnvConfig | None = None, **fields):
+        if config is None:
+            valid = EnvConfig.__dataclass_fields__
+            unknown = [k for k in fields if k not in valid]
+            if unknown:
+                raise TypeError(
+                    f"unknown GigastepEnv argument {unknown[0]!r}; closest EnvConfig fields: "
+                    f"{closest(unknown[0], sorted(valid))}"
+                )
+            config = EnvConfig(**fields)
+        elif not isinstance(config, EnvConfig):
+            raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}")
+        elif fields:
+            config = config.replace(**fields)
+        self.config = config
+        self.spec = None
+
+    # --- attributes ---------------------------------------------------------------------
+    @property
+    def n_agents(self) -> int:
+        return self.config.n_agents
+
+    @property
+    def teams(self) -> np.ndarray:
+        """Team id of each agent, int32 (n,)."""
+        return np.asarray(self.config.teams, np.int32)
+
+    @property
+    def team_sizes(self) -> tuple[int, int]:
+        return self.config.team_sizes
+
+    @property
+    def discrete_actions(self) -> bool:
+        return self.config.discrete_actions
+
+    @property
+    def obs_type(self) -> str:
+        return self.config.obs_type
+
+    @property
+    def action_space(self):
+        """Per-agent action space."""
+        if self.config.discrete_actions:
+            return Discrete(dynamics.N_DISCRETE_ACTIONS)
+        return Box.create(-1.0, 1.0, (3,), np.float32)
+
+    @property
+    def observation_space(self):
+        """Per-agent observation space."""
+        c = self.config
+        rgb = Box.create(0, 255, (c.resolution_x, c.resolution_y, 3), np.uint8)
+        vec = Box.create(-np.inf, np.inf, (c.vector_size,), np.float32)
+        return {"rgb": rgb, "vector": vec, "rgb_vector": Tuple((rgb, vec))}[c.obs_type]
+
+    @property
+    def n_actions(self) -> int:
+        if not self.config.discrete_actions:
+            raise ValueError("n_actions is only defined for discrete actions")
+        return dynamics.N_DISCRETE_ACTIONS
+
+    def __repr__(self) -> str:
+        name = self.spec.name if self.spec is not None else "custom"
+        return (f"GigastepEnv({name}: {self.team_sizes[0]} vs {self.team_sizes[1]}, "
+                f"obs={self.obs_type}, discrete={self.discrete_actions})")  # fmt: skip
+
+    # --- pure functions -----------------------------------------------------------------
+    def reset(self, key):
+        return reset(self.config, key)
+
+    def step(self, state, actions, key):
+        return step(self.config, state, actions, key)
+
+    def sample_noise(self, key) -> StepNoise:
+        return sample_noise(self.config, key)
+
+    def transition(self, state, actions, noise):
+        return transition(self.config, state, actions, noise)
+
+    def step_autoreset(self, state, actions, key, final_obs: bool = True):
+        return step_autoreset(self.config, state, actions, key, final_obs)
+
+    def global_view(self, state):
+        return global_view(self.config, state)
+
+    # --- compiled batched forms ---------------------------------------------------------
+    def v_reset(self, keys):
+        _check_batch(keys)
+        return _v_reset(self.config, keys)
+
+    def v_step(self, states, actions, keys):
+        _check_batch(keys)
+        return _v_step(self.config, states, actions, keys)
+
+    def v_step_autoreset(self, states, actions, keys, final_obs: bool = True):
+        _check_batch(keys)
+        return _v_step_autoreset(self.config, states, actions, keys, final_obs)
+
+    def reset_done_episodes(self, obs, states, ep_dones, key):
+        """Reset only the finished games of a batch, inside one compiled call."""
+        _check_key(key)
+        return _reset_done_episodes(self.config, obs, states, jnp.asarray(ep_dones), key)
+
+    def v_global_view(self, states):
+        return _v_global_view(self.config, states)
+
+    @staticmethod
+    def set_aux_reward_factor(state: EnvState, factor) -> EnvState:
+        """A copy of `state` (single or batched) with the curriculum factor set to `factor`."""
+        f = jnp.broadcast_to(jnp.asarray(factor, jnp.float32),
+                             state.episode.aux_rewards_factor.shape)  # fmt: skip
+        return state.replace(episode=state.episode.replace(aux_rewards_factor=f))
