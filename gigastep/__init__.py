@@ -1,14 +1,47 @@
-"""Gigastep: fast multi-agent reinforcement-learning environments as pure JAX functions."""
+"""Gigastep: fast multi-agent reinforcement-learning environments as pure JAX functions.
 
-from gigastep.types import AgentState, EnvConfig, EnvState, EpisodeState, MapSpec
+>>> import jax, gigastep
+>>> env = gigastep.make("identical_5_vs_1_fobs_vec_void_cont")
+>>> obs, state = env.reset(jax.random.key(0))
+"""
+
+from gigastep.env import GigastepEnv
+from gigastep.types import (
+    AgentState,
+    EnvConfig,
+    EnvState,
+    EpisodeState,
+    MapSpec,
+    StepInfo,
+    StepNoise,
+)
+from gigastep.wrappers import FrameStack
 
 __version__ = "0.1.0"
+
+_SCENARIO_API = ("make", "make_scenario", "make_config", "list_scenarios", "ScenarioBuilder",
+                 "ScenarioSpec")  # fmt: skip
+
+
+def __getattr__(name):
+    # The catalogue is imported on first use, so `import gigastep` stays light.
+    if name in _SCENARIO_API:
+        from gigastep import scenarios
+
+        return getattr(scenarios, name)
+    raise AttributeError(f"module 'gigastep' has no attribute {name!r}")
+
 
 __all__ = [
     "AgentState",
     "EnvConfig",
     "EnvState",
     "EpisodeState",
+    "FrameStack",
+    "GigastepEnv",
     "MapSpec",
+    "StepInfo",
+    "StepNoise",
     "__version__",
+    *_SCENARIO_API,
 ]

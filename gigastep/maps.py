@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import jax.numpy as jnp
 import numpy as np
 
 from gigastep._resources import read_catalog_toml
@@ -41,7 +40,10 @@ def map_set(name: str) -> tuple[MapSpec, ...]:
 
 
 class MapArrays:
-    """The maps of a config as float32 arrays in world coordinates.
+    """The maps of a config as float32 numpy arrays in world coordinates.
+
+    Numpy (not jax) arrays, so that a cached instance never holds a tracer; they become
+    constants of whatever function uses them.
 
     Attributes:
         boxes: (K, B, 4) boxes [x1, y1, x2, y2]; padding boxes are all zero.
@@ -63,14 +65,14 @@ class MapArrays:
                 boxes[i, j] = np.asarray(box) * scale
                 valid[i, j] = True
         self.boxes_np = boxes[:, :b].astype(np.float32)
-        self.boxes = jnp.asarray(boxes, jnp.float32)
-        self.box_valid = jnp.asarray(valid)
-        self.start = jnp.asarray(
+        self.boxes = boxes.astype(np.float32)
+        self.box_valid = valid
+        self.start = np.asarray(
             [[np.asarray(m.start_team0) * scale, np.asarray(m.start_team1) * scale]
-             for m in config.maps], jnp.float32)  # fmt: skip
-        self.height = jnp.asarray([m.height for m in config.maps], jnp.float32)
-        self.heading = jnp.asarray(
-            [[m.heading_team0, m.heading_team1] for m in config.maps], jnp.float32
+             for m in config.maps], np.float32)  # fmt: skip
+        self.height = np.asarray([m.height for m in config.maps], np.float32)
+        self.heading = np.asarray(
+            [[m.heading_team0, m.heading_team1] for m in config.maps], np.float32
         )
 
 

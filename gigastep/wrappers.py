@@ -1,0 +1,126 @@
+"""Pure wrappers around `GigastepEnv` whose extra state lives in the traced state."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from gigastep.env import GigastepEnv
+from gigastep.spaces import Box, Tuple
+from gigastep.types import EnvState
+
+__all__ = ["FrameStack", "FrameStackState"]
+
+
+@chex.dataclass(frozen=True)
+class FrameStackState:
+    env_state: EnvState
+    frames: object  # obs pytree with a stack axis after the agent axis: (n, k, ...)
+
+
+def _push(frames, obs):
+    """Drop the oldest frame (index 0) and append `obs` as the newest (index k - 1)."""
+    return jax.tree_util.tree_map(
+        lambda f, o: jnp.concatenate([f[:, 1:], o[:, None]], axis=1), frames, obs
+    )
+
+
+def _repeat(obs, k):
+    return jax.tree_util.tree_map(lambda o: jnp.repeat(o[:, None], k, axis=1), obs)
+
+
+class FrameStack:
+    """Stack the last `num_frames` observations of each agent along a new axis.
+
+    Observations become (n, num_frames, *obs_shape), oldest first; at reset the stack is the
+    first frame repeated. Pure: the stack lives in `FrameStackState`, so `reset`/`step` jit,
+    vmap and scan like the wrapped env's.
+
+    Example:
+        >>> env = FrameStack(gigastep.make("identical_2_vs_2_fobs_vec_void_cont"), 4)
+        >>> obs, state = env.reset(jax.random.key(0))   # obs: (4, 4, L)
+    """
+
+    def __init__(self, env: GigastepEnv, num_frames: int):
+        if not isinstance(num_frames, int) or num_frames < 1:
+            raise ValueError(f"num_frames must be a positive integer, got {num_frames!r}")
+        self.env = env
+        self.num_frames = num_frames
+
+    def __getattr__(self, name):
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    @property
+    def observation_space(self):
+        space = self.env.observation_space
+        if isinstance(space, Tuple):
+            return Tuple(tuple(self._stack_space(s) for s in space.spaces))
+        return self._stack_space(space)
+
+    def _stack_space(self, space: Box) -> Box:
+        shape = (self.num_frames, *space.shape)
+        return Box.create(space.low.flat[0], space.high.flat[0], shape, space.dtype)
+
+    def reset(self, key):
+        obs, state = self.env.reset(key)
+        frames = _repeat(obs, self.num_frames)
+        return frames, FrameStackState(env_state=state, frames=frames)
+
+    def step(self, state: FrameStackState, actions, key):
+        obs, env_state, rewards, dones, ep_done = self.env.step(state.env_state, actions, key)
+        frames = _push(state.frames, obs)
+        return frames, FrameStackState(env_state=env_state, frames=frames), rewards, dones, ep_done
+
+    def step_autoreset(self, state: FrameStackState, actions, key, final_obs: bool = True):
+        obs, env_state, rewards, dones, done, info = self.env.step_autoreset(
+            state.env_state, actions, key, final_obs
+        )
+        frames = jax.tree_util.tree_map(
+            lambda new, old: jnp.where(done, new, old),
+            _repeat(obs, self.num_frames),
+            _push(state.frames, obs),
+        )
+        final = _push(state.frames, info.final_obs)
+        info = info.replace(final_obs=final)
+        return frames, FrameStackState(env_state=env_state, frames=frames), rewards, dones, done, info
+
+    def v_reset(self, keys):
+        return _v_reset(self.env.config, self.num_frames, keys)
+
+    def v_step(self, states: FrameStackState, actions, keys):
+        return _v_step(self.env.config, self.num_frames, states, actions, keys)
+
+    def reset_done_episodes(self, obs, states: FrameStackState, ep_dones, key):
+        """Restart the finished games of a batch with a stack of their first frame."""
+        return _reset_done(self.env.config, self.num_frames, obs, states, ep_dones, key)
+
+
+def _wrapper(config, num_frames) -> FrameStack:
+    return FrameStack(GigastepEnv(config), num_frames)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _v_reset(config, num_frames, keys):
+    return jax.vmap(_wrapper(config, num_frames).reset)(keys)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _v_step(config, num_frames, states, actions, keys):
+    return jax.vmap(_wrapper(config, num_frames).step)(states, actions, keys)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _reset_done(config, num_frames, obs, states, ep_dones, key):
+    keys = jax.random.split(key, ep_dones.shape[0])
+    new_obs, new_states = jax.vmap(_wrapper(config, num_frames).reset)(keys)
+
+    def pick(a, b):
+        return jnp.where(jnp.reshape(ep_dones, (-1,) + (1,) * (a.ndim - 1)), a, b)
+
+    return (jax.tree_util.tree_map(pick, new_obs, obs),
+            jax.tree_util.tree_map(pick, new_states, states))  # fmt: skip
