@@ -19,8 +19,19 @@ from gigastep.wrappers import FrameStack
 
 __version__ = "0.1.0"
 
-_SCENARIO_API = ("make", "make_scenario", "make_config", "list_scenarios", "ScenarioBuilder",
-                 "ScenarioSpec")  # fmt: skip
+_SCENARIO_API = (
+    "AgentType",
+    "ScenarioBuilder",
+    "ScenarioSpec",
+    "agent_types",
+    "base_scenarios",
+    "list_scenarios",
+    "make",
+    "make_config",
+    "make_scenario",
+    "resolve",
+    "scenario_hash",
+)
 
 
 def __getattr__(name):
