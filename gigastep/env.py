@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep import dynamics, interactions, rewards, waypoints
+from gigastep import random as grandom
 from gigastep.maps import MapArrays, prerender
 from gigastep.observations.visibility import visibility
 from gigastep.observations.vector import vector_observations
@@ -167,7 +168,7 @@ def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
     box_valid = jnp.asarray(maps.box_valid)[map_idx]
 
     def draw(k):
-        u = jax.random.uniform(k, (4, n))
+        u = grandom.uniform(k, (4, n))
         return (
             region[:, 0] + u[0] * (region[:, 2] - region[:, 0]),
             region[:, 1] + u[1] * (region[:, 3] - region[:, 1]),
@@ -207,7 +208,7 @@ def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
         returns=jnp.zeros(n, jnp.float32),
     )
     comm = (
-        jax.random.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
+        grandom.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
     )
     return EnvState(agents=agents, episode=episode), comm
 
@@ -231,16 +232,13 @@ def reset(config: EnvConfig, key):
 
 
 def sample_noise(config: EnvConfig, key) -> StepNoise:
-    """Every random number of one step. Keys are split the same way whatever the flags."""
+    """Every random number of one step, from one key. Each draw has a fixed place in the
+    stream whatever the flags, so switching a feature off leaves the others' draws unchanged."""
     n = config.n_agents
-    k_det, k_comm, k_wp = jax.random.split(key, 3)
-    zeros = jnp.zeros((n, n), jnp.float32)
-    return StepNoise(
-        detection=jax.random.uniform(k_det, (n, n)) if config.stochastic_obs else zeros,
-        comm=jax.random.uniform(k_comm, (n, n)) if config.stochastic_comm else zeros,
-        waypoint=jax.random.uniform(k_wp, (4,)) if config.enable_waypoints
-        else jnp.zeros(4, jnp.float32),
-    )
+    skip = [i for i, on in enumerate(
+        (config.stochastic_obs, config.stochastic_comm, config.enable_waypoints)) if not on]
+    detection, comm, waypoint = grandom.uniforms(key, [(n, n), (n, n), (4,)], skip=skip)
+    return StepNoise(detection=detection, comm=comm, waypoint=waypoint)
 
 
 @chex.dataclass(frozen=True)

@@ -26,6 +26,25 @@ __all__ = ["vector_observations", "N_AGENT_FEATURES"]
 N_AGENT_FEATURES = 9
 
 
+def nearest_first(rank, m: int):
+    """Indices of the m smallest entries of each row of `rank` (n, n), ties by index.
+
+    A stable partial sort by counting: the position of entry i is the number of entries
+    smaller than it, or equal with a lower index. On CPU this costs a fraction of
+    `lax.top_k` / `argsort` for the small rows of a game (n <= ~64 agents).
+    """
+    n = rank.shape[-1]
+    if n > 64:
+        return jax.lax.top_k(-rank, m)[1]
+    i = jnp.arange(n)
+    before = (rank[:, None, :] < rank[:, :, None]) | (
+        (rank[:, None, :] == rank[:, :, None]) & (i[None, :] < i[:, None])
+    )  # [e, i, j]: j comes before i
+    position = jnp.sum(before, axis=-1)  # (n, n), a permutation of 0..n-1 per row
+    slot = position[:, None, :] == jnp.arange(m)[None, :, None]  # [e, p, i]
+    return jnp.sum(jnp.where(slot, i, 0), axis=-1)
+
+
 def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist, seen,
                         boxes):  # fmt: skip
     """(n, L) float32 vector observations of one game.
@@ -37,32 +56,34 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     n, m = config.n_agents, config.vec_agents
     lx, ly = config.limit_x, config.limit_y
     diag = math.sqrt(lx * lx + ly * ly)
-    eye = jnp.eye(n, dtype=bool)
-    # Ego first (-1), seen agents by distance, unseen last in index order (top_k is stable).
-    rank = jnp.where(eye, -1.0, jnp.where(seen, dist, jnp.inf))
-    _, idx = jax.lax.top_k(-rank, m)  # (n, m)
+    # Ego first (-1), seen agents by distance, unseen last in index order.
+    rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, dist, jnp.inf))
+    idx = nearest_first(rank, m)  # (n, m)
     s = jnp.take_along_axis(seen, idx, axis=1).astype(jnp.float32)
-    is_ego = (idx == jnp.arange(n)[:, None]).astype(jnp.float32)
-    other = 1.0 - is_ego
+    is_ego = idx == jnp.arange(n)[:, None]
+    other = 1.0 - is_ego.astype(jnp.float32)
     teams = jnp.asarray(config.teams)
-    sprites = jnp.asarray(config.sprites, jnp.float32)
+    table = jnp.stack(
+        [agents.x, agents.y, agents.z, agents.v, agents.heading, agents.health,
+         jnp.asarray(config.sprites, jnp.float32)], axis=-1)  # fmt: skip
+    rows = table[idx]  # (n, m, 7): one row gather per ego
+    x, y, z, v, heading, health, sprite = (rows[..., k] for k in range(7))
 
-    def rel(values, scale):
-        return (values[idx] - other * values[:, None]) / np.float32(scale)
+    def rel(values, own, scale):
+        return (values - other * own[:, None]) * np.float32(1.0 / scale)
 
-    heading = agents.heading[idx]
-    rel_heading = jnp.where(is_ego > 0, heading, wrap_angle(heading - agents.heading[:, None]))
+    rel_heading = jnp.where(is_ego, heading, wrap_angle(heading - agents.heading[:, None]))
     features = jnp.stack(
         [
             jnp.ones_like(s),
             (teams[idx] == teams[:, None]).astype(jnp.float32),
-            rel(agents.x, lx),
-            rel(agents.y, ly),
-            rel(agents.z, config.z_max),
+            rel(x, agents.x, lx),
+            rel(y, agents.y, ly),
+            rel(z, agents.z, config.z_max),
             rel_heading,
-            rel(agents.v, diag),
-            agents.health[idx],
-            sprites[idx],
+            rel(v, agents.v, diag),
+            health,
+            sprite,
         ],
         axis=-1,
     ) * s[..., None]

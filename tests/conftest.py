@@ -1,0 +1,169 @@
+"""Shared fixtures for the rule tests: small configs and one compiled step per config.
+
+The rule tests (test_rules.py, test_dynamics.py, test_vector_obs.py) build states by hand with
+`EnvState.create`, step them once with `env.transition(state, actions, noise)` and a
+hand-built `StepNoise`, and compare with values computed by hand from SPEC.md (§15 overrides
+§0-§14). Every config is compiled once per session: `_compiled` is a `functools.cache` keyed by the
+(frozen, hashable) `EnvConfig`.
+
+Helpers are reached through the session fixture `gs` (a `Harness`), so test modules never import
+this file (pytest imports it under its own name).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gigastep.types import EnvConfig, EnvState, StepNoise
+
+DT = 0.1
+DRAG = 0.4
+V_MIN = 1.3
+
+
+class Step(NamedTuple):
+    """One step's outputs as NumPy arrays (agent fields flattened for readability)."""
+
+    obs: np.ndarray  # (n, L) float32
+    state: EnvState  # the JAX state, to step again
+    rewards: np.ndarray  # (n,) float32
+    dones: np.ndarray  # (n,) bool
+    ep_done: bool
+    x: np.ndarray
+    y: np.ndarray
+    z: np.ndarray
+    v: np.ndarray
+    heading: np.ndarray
+    health: np.ndarray
+    alive: np.ndarray
+    tracked: np.ndarray  # (n, n), [target, shooter]
+
+
+class _Compiled(NamedTuple):
+    env: object  # GigastepEnv
+    transition: object
+    step_autoreset: object
+
+
+@functools.cache
+def _compiled(config: EnvConfig) -> _Compiled:
+    # Imported here so that a broken env fails these tests, not the collection of every file.
+    from gigastep.env import GigastepEnv
+
+    env = GigastepEnv(config)
+    return _Compiled(env, jax.jit(env.transition), jax.jit(env.step_autoreset))
+
+
+def _unpack(out) -> Step:
+    obs, state, rewards, dones, ep_done = out[:5]
+    a = state.agents
+    return Step(
+        obs=np.asarray(obs),
+        state=state,
+        rewards=np.asarray(rewards),
+        dones=np.asarray(dones),
+        ep_done=bool(ep_done),
+        x=np.asarray(a.x),
+        y=np.asarray(a.y),
+        z=np.asarray(a.z),
+        v=np.asarray(a.v),
+        heading=np.asarray(a.heading),
+        health=np.asarray(a.health),
+        alive=np.asarray(a.alive),
+        tracked=np.asarray(a.tracked),
+    )
+
+
+class Harness:
+    """Config factory, state builder, noise builder and the cached compiled step."""
+
+    def config(self, **fields) -> EnvConfig:
+        """A deterministic 1-vs-1 vector config on the empty map, with `fields` overriding."""
+        base = dict(
+            teams=(0, 1),
+            obs_type="vector",
+            map_set="empty",
+            stochastic_obs=False,
+            stochastic_comm=False,
+        )
+        base.update(fields)
+        return EnvConfig(**base)
+
+    def reward_config(self, **fields) -> EnvConfig:
+        """Like `config` but every reward weight 0 unless given (game won/defeat default != 0)."""
+        base = dict(reward_game_won=0.0, reward_defeat_one_opponent=0.0)
+        base.update(fields)
+        return self.config(**base)
+
+    def env(self, config: EnvConfig):
+        return _compiled(config).env
+
+    def state(self, config: EnvConfig, **fields) -> EnvState:
+        return EnvState.create(config, **fields)
+
+    def noise(self, config: EnvConfig, detection=0.0, comm=0.0, waypoint=(0.99, 0.5, 0.5, 0.5),
+              **entries) -> StepNoise:  # fmt: skip
+        """Hand-built noise. Scalars broadcast; `det_I_J=u` / `comm_E_J=u` set single entries.
+
+        Defaults: detection 0 (the stochastic test `q < u` never fires), comm 0 (only the ego
+        itself communicates), waypoint appear draw 0.99 (no waypoint appears).
+        """
+        n = config.n_agents
+        det = np.broadcast_to(np.asarray(detection, np.float32), (n, n)).copy()
+        com = np.broadcast_to(np.asarray(comm, np.float32), (n, n)).copy()
+        for key, u in entries.items():
+            kind, i, j = key.split("_")
+            target = {"det": det, "comm": com}[kind]
+            target[int(i), int(j)] = u
+        return StepNoise(
+            detection=jnp.asarray(det),
+            comm=jnp.asarray(com),
+            waypoint=jnp.asarray(waypoint, jnp.float32),
+        )
+
+    def noop(self, config: EnvConfig):
+        n = config.n_agents
+        if config.discrete_actions:
+            return jnp.full((n,), 13, jnp.int32)
+        return jnp.zeros((n, 3), jnp.float32)
+
+    def step(self, config: EnvConfig, state: EnvState, actions=None, noise=None) -> Step:
+        """One `env.transition` (compiled once per config); no-op actions and default noise."""
+        actions = self.noop(config) if actions is None else jnp.asarray(actions)
+        noise = self.noise(config) if noise is None else noise
+        return _unpack(_compiled(config).transition(state, actions, noise))
+
+    def autoreset(self, config: EnvConfig, state: EnvState, actions=None, seed: int = 0):
+        """`env.step_autoreset` (compiled once per config): returns (Step, info)."""
+        actions = self.noop(config) if actions is None else jnp.asarray(actions)
+        out = _compiled(config).step_autoreset(state, actions, jax.random.PRNGKey(seed))
+        return _unpack(out), out[5]
+
+    @staticmethod
+    def before_noop(x, y, heading, v):
+        """Independent reference (SPEC §3.3, no-op action, float64): the pre-step x, y, v
+        from which one no-op step of an alive agent lands on (x, y, v). z and heading do not
+        change under a no-op (headings given inside [-pi, pi)).
+
+        With u = 0: v2 = v_pre - dt drag v_pre^2, x' = x + dt v2 cos h, y' = y + dt v2 sin h,
+        v' = sqrt(max(v2^2, 1.3^2)). For v' = 1.3 use v_pre = 1.3 (v2 = 1.2324 < 1.3);
+        for v' > 1.3 solve v2 = v' for the smaller root.
+        """
+        x, y, heading, v = (np.asarray(a, np.float64) for a in (x, y, heading, v))
+        c = DT * DRAG
+        v_pre = np.where(
+            np.isclose(v, V_MIN), V_MIN, (1.0 - np.sqrt(np.maximum(1.0 - 4.0 * c * v, 0))) / (2 * c)
+        )
+        v2 = v_pre - c * v_pre**2
+        return x - DT * v2 * np.cos(heading), y - DT * v2 * np.sin(heading), v_pre
+
+
+@pytest.fixture(scope="session")
+def gs() -> Harness:
+    return Harness()
