@@ -21,28 +21,31 @@ import numpy as np
 from gigastep.dynamics import wrap_angle
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["vector_observations", "N_AGENT_FEATURES"]
+__all__ = ["N_AGENT_FEATURES", "order_matrix", "vector_observations"]
 
 N_AGENT_FEATURES = 9
 
 
-def nearest_first(rank, m: int):
-    """Indices of the m smallest entries of each row of `rank` (n, n), ties by index.
+def order_matrix(rank, m: int):
+    """One-hot placement P[e, p, i] = [entry i of row e is the p-th smallest], p < m.
 
-    A stable partial sort by counting: the position of entry i is the number of entries
-    smaller than it, or equal with a lower index. On CPU this costs a fraction of
-    `lax.top_k` / `argsort` for the small rows of a game (n <= ~64 agents).
+    A stable partial sort by counting (ties keep index order): the position of entry i is
+    the number of entries before it. Applied as a matrix product, the permutation costs a
+    fraction of `lax.top_k` + gathers on CPU for the small rows of a game.
+
+    Args:
+        rank: (n, n) float32 sort keys per row.
+    Returns:
+        (n, m, n) float32.
     """
     n = rank.shape[-1]
-    if n > 64:
-        return jax.lax.top_k(-rank, m)[1]
     i = jnp.arange(n)
-    before = (rank[:, None, :] < rank[:, :, None]) | (
-        (rank[:, None, :] == rank[:, :, None]) & (i[None, :] < i[:, None])
-    )  # [e, i, j]: j comes before i
-    position = jnp.sum(before, axis=-1)  # (n, n), a permutation of 0..n-1 per row
-    slot = position[:, None, :] == jnp.arange(m)[None, :, None]  # [e, p, i]
-    return jnp.sum(jnp.where(slot, i, 0), axis=-1)
+    # before[e, j, i]: j comes before i in row e (reduced over the non-minor axis j).
+    before = (rank[:, :, None] < rank[:, None, :]) | (
+        (rank[:, :, None] == rank[:, None, :]) & (i[:, None] < i[None, :])
+    )
+    position = jnp.sum(before, axis=1, dtype=jnp.int32)  # (n, n), a permutation per row
+    return (position[:, None, :] == jnp.arange(m)[None, :, None]).astype(jnp.float32)
 
 
 def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist, seen,
@@ -56,38 +59,36 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     n, m = config.n_agents, config.vec_agents
     lx, ly = config.limit_x, config.limit_y
     diag = math.sqrt(lx * lx + ly * ly)
+    eye = jnp.eye(n, dtype=bool)
     # Ego first (-1), seen agents by distance, unseen last in index order.
-    rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, dist, jnp.inf))
-    idx = nearest_first(rank, m)  # (n, m)
-    s = jnp.take_along_axis(seen, idx, axis=1).astype(jnp.float32)
-    is_ego = idx == jnp.arange(n)[:, None]
-    other = 1.0 - is_ego.astype(jnp.float32)
-    teams = jnp.asarray(config.teams)
-    table = jnp.stack(
-        [agents.x, agents.y, agents.z, agents.v, agents.heading, agents.health,
-         jnp.asarray(config.sprites, jnp.float32)], axis=-1)  # fmt: skip
-    rows = table[idx]  # (n, m, 7): one row gather per ego
-    x, y, z, v, heading, health, sprite = (rows[..., k] for k in range(7))
+    rank = jnp.where(eye, -1.0, jnp.where(seen, dist, jnp.inf))
+    s = seen.astype(jnp.float32)
+    other = 1.0 - eye.astype(jnp.float32)
+    teams = np.asarray(config.teams)
+    same_team = jnp.asarray((teams[:, None] == teams[None, :]).astype(np.float32))
 
-    def rel(values, own, scale):
-        return (values - other * own[:, None]) * np.float32(1.0 / scale)
+    def rel(values, scale):  # [e, i]: value of i relative to e (absolute on the diagonal)
+        return (values[None, :] - other * values[:, None]) * np.float32(1.0 / scale)
 
-    rel_heading = jnp.where(is_ego, heading, wrap_angle(heading - agents.heading[:, None]))
+    heading = agents.heading
+    rel_heading = jnp.where(eye, heading[None, :], wrap_angle(heading[None, :] - heading[:, None]))
     features = jnp.stack(
         [
             jnp.ones_like(s),
-            (teams[idx] == teams[:, None]).astype(jnp.float32),
-            rel(x, agents.x, lx),
-            rel(y, agents.y, ly),
-            rel(z, agents.z, config.z_max),
+            same_team,
+            rel(agents.x, lx),
+            rel(agents.y, ly),
+            rel(agents.z, config.z_max),
             rel_heading,
-            rel(v, agents.v, diag),
-            health,
-            sprite,
+            rel(agents.v, diag),
+            jnp.broadcast_to(agents.health[None, :], (n, n)),
+            jnp.broadcast_to(jnp.asarray(config.sprites, jnp.float32)[None, :], (n, n)),
         ],
         axis=-1,
-    ) * s[..., None]
-    parts = [features.reshape(n, m * N_AGENT_FEATURES)]
+    ) * s[..., None]  # (n, n, 9) [e, i, f]
+    rows = jnp.einsum("epi,eif->epf", order_matrix(rank, m), features,
+                      precision=jax.lax.Precision.HIGHEST)  # fmt: skip
+    parts = [rows.reshape(n, m * N_AGENT_FEATURES)]
     if config.enable_waypoints:
         active = (episode.waypoint_time > 0).astype(jnp.float32)
         w = episode.waypoint
