@@ -383,6 +383,13 @@ def _check_batch(keys, what="keys"):
         )
 
 
+_reset = jax.jit(reset, static_argnums=0)
+_step = jax.jit(step, static_argnums=0)
+_transition = jax.jit(transition, static_argnums=0)
+_step_autoreset = jax.jit(step_autoreset, static_argnums=(0, 4))
+_global_view = jax.jit(global_view, static_argnums=0)
+
+
 @partial(jax.jit, static_argnums=0)
 def _v_reset(config, keys):
     return jax.vmap(partial(reset, config))(keys)
@@ -503,24 +510,25 @@ class GigastepEnv:
         return (f"GigastepEnv({name}: {self.team_sizes[0]} vs {self.team_sizes[1]}, "
                 f"obs={self.obs_type}, discrete={self.discrete_actions})")  # fmt: skip
 
-    # --- pure functions -----------------------------------------------------------------
+    # --- pure functions (compiled once per config; they also trace inside a caller's jit,
+    # vmap or scan, and run eagerly under jax.disable_jit) --------------------------------
     def reset(self, key):
-        return reset(self.config, key)
+        return _reset(self.config, key)
 
     def step(self, state, actions, key):
-        return step(self.config, state, actions, key)
+        return _step(self.config, state, actions, key)
 
     def sample_noise(self, key) -> StepNoise:
         return sample_noise(self.config, key)
 
     def transition(self, state, actions, noise):
-        return transition(self.config, state, actions, noise)
+        return _transition(self.config, state, actions, noise)
 
     def step_autoreset(self, state, actions, key, final_obs: bool = True):
-        return step_autoreset(self.config, state, actions, key, final_obs)
+        return _step_autoreset(self.config, state, actions, key, final_obs)
 
     def global_view(self, state):
-        return global_view(self.config, state)
+        return _global_view(self.config, state)
 
     # --- compiled batched forms ---------------------------------------------------------
     def v_reset(self, keys):
