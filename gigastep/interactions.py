@@ -12,6 +12,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep.dynamics import wrap_angle
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
@@ -37,16 +38,18 @@ def geometry(agents: AgentState) -> Geometry:
     return Geometry(dx=dx, dy=dy, d2=d2, dist=jnp.sqrt(d2), cos_bearing=forward)
 
 
-def in_cone(config_angle: float, geo: Geometry):
-    """[|theta_ij| < angle] for every pair, without computing theta.
+def in_cone(angle: float, geo: Geometry, heading):
+    """[|theta_ij| < angle] for every pair, without atan2.
 
     For angle <= pi, |theta| < angle <=> cos(theta) > cos(angle) <=> forward > cos(angle) d;
-    a cone wider than pi contains every direction. A target at exactly the observer's position
-    (d = 0) is inside only a cone wider than pi.
+    a cone wider than pi contains every direction. For a target at exactly the observer's
+    (x, y) the bearing is atan2(0, 0) - h_j = -h_j (wrapped), as in SPEC §4.6.
     """
-    if config_angle > math.pi:
+    if angle > math.pi:
         return jnp.ones_like(geo.d2, dtype=bool)
-    return geo.cos_bearing > np.float32(math.cos(config_angle)) * geo.dist
+    ahead = geo.cos_bearing > np.float32(math.cos(angle)) * geo.dist
+    coincident = jnp.abs(wrap_angle(-heading))[None, :] < np.float32(angle)
+    return jnp.where(geo.d2 > 0, ahead, coincident)
 
 
 @chex.dataclass(frozen=True)
@@ -112,9 +115,9 @@ def combat(config: EnvConfig, agents: AgentState, geo: Geometry, alive, detectio
     within_det = d2 <= jnp.asarray(det_r2, jnp.float32)[None, :]
     # A radius of 0 (damage_range 0) never shoots, even at distance 0.
     within_dmg = (d2 <= jnp.asarray(dmg_r2, jnp.float32)[None, :]) & jnp.asarray(dmg_r2 > 0)[None, :]
-    dcone = in_cone(config.damage_cone_angle, geo)
+    dcone = in_cone(config.damage_cone_angle, geo, agents.heading)
     shoot = within_dmg & dcone
-    cone = in_cone(config.cone_angle, geo)
+    cone = in_cone(config.cone_angle, geo, agents.heading)
     if config.stochastic_obs:
         with np.errstate(divide="ignore"):
             inv = np.where(det_r2 > 0, 1.0 / np.where(det_r2 > 0, det_r2, 1.0), np.inf)
