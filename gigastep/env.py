@@ -129,8 +129,9 @@ def global_view(config: EnvConfig, state: EnvState):
 
 
 def _placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid, margin):
-    """(n,) bool: an agent too close to another (radius and altitude enlarged by `margin`) or
-    inside a box enlarged by `margin`."""
+    """(n,) bool: an agent too close to a lower-index agent (radius and altitude enlarged by
+    `margin`) or inside a box enlarged by `margin`. Only the later agent of a close pair is
+    redrawn, so each round resolves more conflicts than redrawing both would."""
     n = config.n_agents
     conflict = jnp.zeros(n, bool)
     if config.collision_range > 0 and n > 1:
@@ -138,7 +139,8 @@ def _placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid
         dz = jnp.abs(agents.z[:, None] - agents.z[None, :])
         radius = np.float32((config.collision_range + margin) ** 2)
         close = (geo.d2 < radius) & (dz < config.collision_altitude + margin)
-        conflict = jnp.any(close & ~jnp.eye(n, dtype=bool), axis=1)
+        earlier = jnp.asarray(np.tri(n, k=-1, dtype=bool))  # [i, j]: j < i
+        conflict = jnp.any(close & earlier, axis=1)
     x, y = agents.x[:, None], agents.y[:, None]
     inside = (
         (x > boxes[None, :, 0] - margin) & (x < boxes[None, :, 2] + margin)
