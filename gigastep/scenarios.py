@@ -492,8 +492,10 @@ class ScenarioBuilder:
                 f"unknown agent type {type_name!r}; closest: {closest(str(type_name), self._types)}"
                 f" (known: {', '.join(self._types)})"
             )
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"count must be an integer >= 0, got {count!r}")
+        if count < 0:
+            raise ValueError(f"count must be an integer >= 0, got {count!r}")
         team = _check_team(team)
         self._agents += [(team, self._types[type_name])] * count
         return self
