@@ -1,0 +1,406 @@
+"""Zero-copy bridge between JAX and PyTorch, and `TorchVecEnv`, a batched Gigastep for PyTorch.
+
+`jax_to_torch` / `torch_to_jax` move arrays (or pytrees of arrays: tuples, lists, dicts, chex
+dataclasses such as `EnvState`) through DLPack without copying, on CPU and GPU. A copy happens
+only where DLPack cannot share memory: a non-contiguous or misaligned torch tensor, or a dtype
+JAX does not hold (int64 / float64 while `jax_enable_x64` is off are narrowed to 32 bits).
+
+`TorchVecEnv` runs `num_envs` games in one compiled call per step; finished games restart inside
+that call and their last observation is kept in `info["final_obs"]`. Actions go in and
+observations come out as torch tensors on the same device, without a host round trip.
+
+GPU memory: importing this module, when neither `XLA_PYTHON_CLIENT_PREALLOCATE` nor
+`XLA_PYTHON_CLIENT_MEM_FRACTION` (nor `XLA_CLIENT_MEM_FRACTION`) is set and JAX has not yet
+started a backend, sets `XLA_PYTHON_CLIENT_PREALLOCATE=false`: JAX then allocates GPU memory as
+it needs it instead of reserving 75% of the GPU at start, leaving the rest to PyTorch. Set
+either variable yourself (before JAX starts) to choose another split; if JAX already runs on a
+GPU when this module is imported, a warning says the setting came too late.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import lru_cache, partial
+
+import jax
+import jax.dlpack
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from gigastep import env as _env
+from gigastep.opponents import VersusEnv, observe_state, resolve_env
+from gigastep.types import EnvConfig, EnvState
+
+__all__ = [
+    "JAX_MEMORY_SETTING",
+    "TorchVecEnv",
+    "jax2torch",
+    "jax_to_torch",
+    "observe_state",
+    "torch2jax",
+    "torch_to_jax",
+]
+
+# ------------------------------------------------------------------------------------------
+# GPU memory shared by JAX and PyTorch
+# ------------------------------------------------------------------------------------------
+
+_MEMORY_VARIABLES = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
+)
+
+
+def _jax_backends_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # private API moved: assume not started
+        return False
+
+
+def _configure_jax_gpu_memory() -> str:
+    """Turn JAX's GPU preallocation off unless the user chose a setting (see module doc).
+
+    Returns "user" (a variable was set), "late" (JAX had already started) or "set".
+    """
+    if any(name in os.environ for name in _MEMORY_VARIABLES):
+        return "user"
+    if _jax_backends_started():
+        if any(d.platform == "gpu" for d in jax.devices()):
+            warnings.warn(
+                "gigastep.torch was imported after JAX started on the GPU, so JAX keeps its "
+                "default preallocation (75% of GPU memory) and PyTorch may run short. Set "
+                "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION) before "
+                "the first JAX computation, or import gigastep.torch first.",
+                stacklevel=3,
+            )
+        return "late"
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return "set"
+
+
+JAX_MEMORY_SETTING = _configure_jax_gpu_memory()
+"""What the import did about JAX's GPU memory: "set", "user" or "late" (see module doc)."""
+
+# ------------------------------------------------------------------------------------------
+# DLPack conversion
+# ------------------------------------------------------------------------------------------
+
+
+def _leaf_to_torch(x):
+    if isinstance(x, jax.Array):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        if len(x.sharding.device_set) > 1:
+            raise ValueError(
+                f"jax_to_torch needs arrays on one device; got one sharded over "
+                f"{len(x.sharding.device_set)} devices (convert its addressable shards instead)"
+            )
+        return torch.from_dlpack(x)
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    if isinstance(x, torch.Tensor):
+        return x
+    raise TypeError(f"jax_to_torch converts JAX or NumPy arrays; got a leaf of type {type(x)}")
+
+
+def jax_to_torch(x):
+    """JAX array(s) -> torch tensor(s) sharing the same memory (DLPack, no copy).
+
+    Args:
+        x: a `jax.Array` or a pytree of them (tuple, list, dict, chex dataclass); every dtype
+            JAX holds (bool and uint8 included). Typed PRNG keys become their uint32 data.
+
+    Returns:
+        The same structure with `torch.Tensor` leaves on the matching torch device.
+    """
+    return jax.tree_util.tree_map(_leaf_to_torch, x)
+
+
+def _leaf_to_jax(t):
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return jax.dlpack.from_dlpack(t)
+    if isinstance(t, (jax.Array, np.ndarray)):
+        return jnp.asarray(t)
+    raise TypeError(f"torch_to_jax converts torch tensors; got a leaf of type {type(t)}")
+
+
+def torch_to_jax(x):
+    """Torch tensor(s) -> JAX array(s) sharing the same memory (DLPack, no copy).
+
+    Non-contiguous tensors are made contiguous first (a copy); tensors that require grad are
+    detached. JAX must not see the tensor change afterwards: treat it as read-only until JAX
+    has consumed it.
+    """
+    return jax.tree_util.tree_map(_leaf_to_jax, x, is_leaf=lambda t: isinstance(t, torch.Tensor))
+
+
+# The 2023 library's names (SPEC §10.1), for code that switches over.
+jax2torch = jax_to_torch
+torch2jax = torch_to_jax
+
+
+# ------------------------------------------------------------------------------------------
+# Compiled batched functions (static: the game, an EnvConfig or a VersusEnv)
+# ------------------------------------------------------------------------------------------
+
+Game = EnvConfig | VersusEnv
+
+
+def _reset_fn(game: Game):
+    return game.reset if isinstance(game, VersusEnv) else partial(_env.reset, game)
+
+
+def _autoreset_fn(game: Game):
+    if isinstance(game, VersusEnv):
+        return game.step_autoreset
+    return partial(_env.step_autoreset, game)
+
+
+def _game_config(game: Game) -> EnvConfig:
+    return game.config if isinstance(game, VersusEnv) else game
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _reset(game: Game, num_envs: int, key):
+    key, sub = jax.random.split(key)
+    obs, states = jax.vmap(_reset_fn(game))(jax.random.split(sub, num_envs))
+    return key, obs, states
+
+
+@partial(jax.jit, static_argnums=0)
+def _observe(game: Game, states, key):
+    key, sub = jax.random.split(key)
+    keys = jax.random.split(sub, jax.tree_util.tree_leaves(states)[0].shape[0])
+    obs = jax.vmap(partial(observe_state, _game_config(game)))(states, keys)
+    if isinstance(game, VersusEnv):
+        obs = jax.vmap(game.team_view)(obs)
+    return key, obs
+
+
+@lru_cache(maxsize=64)
+def _compiled_step(game: Game, final_obs: bool):
+    """The compiled auto-resetting batched step of `game`: (states, key, actions) ->
+    (key, (obs, states, rewards, dones, ep_dones, info)); states and key are donated.
+    Built once per game (no static-argument hashing on the hot path)."""
+    step = jax.vmap(partial(_autoreset_fn(game), final_obs=final_obs))
+
+    def run(states, key, actions):
+        key, sub = jax.random.split(key)
+        return key, step(states, actions, jax.random.split(sub, actions.shape[0]))
+
+    return jax.jit(run, donate_argnums=(0, 1))
+
+
+# ------------------------------------------------------------------------------------------
+# TorchVecEnv
+# ------------------------------------------------------------------------------------------
+
+
+def _jax_device(device) -> jax.Device:
+    if device is None:
+        return jax.devices()[0]
+    device = torch.device(device)
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError:
+            raise ValueError(
+                f"device {device} requested but JAX has no GPU backend (install jax[cuda12])"
+            ) from None
+        gpus = [d for d in gpus if d.process_index == jax.process_index()]
+        index = device.index or 0
+        if index >= len(gpus):
+            raise ValueError(f"device {device}: JAX sees only {len(gpus)} GPU(s)")
+        return gpus[index]
+    raise ValueError(f"device must be 'cpu' or 'cuda[:k]', got {device}")
+
+
+def _torch_device(jax_device: jax.Device) -> torch.device:
+    if jax_device.platform == "cpu":
+        return torch.device("cpu")
+    if jax_device.platform == "gpu":
+        # The ordinal among this process's GPUs, as torch numbers them (CUDA_VISIBLE_DEVICES).
+        return torch.device("cuda", jax.local_devices(backend="gpu").index(jax_device))
+    raise ValueError(f"no torch device matches JAX device {jax_device}")
+
+
+class TorchVecEnv:
+    """`num_envs` Gigastep games stepped together, with torch tensors in and out.
+
+    Without `opponent` the caller controls every agent; with `opponent` (a scripted policy
+    name or callable, see `gigastep.opponents`) it controls team `team` and the other team is
+    played inside the same compiled step (observations, rewards and dones are then the
+    team's rows).
+
+    Shapes (B = num_envs, m = controlled agents):
+        obs: (B, m, L) float32, (B, m, res_x, res_y, 3) uint8, or a tuple of both.
+        actions: (B, m, 3) float (continuous) or (B, m) int (discrete), on `self.device`.
+        rewards (B, m) float32; dones (B, m) bool (dead agents); ep_dones (B,) bool.
+        info: `terminated` (B,) bool, `truncated` (B,) bool, `final_obs` (the last observation
+            of games that ended this step, else this step's obs), `episode_return` (B, m)
+            float32 and `episode_length` (B,) int32 (of the finished episode where ep_dones,
+            else running values).
+
+    Every step is one compiled call: the PRNG key advances on the device, finished games are
+    reset in the same call, the game states are donated (updated in place), and nothing is
+    copied to the host. Returned tensors share memory with JAX's outputs and stay valid after
+    later steps.
+
+    Example:
+        >>> venv = TorchVecEnv("identical_5_vs_5_fobs_vec_void_cont", num_envs=1024)
+        >>> obs = venv.reset()                                  # (1024, 10, L) float32
+        >>> actions = torch.rand(1024, 10, 3) * 2 - 1
+        >>> obs, rewards, dones, ep_dones, info = venv.step(actions)
+    """
+
+    def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
+                 final_obs: bool = True, opponent=None, team: int = 0):  # fmt: skip
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.game = _as_game(name_or_env, opponent, team)
+        self.config = _game_config(self.game)
+        self.num_envs = num_envs
+        self.final_obs = bool(final_obs)
+        self.jax_device = _jax_device(device)
+        self.device = _torch_device(self.jax_device)
+        self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
+        self._states = None
+        self.last_obs = None
+        self._step = _compiled_step(self.game, self.final_obs)
+
+    @classmethod
+    def from_states(cls, name_or_env, states: EnvState, seed: int = 0, **kwargs) -> TorchVecEnv:
+        """A TorchVecEnv whose games start from `states` (an `EnvState` batched along axis 0,
+        e.g. hand-built with `EnvState.create` and stacked). Call `step` right away; the first
+        observation is `venv.last_obs`."""
+        n = jax.tree_util.tree_leaves(states)[0].shape[0]
+        venv = cls(name_or_env, n, seed=seed, **kwargs)
+        venv.reset_to(states)
+        return venv
+
+    # --- attributes ---------------------------------------------------------------------
+    @property
+    def n_agents(self) -> int:
+        """Agents controlled per game (all agents, or the team's when playing an opponent)."""
+        return self.game.n_agents if isinstance(self.game, VersusEnv) else self.config.n_agents
+
+    @property
+    def action_space(self):
+        """Per-agent action space (`gigastep.spaces`)."""
+        return _env.GigastepEnv(self.config).action_space
+
+    @property
+    def observation_space(self):
+        """Per-agent observation space (`gigastep.spaces`)."""
+        return _env.GigastepEnv(self.config).observation_space
+
+    @property
+    def states(self) -> EnvState:
+        """The current batched game states (JAX). Donated by the next `step`: copy them if you
+        keep them."""
+        if self._states is None:
+            raise RuntimeError("call reset() first")
+        return self._states
+
+    def __repr__(self) -> str:
+        return f"TorchVecEnv({self.game!r}, num_envs={self.num_envs}, device={self.device})"
+
+    # --- API ----------------------------------------------------------------------------
+    def reset(self, seed: int | None = None):
+        """Start `num_envs` fresh games; returns their observations (torch)."""
+        if seed is not None:
+            self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
+        self._key, obs, self._states = _reset(self.game, self.num_envs, self._key)
+        self.last_obs = jax_to_torch(obs)
+        return self.last_obs
+
+    def reset_to(self, states: EnvState):
+        """Continue from the given batched states (copied); returns their observations as at a
+        reset (nothing detected yet)."""
+        leaves = jax.tree_util.tree_leaves(states)
+        if not isinstance(states, EnvState) or leaves[0].ndim < 1:
+            raise TypeError("states must be an EnvState batched along axis 0")
+        if leaves[0].shape[0] != self.num_envs:
+            raise ValueError(f"states hold {leaves[0].shape[0]} games, expected {self.num_envs}")
+        states = jax.tree_util.tree_map(
+            lambda x: jax.device_put(jnp.array(x, copy=True), self.jax_device), states
+        )
+        self._key, obs = _observe(self.game, states, self._key)
+        self._states = states
+        self.last_obs = jax_to_torch(obs)
+        return self.last_obs
+
+    def step(self, actions: torch.Tensor):
+        """One step of every game; returns (obs, rewards, dones, ep_dones, info) as tensors."""
+        if self._states is None:
+            raise RuntimeError("call reset() (or reset_to(states)) before step()")
+        actions = _leaf_to_jax(self._check_actions(actions))
+        self._key, out = self._step(self._states, self._key, actions)
+        obs, self._states, rewards, dones, ep_dones, info = out
+        obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length = jax_to_torch(
+            (obs, rewards, dones, ep_dones, info.terminated, info.truncated, info.episode_return,
+             info.episode_length)
+        )  # fmt: skip
+        final = jax_to_torch(info.final_obs) if self.final_obs else obs
+        self.last_obs = obs
+        info = {
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_obs": final,
+            "episode_return": ep_return,
+            "episode_length": ep_length,
+        }
+        return obs, rewards, dones, ep_dones, info
+
+    def close(self) -> None:
+        self._states = None
+
+    # --- checks -------------------------------------------------------------------------
+    def _check_actions(self, actions) -> torch.Tensor:
+        if not isinstance(actions, torch.Tensor):
+            raise TypeError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
+        b, m = self.num_envs, self.n_agents
+        discrete = self.config.discrete_actions
+        shape = (b, m) if discrete else (b, m, 3)
+        if discrete:
+            kind_ok = not (actions.is_floating_point() or actions.is_complex()
+                           or actions.dtype == torch.bool)  # fmt: skip
+        else:
+            kind_ok = actions.is_floating_point()
+        if tuple(actions.shape) != shape or not kind_ok:
+            what = "integer indices 0..26" if discrete else "floats (heading, dive, throttle)"
+            raise ValueError(
+                f"actions must be {what} of shape {shape} (num_envs, agents"
+                f"{'' if discrete else ', 3'}); got {actions.dtype} of shape {tuple(actions.shape)}"
+            )
+        if actions.device != self.device:
+            raise ValueError(
+                f"actions are on {actions.device} but this TorchVecEnv runs on {self.device}"
+            )
+        want = torch.int32 if discrete else torch.float32
+        return actions if actions.dtype == want else actions.to(want)
+
+
+def _as_game(name_or_env, opponent, team) -> Game:
+    """An EnvConfig (all agents controlled) or a VersusEnv (one team scripted)."""
+    if isinstance(name_or_env, VersusEnv):
+        if opponent is not None:
+            raise ValueError("pass either a VersusEnv or an opponent, not both")
+        return name_or_env
+    env = resolve_env(name_or_env)
+    if opponent is None:
+        return env.config
+    if isinstance(team, bool) or team not in (0, 1):
+        raise ValueError(f"team must be 0 or 1, got {team!r}")
+    return VersusEnv(env, opponent, opponent_team=1 - team)
