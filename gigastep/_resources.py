@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ def catalog_dir() -> Path:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_catalog_toml(name: str) -> dict[str, Any]:
     """Parse one file of the catalogue (e.g. ``"maps.toml"``). Parsing executes no code."""
     path = catalog_dir() / name

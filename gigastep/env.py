@@ -17,8 +17,8 @@ import numpy as np
 from gigastep import dynamics, interactions, rewards, waypoints
 from gigastep import random as grandom
 from gigastep.maps import MapArrays, prerender
-from gigastep.observations.visibility import visibility
 from gigastep.observations.vector import vector_observations
+from gigastep.observations.visibility import visibility
 from gigastep.spaces import Box, Discrete, Tuple
 from gigastep.types import (
     AgentState,
@@ -66,7 +66,9 @@ def _check_key(key, what: str = "key") -> None:
     key = jnp.asarray(key) if not hasattr(key, "dtype") else key
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
-            raise ValueError(f"{what} must be a single PRNG key, got a key array of shape {key.shape}")
+            raise ValueError(
+                f"{what} must be a single PRNG key, got a key array of shape {key.shape}"
+            )
         return
     if key.shape != (2,) or key.dtype != jnp.uint32:
         raise ValueError(
@@ -209,9 +211,7 @@ def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
         step=jnp.zeros((), jnp.int32),
         returns=jnp.zeros(n, jnp.float32),
     )
-    comm = (
-        grandom.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
-    )
+    comm = grandom.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
     return EnvState(agents=agents, episode=episode), comm
 
 
@@ -237,8 +237,13 @@ def sample_noise(config: EnvConfig, key) -> StepNoise:
     """Every random number of one step, from one key. Each draw has a fixed place in the
     stream whatever the flags, so switching a feature off leaves the others' draws unchanged."""
     n = config.n_agents
-    skip = [i for i, on in enumerate(
-        (config.stochastic_obs, config.stochastic_comm, config.enable_waypoints)) if not on]
+    skip = [
+        i
+        for i, on in enumerate(
+            (config.stochastic_obs, config.stochastic_comm, config.enable_waypoints)
+        )
+        if not on
+    ]
     detection, comm, waypoint = grandom.uniforms(key, [(n, n), (n, n), (4,)], skip=skip)
     return StepNoise(detection=detection, comm=comm, waypoint=waypoint)
 
@@ -506,6 +511,12 @@ class GigastepEnv:
         if not self.config.discrete_actions:
             raise ValueError("n_actions is only defined for discrete actions")
         return dynamics.N_DISCRETE_ACTIONS
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, GigastepEnv) and other.config == self.config
+
+    def __hash__(self) -> int:
+        return hash(self.config)
 
     def __repr__(self) -> str:
         name = self.spec.name if self.spec is not None else "custom"

@@ -114,7 +114,9 @@ def combat(config: EnvConfig, agents: AgentState, geo: Geometry, alive, detectio
     d2 = geo.d2
     within_det = d2 <= jnp.asarray(det_r2, jnp.float32)[None, :]
     # A radius of 0 (damage_range 0) never shoots, even at distance 0.
-    within_dmg = (d2 <= jnp.asarray(dmg_r2, jnp.float32)[None, :]) & jnp.asarray(dmg_r2 > 0)[None, :]
+    within_dmg = (d2 <= jnp.asarray(dmg_r2, jnp.float32)[None, :]) & jnp.asarray(dmg_r2 > 0)[
+        None, :
+    ]
     dcone = in_cone(config.damage_cone_angle, geo, agents.heading)
     shoot = within_dmg & dcone
     cone = in_cone(config.cone_angle, geo, agents.heading)

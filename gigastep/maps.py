@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from gigastep.types import EnvConfig, MapSpec, closest
 __all__ = ["MapArrays", "builtin_maps", "map_arrays", "map_set", "map_set_names", "prerender"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def builtin_maps() -> dict[str, MapSpec]:
     """The built-in maps of `envs/maps.toml`, by name, in catalogue order."""
     table = read_catalog_toml("maps.toml")["maps"]
@@ -55,9 +55,10 @@ class MapArrays:
 
     def __init__(self, config: EnvConfig):
         k, b = len(config.maps), config.max_boxes
-        scale = np.array(
-            [config.limit_x, config.limit_y, config.limit_x, config.limit_y], np.float64
-        ) / 10.0
+        scale = (
+            np.array([config.limit_x, config.limit_y, config.limit_x, config.limit_y], np.float64)
+            / 10.0
+        )
         boxes = np.zeros((k, max(b, 1), 4), np.float64)
         valid = np.zeros((k, max(b, 1)), bool)
         for i, m in enumerate(config.maps):

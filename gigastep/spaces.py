@@ -53,7 +53,9 @@ class Box:
     def to_gymnasium(self):
         import gymnasium
 
-        return gymnasium.spaces.Box(low=self.low, high=self.high, shape=self.shape, dtype=self.dtype)
+        return gymnasium.spaces.Box(
+            low=self.low, high=self.high, shape=self.shape, dtype=self.dtype
+        )
 
     def __repr__(self) -> str:
         lo, hi = self.low.flat[0], self.high.flat[0]

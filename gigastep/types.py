@@ -77,7 +77,9 @@ class MapSpec:
                     f"map {self.name!r}: start region {region} must have x1 < x2 and y1 < y2"
                 )
         if not 0.0 <= self.height[0] <= self.height[1] <= 10.0:
-            raise ValueError(f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10")
+            raise ValueError(
+                f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10"
+            )
 
 
 def _floats(values: Any, size: int, what: str) -> tuple[float, ...]:
@@ -339,13 +341,17 @@ class EnvConfig:
                 f"resolution must be at least 8 x 8, got {self.resolution_x} x {self.resolution_y}"
             )
         if self.max_agents_in_vec_obs < 1:
-            raise ValueError(f"max_agents_in_vec_obs must be >= 1, got {self.max_agents_in_vec_obs}")
+            raise ValueError(
+                f"max_agents_in_vec_obs must be >= 1, got {self.max_agents_in_vec_obs}"
+            )
         if self.max_episode_length is not None and self.max_episode_length < 1:
             raise ValueError(
                 f"max_episode_length must be >= 1 or None, got {self.max_episode_length}"
             )
         if not 0.0 <= self.waypoint_spawn_prob <= 1.0:
-            raise ValueError(f"waypoint_spawn_prob must be in [0, 1], got {self.waypoint_spawn_prob}")
+            raise ValueError(
+                f"waypoint_spawn_prob must be in [0, 1], got {self.waypoint_spawn_prob}"
+            )
         if self.reset_max_rounds < 0:
             raise ValueError(f"reset_max_rounds must be >= 0, got {self.reset_max_rounds}")
 
@@ -385,9 +391,7 @@ class EnvConfig:
         unknown = [k for k in changes if k not in valid]
         if unknown:
             k = unknown[0]
-            raise TypeError(
-                f"unknown EnvConfig field {k!r}; closest: {closest(k, sorted(valid))}"
-            )
+            raise TypeError(f"unknown EnvConfig field {k!r}; closest: {closest(k, sorted(valid))}")
         if "map_set" in changes and "maps" not in changes:
             changes["maps"] = ()
         return dataclasses.replace(self, **changes)
@@ -460,12 +464,14 @@ class EnvState:
             heading=vec(heading, 0.0),
             health=vec(health, config.max_health),
             alive=vec(alive, True, jnp.bool_),
-            tracked=jnp.zeros((n, n), jnp.int32) if tracked is None
+            tracked=jnp.zeros((n, n), jnp.int32)
+            if tracked is None
             else jnp.asarray(tracked, jnp.int32),
         )
         episode = EpisodeState(
             map_idx=jnp.asarray(map_idx, jnp.int32),
-            waypoint=jnp.zeros(4, jnp.float32) if waypoint is None
+            waypoint=jnp.zeros(4, jnp.float32)
+            if waypoint is None
             else jnp.asarray(waypoint, jnp.float32),
             waypoint_time=jnp.asarray(waypoint_time, jnp.float32),
             aux_rewards_factor=jnp.asarray(aux_rewards_factor, jnp.float32),
@@ -473,7 +479,6 @@ class EnvState:
             returns=jnp.zeros(n, jnp.float32),
         )
         return EnvState(agents=agents, episode=episode)
-
 
 
 @chex.dataclass(frozen=True)

@@ -87,7 +87,14 @@ class FrameStack:
         )
         final = _push(state.frames, info.final_obs)
         info = info.replace(final_obs=final)
-        return frames, FrameStackState(env_state=env_state, frames=frames), rewards, dones, done, info
+        return (
+            frames,
+            FrameStackState(env_state=env_state, frames=frames),
+            rewards,
+            dones,
+            done,
+            info,
+        )
 
     def v_reset(self, keys):
         return _v_reset(self.env.config, self.num_frames, keys)

@@ -72,20 +72,23 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
 
     heading = agents.heading
     rel_heading = jnp.where(eye, heading[None, :], wrap_angle(heading[None, :] - heading[:, None]))
-    features = jnp.stack(
-        [
-            jnp.ones_like(s),
-            same_team,
-            rel(agents.x, lx),
-            rel(agents.y, ly),
-            rel(agents.z, config.z_max),
-            rel_heading,
-            rel(agents.v, diag),
-            jnp.broadcast_to(agents.health[None, :], (n, n)),
-            jnp.broadcast_to(jnp.asarray(config.sprites, jnp.float32)[None, :], (n, n)),
-        ],
-        axis=-1,
-    ) * s[..., None]  # (n, n, 9) [e, i, f]
+    features = (
+        jnp.stack(
+            [
+                jnp.ones_like(s),
+                same_team,
+                rel(agents.x, lx),
+                rel(agents.y, ly),
+                rel(agents.z, config.z_max),
+                rel_heading,
+                rel(agents.v, diag),
+                jnp.broadcast_to(agents.health[None, :], (n, n)),
+                jnp.broadcast_to(jnp.asarray(config.sprites, jnp.float32)[None, :], (n, n)),
+            ],
+            axis=-1,
+        )
+        * s[..., None]
+    )  # (n, n, 9) [e, i, f]
     rows = jnp.einsum("epi,eif->epf", order_matrix(rank, m), features,
                       precision=jax.lax.Precision.HIGHEST)  # fmt: skip
     parts = [rows.reshape(n, m * N_AGENT_FEATURES)]
