@@ -1,0 +1,1 @@
+"""PyTorch baselines for Gigastep (recurrent S5 sequence models, with JAX references)."""
