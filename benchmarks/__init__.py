@@ -1,0 +1,1 @@
+"""Benchmarks for Gigastep; run each as ``python -m benchmarks.<name> --help``."""

@@ -1,0 +1,252 @@
+"""PyTorch bridge throughput: a Python loop over `TorchVecEnv` versus the same rollout in JAX.
+
+Rows (per batch size B, scenario with n agents):
+  * `jax_scan`: one compiled `lax.scan` of `steps` auto-resetting batched steps
+    (`vmap(step_autoreset)`, final observation kept, as `TorchVecEnv` runs it) with uniform
+    random actions drawn inside the scan: the ceiling for any driver of the environment.
+  * `torch_loop`: a Python loop of `steps` calls `TorchVecEnv.step(actions)` with actions drawn
+    by `torch.rand` on the env's device; outputs arrive as torch tensors (DLPack, no copy).
+    `vs_jax` = its env-steps/s over the `jax_scan` figure at the same B (goal >= 0.9).
+  * `gym_vector`: `gigastep.gymnasium.TeamVectorEnv` (NumPy in/out, scripted random opponent,
+    NEXT_STEP autoreset) measured by Gymnasium's own `benchmark_vector_step` (random actions
+    from the action space, counting only environments that really stepped).
+
+Counting: env_steps_per_s = games advanced per second; agent_steps_per_s = env_steps_per_s x n
+(every agent of both teams is simulated). Timed figures are medians over `repeats`; compile
+(or warm-up) time is reported apart in `compile_s`.
+
+Usage:
+    python -m benchmarks.bridge --quick --json bridge.json    # ~2 min on 2 CPU cores
+    python -m benchmarks.bridge --batch 1024 8192 --steps 200 --repeats 5
+    python -m benchmarks.bridge --device cuda                  # TorchVecEnv on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from benchmarks._common import (
+    Column,
+    add_options,
+    format_number,
+    markdown_table,
+    option,
+    options_from_args,
+    run_info,
+    time_repeats,
+    write_json,
+)
+
+__all__ = ["Options", "jax_scan_row", "main", "torch_loop_row", "gym_vector_row"]
+
+QUICK = {"steps": 20, "repeats": 3, "gym_duration": 1.0}
+
+
+@dataclass
+class Options:
+    """Command-line options (each field is one `--flag`; see `--help`)."""
+
+    quick: bool = option(
+        False,
+        "quick preset: 20 steps, 3 repeats, 1 s Gymnasium runs "
+        "(~2 min on 2 CPU cores); overrides --steps --repeats --gym-duration",
+    )
+    scenario: str = option("identical_5_vs_5_fobs_vec_void_cont", "scenario name")
+    batch: list = option([1024, 8192], "batch sizes (games per step)", type=int)
+    steps: int = option(100, "steps per timed rollout")
+    repeats: int = option(5, "timed rollouts per row (median reported)")
+    gym_batch: list = option([1024], "TeamVectorEnv batch sizes (empty: skip)", type=int)
+    gym_duration: float = option(5.0, "seconds per benchmark_vector_step call")
+    device: str = option(None, "torch device of TorchVecEnv (default: JAX's default device)")
+    seed: int = option(0, "seed of the environments and actions")
+    json: str = option(None, "write the run info and rows as JSON to this path")
+
+
+# ------------------------------------------------------------------------------------------
+# Rows
+# ------------------------------------------------------------------------------------------
+
+
+def _row(impl: str, batch: int, n_agents: int, steps: int, seconds: list[float],
+         compile_s: float) -> dict[str, Any]:  # fmt: skip
+    median = statistics.median(seconds)
+    env_rate = batch * steps / median
+    return {
+        "impl": impl, "batch": batch, "steps": steps, "n_agents": n_agents,
+        "median_s": median, "times_s": seconds, "compile_s": compile_s,
+        "env_steps_per_s": env_rate, "agent_steps_per_s": env_rate * n_agents,
+    }  # fmt: skip
+
+
+def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int) -> dict:
+    """The rollout as one compiled `lax.scan` (actions drawn inside)."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep.env import step_autoreset
+    from gigastep.scenarios import make
+
+    env = make(scenario)
+    config = env.config
+    n = config.n_agents
+    shape = (batch, n) if config.discrete_actions else (batch, n, 3)
+
+    def draw(key):
+        if config.discrete_actions:
+            return jax.random.randint(key, shape, 0, 27)
+        return jax.random.uniform(key, shape, minval=-1.0, maxval=1.0)
+
+    @partial(jax.jit, donate_argnums=0)
+    def rollout(states, key):
+        def body(states, k):
+            k_act, k_step = jax.random.split(k)
+            out = jax.vmap(partial(step_autoreset, config))(
+                states, draw(k_act), jax.random.split(k_step, batch)
+            )
+            # Reduce every output but the state, so that XLA computes all of them (as
+            # TorchVecEnv returns them) instead of pruning the unused observations.
+            outputs = jax.tree_util.tree_leaves((out[0], *out[2:]))
+            return out[1], sum(x.astype(jnp.float32).sum() for x in outputs)
+
+        states, total = jax.lax.scan(body, states, jax.random.split(key, steps))
+        return states, total
+
+    key = jax.random.PRNGKey(seed)
+    _, states = env.v_reset(jax.random.split(key, batch))
+    t0 = time.perf_counter()
+    compiled = rollout.lower(states, key).compile()
+    compile_s = time.perf_counter() - t0
+    holder = {"states": states}
+
+    def run(i):
+        holder["states"], total = compiled(holder["states"], jax.random.fold_in(key, i + 10))
+        return total
+
+    timing = time_repeats(run, repeats=repeats, warmup=1)
+    return _row("jax_scan", batch, n, steps, list(timing.times), compile_s)
+
+
+def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: int,
+                   device: str | None) -> dict:  # fmt: skip
+    """A Python loop over `TorchVecEnv.step` with torch random actions."""
+    import jax
+    import torch
+
+    from gigastep.torch import TorchVecEnv
+
+    venv = TorchVecEnv(scenario, batch, seed=seed, device=device)
+    n = venv.n_agents
+    discrete = venv.config.discrete_actions
+    gen = torch.Generator(device=venv.device).manual_seed(seed)
+
+    def actions():
+        if discrete:
+            return torch.randint(0, 27, (batch, n), generator=gen, device=venv.device,
+                                 dtype=torch.int32)  # fmt: skip
+        return torch.rand(batch, n, 3, generator=gen, device=venv.device) * 2 - 1
+
+    def sync(out):
+        if venv.device.type == "cuda":
+            torch.cuda.synchronize(venv.device)
+        jax.block_until_ready(venv.states)
+        return out
+
+    t0 = time.perf_counter()
+    sync(venv.reset())
+    sync(venv.step(actions()))
+    compile_s = time.perf_counter() - t0
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            out = venv.step(actions())
+        sync(out)
+        seconds.append(time.perf_counter() - t0)
+    return _row("torch_loop", batch, n, steps, seconds, compile_s)
+
+
+def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int,
+                   seed: int) -> dict:  # fmt: skip
+    """Gymnasium's `benchmark_vector_step` on `TeamVectorEnv` (env-steps/s, median)."""
+    from gymnasium.utils.performance import benchmark_vector_step
+
+    from gigastep.gymnasium import TeamVectorEnv
+
+    envs = TeamVectorEnv(scenario, batch, team=0, opponent="random")
+    n = envs.versus.config.n_agents
+    t0 = time.perf_counter()
+    envs.reset(seed=seed)
+    envs.step(envs.action_space.sample())
+    compile_s = time.perf_counter() - t0
+    rates = [benchmark_vector_step(envs, target_duration=duration, seed=seed + i)
+             for i in range(repeats)]  # fmt: skip
+    rate = statistics.median(rates)
+    return {
+        "impl": "gym_vector", "batch": batch, "steps": None, "n_agents": n,
+        "median_s": None, "rates": rates, "compile_s": compile_s,
+        "env_steps_per_s": rate, "agent_steps_per_s": rate * n,
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------
+
+COLUMNS = [
+    Column("impl", "driver"),
+    Column("batch", "batch [games]"),
+    Column("steps", "steps per rollout"),
+    Column("env_steps_per_s", "env-steps/s", format_number),
+    Column("agent_steps_per_s", "agent-steps/s", format_number),
+    Column("vs_jax", "vs jax_scan [ratio]", lambda x: f"{x:.2f}"),
+    Column("compile_s", "compile/warm-up [s]", lambda x: f"{x:.1f}"),
+]
+
+
+def run(opts: Options) -> list[dict]:
+    if opts.quick:
+        for name, value in QUICK.items():
+            setattr(opts, name, value)
+    rows = []
+    for batch in opts.batch:
+        ref = jax_scan_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed)
+        loop = torch_loop_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed,
+                              opts.device)  # fmt: skip
+        loop["vs_jax"] = loop["env_steps_per_s"] / ref["env_steps_per_s"]
+        rows += [ref, loop]
+        print(f"batch {batch}: torch loop / jax scan = {loop['vs_jax']:.2f}", file=sys.stderr)
+    for batch in opts.gym_batch:
+        row = gym_vector_row(opts.scenario, batch, opts.gym_duration, opts.repeats, opts.seed)
+        refs = [r for r in rows if r["impl"] == "jax_scan" and r["batch"] == batch]
+        if refs:
+            row["vs_jax"] = row["env_steps_per_s"] / refs[0]["env_steps_per_s"]
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bridge", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    add_options(parser, Options)
+    opts = options_from_args(Options, parser.parse_args(argv))
+    import gigastep.torch  # noqa: F401  (sets JAX's GPU memory policy before JAX starts)
+
+    info = run_info()
+    rows = run(opts)
+    print(f"\nScenario {opts.scenario}; medians over {opts.repeats} repeats.\n")
+    print(markdown_table(rows, COLUMNS))
+    if opts.json:
+        write_json(opts.json, {"run_info": info, "options": vars(opts), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

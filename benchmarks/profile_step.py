@@ -1,0 +1,764 @@
+"""Per-phase cost of one batched environment step, PRNG alternatives, and an HLO audit.
+
+Each phase of `gigastep.env.step` is compiled alone as `jit(vmap(phase))` over a batch of
+realistic inputs (states after a few random steps) and timed per call (median of repeats,
+blocking on the result). Isolated phases pay for materialising their inputs and outputs,
+which the fused step avoids, so their sum exceeds the whole step; their ratios still show
+where the time goes. The whole step is also timed inside a `lax.scan` (no dispatch cost).
+
+Usage:
+    python -m benchmarks.profile_step                       # 5v5 @1024 and 20v20 @256
+    python -m benchmarks.profile_step --case identical_5_vs_5_fobs_rgb_maps_cont:64
+    python -m benchmarks.profile_step --prng --hlo-dir /tmp/hlo --json profile.json
+
+Sections:
+    phases  µs per batched call of each phase, % of the whole step, ns per environment.
+    prng    the step's random numbers drawn different ways (threefry / rbg / unsafe_rbg,
+            float32 uniforms vs uint8/uint16 bits, one draw per batch vs per environment).
+    hlo     opcode census of the optimised HLO of the step (random-bit generation, sorts,
+            gathers, scatters, while loops, transposes, float64), text dumped to --hlo-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    Column,
+    add_options,
+    config_hash,
+    markdown_table,
+    option,
+    options_from_args,
+    run_info,
+    time_interleaved,
+    write_json,
+)
+
+__all__ = ["Options", "hlo_census", "main", "profile_phases", "profile_prng"]
+
+DEFAULT_CASES = [
+    "identical_5_vs_5_pobs_vec_maps_cont:1024",
+    "identical_20_vs_20_pobs_vec_maps_cont:256",
+]
+
+
+@dataclass
+class Options:
+    """Command-line options (each field is one `--flag`)."""
+
+    case: list = option(list(DEFAULT_CASES), "SCENARIO:BATCH pairs to profile", type=str)
+    repeats: int = option(15, "timed calls per phase (median reported)")
+    scan_steps: int = option(20, "steps of the in-scan timing of the whole step")
+    phases: bool = option(True, "time every phase in isolation")
+    prng: bool = option(True, "compare ways of drawing the step's random numbers")
+    ablations: bool = option(True, "time the step in a scan with parts removed")
+    experiments: bool = option(True, "time candidate rewrites of the costly phases")
+    hlo: bool = option(True, "opcode census of the optimised HLO of the batched step")
+    hlo_dir: str = option(None, "write the optimised HLO text of the step here")
+    json: str = option(None, "write all results as JSON to this path")
+
+
+def _parse_case(text: str) -> tuple[str, int]:
+    name, _, batch = text.rpartition(":")
+    if not name or not batch.isdigit():
+        raise ValueError(f"--case takes SCENARIO:BATCH (e.g. identical_5_vs_5:1024), got {text!r}")
+    return name, int(batch)
+
+
+def _config(name: str):
+    from gigastep import scenarios
+
+    return scenarios.make_config(name)
+
+
+# ------------------------------------------------------------------------------------------
+# Inputs: a batch of realistic states and every intermediate value of one step
+# ------------------------------------------------------------------------------------------
+
+
+def _inputs(config, batch: int, seed: int = 0) -> dict[str, Any]:
+    """Batched inputs of every phase: states after 3 random steps and the intermediates of
+    the next step, each computed by its own jit(vmap)."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import dynamics, interactions
+    from gigastep import env as genv
+
+    n = config.n_agents
+    key = jax.random.PRNGKey(seed)
+    k_reset, k_act, k_step = jax.random.split(key, 3)
+    vstep = jax.jit(jax.vmap(lambda s, a, k: genv.step(config, s, a, k)))
+    _, states = jax.jit(jax.vmap(lambda k: genv.reset(config, k)))(jax.random.split(k_reset, batch))
+
+    def actions_of(k):
+        if config.discrete_actions:
+            return jax.random.randint(k, (batch, n), 0, 27)
+        return jax.random.uniform(k, (batch, n, 3), minval=-1.0, maxval=1.0)
+
+    for i in range(3):
+        ka, ks = jax.random.split(jax.random.fold_in(k_step, i))
+        states = vstep(states, actions_of(ka), jax.random.split(ks, batch))[1]
+    keys = jax.random.split(k_step, batch)
+    actions = actions_of(k_act)
+    maps = genv._maps(config)
+    boxes = jnp.asarray(maps.boxes)[states.episode.map_idx]
+    box_valid = jnp.asarray(maps.box_valid)[states.episode.map_idx]
+
+    def vm(f):
+        return jax.jit(jax.vmap(f))
+
+    noise = vm(lambda k: genv.sample_noise(config, k))(keys)
+    controls = vm(lambda a: dynamics.decode_actions(config, a))(actions)
+    moved = vm(lambda ag, c: dynamics.move(config, ag, c))(states.agents, controls)
+    geo = vm(interactions.geometry)(moved)
+    hz = vm(lambda m, g, b, v: interactions.hazards(config, m, g, b, v))(
+        moved, geo, boxes, box_valid
+    )
+    fight = vm(lambda m, g, a, u: interactions.combat(config, m, g, a, u))(
+        moved, geo, hz.alive, noise.detection
+    )
+    return dict(states=states, keys=keys, actions=actions, noise=noise, controls=controls,
+                moved=moved, geo=geo, boxes=boxes, box_valid=box_valid, hz=hz,
+                fight=fight)  # fmt: skip
+
+
+def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tuple]]:
+    """(name, per-game function, batched arguments) of every phase, in step order."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import dynamics, interactions, rewards
+    from gigastep import env as genv
+    from gigastep.observations.vector import vector_observations
+    from gigastep.observations.visibility import visibility
+
+    c = config
+    n = c.n_agents
+    s, fight, hz = x["states"], x["fight"], x["hz"]
+    phases: list[tuple[str, Callable, tuple]] = [
+        ("batch key split (caller)", None, ()),
+        ("sample_noise (split + uniforms)", lambda k: genv.sample_noise(c, k), (x["keys"],)),
+        ("decode_actions + move", lambda ag, a: dynamics.move(c, ag, dynamics.decode_actions(c, a)),
+         (s.agents, x["actions"])),
+        ("geometry (pairwise)", interactions.geometry, (x["moved"],)),
+        ("hazards (oob, collisions, boxes)",
+         lambda m, g, b, v: interactions.hazards(c, m, g, b, v),
+         (x["moved"], x["geo"], x["boxes"], x["box_valid"])),
+        ("combat (detection, tracking, damage)",
+         lambda m, g, a, u: interactions.combat(c, m, g, a, u),
+         (x["moved"], x["geo"], hz.alive, x["noise"].detection)),
+    ]  # fmt: skip
+
+    def reward_fn(alive_pre, alive, collided, oob, in_box, detected, damage, aux):
+        inputs = rewards.RewardInputs(
+            alive_pre=alive_pre, alive=alive, hit_waypoint=jnp.zeros(n, bool), collided=collided,
+            hazard_death=alive_pre & (oob | in_box), detected=detected, damage=damage,
+        )  # fmt: skip
+        return rewards.total_reward(c, inputs, aux)
+
+    phases.append(("rewards", reward_fn,
+                   (s.agents.alive, hz.alive, hz.collided, hz.oob, hz.in_box, fight.detected,
+                    fight.damage, s.episode.aux_rewards_factor)))  # fmt: skip
+    phases.append(("visibility (seen)",
+                   lambda a, d, det, u: visibility(c, a, d, det, u),
+                   (hz.alive, x["geo"].dist, fight.detected, x["noise"].comm)))  # fmt: skip
+    seen = jax.jit(jax.vmap(lambda a, d, det, u: visibility(c, a, d, det, u)))(
+        hz.alive, x["geo"].dist, fight.detected, x["noise"].comm
+    )
+    moved_alive = x["moved"].replace(alive=hz.alive)
+    if c.obs_type in ("vector", "rgb_vector"):
+        phases.append(("vector observation",
+                       lambda ag, ep, d, sn, b: vector_observations(c, ag, ep, d, sn, b),
+                       (moved_alive, s.episode, x["geo"].dist, seen, x["boxes"])))  # fmt: skip
+    if c.obs_type in ("rgb", "rgb_vector"):
+        from gigastep.observations.rgb import rgb_observations
+
+        bg = jnp.asarray(genv._background(c))
+        phases.append(("rgb observation",
+                       lambda ag, ep, sn, td: rgb_observations(c, bg, ag, ep, sn, td),
+                       (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
+    phases += [
+        ("reset_state (auto-reset)", lambda k: genv.reset_state(c, k), (x["keys"],)),
+        ("transition (step given noise)", lambda st, a, u: genv.transition(c, st, a, u),
+         (s, x["actions"], x["noise"])),
+        ("step", lambda st, a, k: genv.step(c, st, a, k), (s, x["actions"], x["keys"])),
+        ("step_autoreset (final_obs=False)",
+         lambda st, a, k: genv.step_autoreset(c, st, a, k, False), (s, x["actions"], x["keys"])),
+    ]  # fmt: skip
+    return phases
+
+
+def _compile(fn, *args):
+    """(`call(i)` running the compiled `jit(fn)(*args)`, seconds to lower and compile)."""
+    import time
+
+    import jax
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return (lambda i: compiled(*args)), time.perf_counter() - t0
+
+
+@dataclass
+class _Entry:
+    name: str
+    call: Callable[[int], Any]
+    compile_s: float | None = None
+    per: int = 1  # batched steps per call
+    extra: dict | None = None
+
+
+def _measure(entries: list[_Entry], repeats: int, log=sys.stderr) -> list[dict[str, Any]]:
+    """Time the entries round-robin (`time_interleaved`); one row each, minimum first."""
+    timings = time_interleaved({e.name: e.call for e in entries}, repeats=repeats, warmup=2)
+    rows = []
+    for e in entries:
+        t = timings[e.name]
+        row = {"phase": e.name, "cpu_us": t.cpu_min / e.per * 1e6,
+               "cpu_us_median": t.cpu_median / e.per * 1e6, "us_min": t.min / e.per * 1e6,
+               "us": t.median / e.per * 1e6, "us_max": t.max / e.per * 1e6,
+               "spread": t.spread, "compile_s": e.compile_s, **(e.extra or {})}  # fmt: skip
+        rows.append(row)
+        print(f"  {e.name:58s} cpu {row['cpu_us']:9.1f} µs, wall {row['us_min']:9.1f} µs (min; "
+              f"median {row['us']:.1f})", file=log, flush=True)  # fmt: skip
+    return rows
+
+
+def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
+                obs_shape=None) -> _Entry:  # fmt: skip
+    """A compiled scan of `steps` batched steps (the throughput harness's rollout); with
+    `obs_shape`, the carried observation is a float32 array of that shape instead."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.throughput import Case, build_rollout
+
+    rollout, carry = build_rollout(config, Case("profiled", batch=batch), steps, env_step)
+    if obs_shape is not None:
+        carry = (carry[0], jnp.zeros(obs_shape, jnp.float32), carry[2])
+    t0 = time.perf_counter()
+    compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(1)).compile()
+    return _Entry(name, lambda i: compiled(carry, jax.random.PRNGKey(i)),
+                  time.perf_counter() - t0, per=steps)  # fmt: skip
+
+
+def profile_phases(config, batch: int, repeats: int = 15, scan_steps: int = 20,
+                   log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per phase: µs per batched call (min and median of interleaved repeats),
+    % of the whole step, ns per game, compile seconds."""
+    import jax
+
+    x = _inputs(config, batch)
+    entries = []
+    for name, fn, args in _phase_functions(config, x):
+        try:
+            if fn is None:  # the caller's jax.random.split(key, B) of every step
+                call, compile_s = _compile(partial(jax.random.split, num=batch),
+                                           jax.random.PRNGKey(0))  # fmt: skip
+            else:
+                call, compile_s = _compile(jax.vmap(fn), *args)
+        except Exception as e:  # a renamed internal must not stop the whole profile
+            print(f"  {name}: skipped ({type(e).__name__}: {e})", file=log)
+            continue
+        entries.append(_Entry(name, call, compile_s))
+    entries.append(_scan_entry(config, batch, scan_steps,
+                               "step in lax.scan (per step, incl. random actions)"))  # fmt: skip
+    call, compile_s = _compile(lambda v: v + 1, jax.numpy.zeros(4))
+    entries.append(_Entry("dispatch overhead (tiny jit call)", call, compile_s))
+    rows = _measure(entries, repeats, log)
+    step_us = next(r["cpu_us"] for r in rows if r["phase"] == "step")
+    for r in rows:
+        r["pct_of_step"] = 100.0 * r["cpu_us"] / step_us
+        r["ns_per_env"] = 1e3 * r["cpu_us"] / batch
+        r["ns_per_agent"] = r["ns_per_env"] / config.n_agents
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Random numbers: ways of drawing the step's (n, n) uniforms
+# ------------------------------------------------------------------------------------------
+
+
+def _murmur_uniform(seed, shape):
+    """A cheap counter-based hash (murmur3 finaliser of key ^ counter) to float32 in [0, 1):
+    ~8 integer ops per number instead of threefry's ~50. Not jax.random; shown for scale."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    size = int(np.prod(shape))
+    x = seed[0] ^ (jnp.arange(size, dtype=jnp.uint32) * np.uint32(0x9E3779B9) + seed[1])
+    x = x ^ (x >> 16)
+    x = x * np.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * np.uint32(0xC2B2AE35)
+    x = x ^ (x >> 16)
+    return ((x >> 8).astype(jnp.float32) * np.float32(2**-24)).reshape(shape)
+
+
+def _prng_variants(config, batch: int) -> list[tuple[str, str, Callable]]:
+    """(name, key impl, draw(keys (B,) typed) -> the batch's random numbers).
+
+    Every variant draws what a step needs: two (n, n) float32 tables (detection and
+    communication) and the 4 waypoint numbers per game, or the closest equivalent.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import env as genv
+
+    n0, n1 = config.team_sizes
+    n = n0 + n1
+    needed = 2 * n0 * n1 + n0 * n0 + n1 * n1  # enemy pairs (detection), teammates (comm)
+
+    def per_env(draw):
+        def f(keys):
+            def one(k):
+                k_det, k_comm, k_wp = jax.random.split(k, 3)
+                return draw(k_det), draw(k_comm), jax.random.uniform(k_wp, (4,))
+
+            return jax.vmap(one)(keys)
+
+        return f
+
+    def uniform_2d(k):
+        return jax.random.uniform(k, (n, n))
+
+    def uniform_flat(k):
+        return jax.random.uniform(k, (n * n,)).reshape(n, n)
+
+    def bits8_flat(k):
+        return jax.random.bits(k, (n * n,), dtype=jnp.uint8).reshape(n, n)
+
+    def one_draw(keys):
+        # One key for the whole batch (a different contract: v_step would take one key).
+        return jax.random.uniform(keys[0], (batch * (2 * n * n + 4),))
+
+    def murmur(keys):
+        def one(k):
+            u = _murmur_uniform(jax.random.key_data(k), (2 * n * n + 4,))
+            return u[: n * n].reshape(n, n), u[n * n : 2 * n * n].reshape(n, n), u[2 * n * n :]
+
+        return jax.vmap(one)(keys)
+
+    def library(keys):
+        return jax.vmap(lambda k: genv.sample_noise(config.replace(enable_waypoints=True), k))(
+            jax.random.key_data(keys)
+        )
+
+    variants = [
+        ("threefry2x32: (n, n) f32 per game (the 2023 library)", "threefry2x32",
+         per_env(uniform_2d)),
+        ("gigastep.env.sample_noise (as the library draws now)", "threefry2x32", library),
+        ("threefry2x32: flat n*n f32 per game, reshaped", "threefry2x32", per_env(uniform_flat)),
+        ("threefry2x32: flat n*n uint8 bits per game", "threefry2x32", per_env(bits8_flat)),
+    ]  # fmt: skip
+    for impl in ("rbg", "unsafe_rbg"):
+        variants += [
+            (f"{impl}: (n, n) f32 per game", impl, per_env(uniform_2d)),
+            (f"{impl}: flat n*n f32 per game", impl, per_env(uniform_flat)),
+        ]
+    variants += [
+        (f"threefry2x32: only the {needed} pairs used + 4, flat, per game", "threefry2x32",
+         lambda keys: jax.vmap(lambda k: jax.random.uniform(k, (needed + 4,)))(keys)),
+        ("threefry2x32: one flat f32 draw for the whole batch", "threefry2x32", one_draw),
+        ("murmur3-finaliser hash of (key, counter) per game", "threefry2x32", murmur),
+        ("batch key split only: split(key, B)", "threefry2x32",
+         lambda keys: jax.random.split(keys[0], batch)),
+    ]  # fmt: skip
+    return variants
+
+
+def profile_prng(config, batch: int, repeats: int = 15, log=sys.stderr) -> list[dict[str, Any]]:
+    """µs per batch to draw one step's random numbers (two (n, n) tables and 4 waypoint
+    numbers per environment) in several ways (interleaved; relative to the first row's min)."""
+    import jax
+
+    entries = []
+    for name, impl, fn in _prng_variants(config, batch):
+        try:
+            call, compile_s = _compile(fn, jax.random.split(jax.random.key(0, impl=impl), batch))
+        except Exception as e:
+            print(f"  {name}: failed ({type(e).__name__}: {e})", file=log)
+            continue
+        entries.append(_Entry(name, call, compile_s))
+    rows = _measure(entries, repeats, log)
+    for r in rows:
+        r["variant"] = r.pop("phase")
+        r["relative"] = r["cpu_us"] / rows[0]["cpu_us"]
+        r["ns_per_env"] = 1e3 * r["cpu_us"] / batch
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# What-if experiments: candidate rewrites of the costly phases, checked equal to the current
+# ------------------------------------------------------------------------------------------
+
+
+def order_by_counting(seen, dist, m: int):
+    """(n, m) int32: the first m agents of each ego's row order (ego, then seen agents by
+    increasing distance, ties and unseen agents by index) without a sort.
+
+    Position of agent i in ego e's order = number of agents j that come before it; the
+    inverse permutation is read back with a compare-and-sum. Equal to
+    `lax.top_k(-key, m)[1]` (top_k is stable) at O(n^3) cheap element-wise work per game.
+    """
+    import jax.numpy as jnp
+    import numpy as np
+
+    n = dist.shape[-1]
+    ar = np.arange(n)
+    key = jnp.where(jnp.asarray(ar[:, None] == ar[None, :]), -1.0, jnp.where(seen, dist, jnp.inf))
+    ki, kj = key[:, :, None], key[:, None, :]
+    lower = jnp.asarray(ar[None, :] < ar[:, None])  # [i, j]: j < i
+    pos = jnp.sum((kj < ki) | ((kj == ki) & lower[None]), axis=-1)  # [e, i]
+    hit = pos[:, None, :] == jnp.arange(m)[None, :, None]  # [e, r, i]
+    return jnp.sum(jnp.where(hit, jnp.asarray(ar)[None, None, :], 0), axis=-1).astype(jnp.int32)
+
+
+def _vector_obs_variant(config, agents, episode, dist, seen, boxes, select: str):
+    """A replica of `gigastep.observations.vector.vector_observations` whose row selection
+    and row gathering vary: select = "top_k" (as the library), "count" (`order_by_counting`,
+    then the same gathers) or "onehot" (counting, then a one-hot einsum instead of gathers).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gigastep.dynamics import wrap_angle
+
+    n, m = config.n_agents, config.vec_agents
+    lx, ly = config.limit_x, config.limit_y
+    diag = math.sqrt(lx * lx + ly * ly)
+    eye = jnp.eye(n, dtype=bool)
+    teams = jnp.asarray(config.teams)
+    sprites = jnp.asarray(config.sprites, jnp.float32)
+    if select == "top_k":
+        _, idx = jax.lax.top_k(-jnp.where(eye, -1.0, jnp.where(seen, dist, jnp.inf)), m)
+    else:
+        idx = order_by_counting(seen, dist, m)
+    if select == "onehot":
+        onehot = (idx[..., None] == jnp.arange(n)).astype(jnp.float32)  # [e, r, i]
+
+        def take(values):  # values (n,) or (n, n) [e, i] -> (n, m)
+            v = values if values.ndim == 2 else jnp.broadcast_to(values, (n, n))
+            return jnp.einsum("eri,ei->er", onehot, v.astype(jnp.float32))
+    else:
+        def take(values):
+            if values.ndim == 2:
+                return jnp.take_along_axis(values, idx, axis=1)
+            return values[idx]
+
+    s = take(seen).astype(jnp.float32)
+    is_ego = (idx == jnp.arange(n)[:, None]).astype(jnp.float32)
+    other = 1.0 - is_ego
+
+    def rel(values, scale):
+        return (take(values) - other * values[:, None]) / np.float32(scale)
+
+    heading = take(agents.heading)
+    rel_heading = jnp.where(is_ego > 0, heading, wrap_angle(heading - agents.heading[:, None]))
+    team_row = teams[idx] if select != "onehot" else take(teams.astype(jnp.float32))
+    features = jnp.stack(
+        [jnp.ones_like(s), (team_row == teams[:, None]).astype(jnp.float32), rel(agents.x, lx),
+         rel(agents.y, ly), rel(agents.z, config.z_max), rel_heading, rel(agents.v, diag),
+         take(agents.health), take(sprites)], axis=-1,
+    ) * s[..., None]  # fmt: skip
+    parts = [features.reshape(n, m * 9)]
+    if config.enable_waypoints:
+        active = (episode.waypoint_time > 0).astype(jnp.float32)
+        w = episode.waypoint
+        corner = jnp.stack([(w[0] - agents.x) / lx, (w[1] - agents.y) / ly,
+                            (w[2] - agents.x) / lx, (w[3] - agents.y) / ly], axis=-1)  # fmt: skip
+        parts.append(jnp.concatenate([corner * active, jnp.broadcast_to(active, (n, 1))], -1))
+    if config.max_boxes:
+        scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
+        flat = (boxes[: config.max_boxes] / scale).reshape(-1)
+        parts.append(jnp.broadcast_to(flat, (n, flat.shape[0])))
+    obs = jnp.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+    return obs * agents.alive[:, None].astype(jnp.float32)
+
+
+def profile_experiments(config, batch: int, repeats: int = 15,
+                        log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+    """Candidate rewrites timed against the current code on the same inputs.
+
+    Each row: the phase, the variant, median and min µs per batched call, and whether its
+    output equals the current implementation's (`equal`; None where not comparable).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gigastep import env as genv
+    from gigastep.observations.vector import vector_observations
+    from gigastep.observations.visibility import visibility
+
+    c = config
+    x = _inputs(config, batch)
+    s, fight, hz = x["states"], x["fight"], x["hz"]
+    seen = jax.jit(jax.vmap(lambda a, d, det, u: visibility(c, a, d, det, u)))(
+        hz.alive, x["geo"].dist, fight.detected, x["noise"].comm
+    )
+    moved = x["moved"].replace(alive=hz.alive)
+    obs_args = (moved, s.episode, x["geo"].dist, seen, x["boxes"])
+    variants: list[tuple[str, str, Callable, tuple]] = []
+    if c.obs_type in ("vector", "rgb_vector"):
+        variants += [
+            ("vector observation", "gigastep vector_observations (current library)",
+             lambda *a: vector_observations(c, *a), obs_args),
+            ("vector observation", "lax.top_k + 9 gathers (2023 design)",
+             partial(_vector_obs_variant, c, select="top_k"), obs_args),
+            ("vector observation", "order by counting, then gathers",
+             partial(_vector_obs_variant, c, select="count"), obs_args),
+            ("vector observation", "order by counting, then one-hot einsum",
+             partial(_vector_obs_variant, c, select="onehot"), obs_args),
+            ("row order only", "lax.top_k(-key, m)",
+             lambda sn, d: jax.lax.top_k(-jnp.where(jnp.eye(c.n_agents, dtype=bool), -1.0,
+                                                    jnp.where(sn, d, jnp.inf)), c.vec_agents)[1],
+             (seen, x["geo"].dist)),
+            ("row order only", "order_by_counting",
+             lambda sn, d: order_by_counting(sn, d, c.vec_agents), (seen, x["geo"].dist)),
+        ]  # fmt: skip
+    small = max(1, batch // 32)
+    variants += [
+        ("reset_state", f"current, all {batch} games", lambda k: genv.reset_state(c, k),
+         (x["keys"],)),
+        ("reset_state", "reset_max_rounds=0 (no resampling loop)",
+         lambda k: genv.reset_state(c.replace(reset_max_rounds=0), k), (x["keys"],)),
+        ("reset_state", f"only {small} games (B/32: a subset of the batch)",
+         lambda k: genv.reset_state(c, k), (x["keys"][:small],)),
+    ]  # fmt: skip
+    entries, outputs = [], {}
+    for phase, name, fn, args in variants:
+        try:
+            call, compile_s = _compile(jax.vmap(fn), *args)
+            outputs[(phase, name)] = call(0)
+        except Exception as e:
+            print(f"  {phase} / {name}: failed ({type(e).__name__}: {e})", file=log)
+            continue
+        entries.append(_Entry(f"{phase}: {name}", call, compile_s,
+                              extra={"group": phase, "variant": name}))  # fmt: skip
+    rows = _measure(entries, repeats, log)
+    first: dict[str, Any] = {}
+    for (phase, name), out in outputs.items():
+        if phase not in first:
+            first[phase] = out
+            continue
+        if phase in ("vector observation", "row order only"):
+            row = next(r for r in rows if r["variant"] == name and r["group"] == phase)
+            row["equal"] = bool(np.array_equal(np.asarray(out), np.asarray(first[phase])))
+    for r in rows:
+        r["phase"] = r.pop("group")
+        r.setdefault("equal", None)
+    return rows
+
+
+def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
+                      log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+    """Per-step time of the whole step inside a compiled `lax.scan`, with parts removed.
+
+    Differences between rows are the marginal costs of the parts inside the fused program
+    (no dispatch, no extra materialisation): the random numbers (fixed noise instead of
+    drawing it), the observation (the step without it), the auto-reset, the harness's
+    random actions and per-game key split.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import env as genv
+
+    c, n, b = config, config.n_agents, batch
+    noise = jax.jit(jax.vmap(lambda k: genv.sample_noise(c, k)))(
+        jax.random.split(jax.random.PRNGKey(7), b)
+    )
+
+    def v(fn):
+        return jax.vmap(fn)
+
+    def step(st, a, keys):
+        return v(lambda s_, a_, k: genv.step(c, s_, a_, k))(st, a, keys)[:3]
+
+    def fixed_noise(st, a, keys):
+        return v(lambda s_, a_, u: genv.transition(c, s_, a_, u))(st, a, noise)[:3]
+
+    def no_obs(st, a, keys):
+        adv = v(lambda s_, a_, k: genv._advance(c, s_, a_, genv.sample_noise(c, k)))(st, a, keys)
+        return jnp.zeros((b, n, 1)), adv.state, adv.rewards
+
+    def autoreset(st, a, keys):
+        return v(lambda s_, a_, k: genv.step_autoreset(c, s_, a_, k, False))(st, a, keys)[:3]
+
+    def autoreset_final(st, a, keys):
+        return v(lambda s_, a_, k: genv.step_autoreset(c, s_, a_, k, True))(st, a, keys)[:3]
+
+    variants = [
+        ("step (v_step)", step),
+        ("step with fixed noise (transition, no RNG)", fixed_noise),
+        ("step without observation (_advance only)", no_obs),
+        ("step_autoreset (final_obs=False)", autoreset),
+        ("step_autoreset (final_obs=True)", autoreset_final),
+    ]
+    entries = []
+    for name, fn in variants:
+        try:
+            shape = (b, n, 1) if fn is no_obs else None
+            entries.append(_scan_entry(c, b, steps, name, env_step=fn, obs_shape=shape))
+        except Exception as e:
+            print(f"  {name}: failed ({type(e).__name__}: {e})", file=log)
+
+    # The harness's own work per step: random actions and the per-game key split.
+    def harness(key):
+        def body(acc, k):
+            k_act, k_env = jax.random.split(k)
+            a = jax.random.uniform(k_act, (b * n * 3,), minval=-1.0, maxval=1.0)
+            keys = jax.random.split(k_env, b)
+            return acc + jnp.sum(a) + jnp.sum(keys).astype(jnp.float32), None
+
+        return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, steps))[0]
+
+    call, compile_s = _compile(harness, jax.random.PRNGKey(0))
+    entries.append(_Entry("harness only: random actions + split(key, B)", call, compile_s,
+                          per=steps))  # fmt: skip
+    rows = _measure(entries, repeats, log)
+    base = rows[0]["cpu_us"] if rows else 1.0
+    for r in rows:
+        r["pct_of_step"] = 100.0 * r["cpu_us"] / base
+        r["agent_steps_per_s"] = b * n / (r["us_min"] * 1e-6)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# HLO audit
+# ------------------------------------------------------------------------------------------
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*([\w\[\]{},:\s\d()/*]+?)\s+([a-z][\w\-]*)\(",
+                    re.M)  # fmt: skip
+WATCH = ("rng-bit-generator", "sort", "gather", "scatter", "while", "transpose", "custom-call",
+         "dot", "convolution", "reduce", "fusion", "copy", "conditional", "call")  # fmt: skip
+
+
+def hlo_census(text: str) -> dict[str, Any]:
+    """Opcode counts of an optimised HLO module, float64 use, and threefry mentions."""
+    ops = Counter(m.group(2) for m in _INSTR.finditer(text))
+    return {
+        "instructions": sum(ops.values()),
+        "watched": {k: ops.get(k, 0) for k in WATCH},
+        "top_opcodes": ops.most_common(15),
+        "f64_instructions": len(re.findall(r"=\s*f64\[", text)),
+        "threefry_mentions": len(re.findall(r"threefry", text)),
+        "fusions": ops.get("fusion", 0),
+        "computations": len(re.findall(r"^(?:ENTRY\s+)?%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$", text,
+                                       re.M)),  # fmt: skip
+    }
+
+
+def step_hlo(config, batch: int) -> str:
+    """Optimised HLO text of jit(vmap(step)) at this batch size."""
+    import jax
+
+    from gigastep import env as genv
+
+    x = _inputs(config, batch)
+    fn = jax.jit(jax.vmap(lambda s, a, k: genv.step(config, s, a, k)))
+    return fn.lower(x["states"], x["actions"], x["keys"]).compile().as_text()
+
+
+# ------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------
+
+_CPU = Column("cpu_us", "CPU time [µs] (min)", lambda x: f"{x:.0f}")
+_WALL = Column("_range", "wall [µs] (min / median)")
+PHASE_COLUMNS = (
+    Column("phase", "phase (one jit(vmap) call over the batch)"),
+    _CPU,
+    _WALL,
+    Column("pct_of_step", "% of step (CPU)", lambda x: f"{x:.0f}"),
+    Column("ns_per_env", "CPU per game [ns]", lambda x: f"{x:.0f}"),
+    Column("compile_s", "compile [s]", lambda x: f"{x:.2f}"),
+)
+ABLATION_COLUMNS = (
+    Column("phase", "step variant inside lax.scan (per batched step)"),
+    _CPU,
+    _WALL,
+    Column("pct_of_step", "% of v_step (CPU)", lambda x: f"{x:.0f}"),
+    Column("agent_steps_per_s", "agent-steps/s at wall min [M/s]", lambda x: f"{x / 1e6:.3g}"),
+)
+EXPERIMENT_COLUMNS = (
+    Column("phase", "phase"),
+    Column("variant", "variant"),
+    _CPU,
+    _WALL,
+    Column("equal", "output equal to current"),
+)
+PRNG_COLUMNS = (
+    Column("variant", "how the step's random numbers are drawn"),
+    _CPU,
+    _WALL,
+    Column("relative", "vs the 2023 library (CPU)", lambda x: f"{x:.2f}×"),
+    Column("ns_per_env", "CPU per game [ns]", lambda x: f"{x:.0f}"),
+)
+
+
+def _with_range(rows):
+    return [{**r, "_range": f"{r['us_min']:.0f} / {r['us']:.0f}"} for r in rows]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_step",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    add_options(parser, Options)
+    opts = options_from_args(Options, parser.parse_args(argv))
+    result: dict[str, Any] = {"machine": run_info(), "cases": []}
+    for text in opts.case:
+        name, batch = _parse_case(text)
+        config = _config(name)
+        entry: dict[str, Any] = {"scenario": name, "batch": batch, "n_agents": config.n_agents,
+                                 "scenario_hash": config_hash(config)}  # fmt: skip
+        print(f"\n## {name}, batch {batch}\n", flush=True)
+        sections = [
+            ("phases", opts.phases, PHASE_COLUMNS,
+             partial(profile_phases, config, batch, opts.repeats, opts.scan_steps)),
+            ("prng", opts.prng and config.stochastic_obs, PRNG_COLUMNS,
+             partial(profile_prng, config, batch, opts.repeats)),
+            ("ablations", opts.ablations, ABLATION_COLUMNS,
+             partial(profile_ablations, config, batch, opts.scan_steps, opts.repeats)),
+            ("experiments", opts.experiments, EXPERIMENT_COLUMNS,
+             partial(profile_experiments, config, batch, opts.repeats)),
+        ]  # fmt: skip
+        for section, wanted, columns, run in sections:
+            if wanted:
+                print(f"{section}:", file=sys.stderr)
+                entry[section] = run()
+                print(f"\n### {section}\n\n" + markdown_table(_with_range(entry[section]), columns),
+                      flush=True)  # fmt: skip
+        if opts.hlo:
+            text_hlo = step_hlo(config, batch)
+            entry["hlo"] = hlo_census(text_hlo)
+            if opts.hlo_dir:
+                path = Path(opts.hlo_dir) / f"step_{name}_{batch}.hlo.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text_hlo)
+                entry["hlo"]["path"] = str(path)
+            print(f"\nHLO census: {entry['hlo']}", flush=True)
+        result["cases"].append(entry)
+    if opts.json:
+        write_json(opts.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

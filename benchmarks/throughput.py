@@ -1,0 +1,597 @@
+"""Environment throughput: agent-steps per second of compiled `lax.scan` rollouts.
+
+Sweeps scenarios x observation modes x batch sizes. Each configuration runs in a fresh Python
+process (so its peak RSS is its own), compiles one rollout function — a `lax.scan` over
+`steps` batched environment steps, with actions drawn inside the scan (uniform random, or a
+small policy network applied to the previous observation) — reports the compile time apart,
+then times `repeats` calls and reports the median and the spread.
+
+Usage:
+    python -m benchmarks.throughput --quick                 # ~2 min on 2 CPU cores
+    python -m benchmarks.throughput --paper --json out.json --format latex
+    python -m benchmarks.throughput --scenario identical_20_vs_20 --obs pobs_vec \\
+        --batch 256 1024 --steps 50 --repeats 5 --policy mlp
+    python -m benchmarks.throughput --baseline-frames       # memory-bandwidth bound only
+
+Counting (as in the Gigastep paper): one agent-step is one agent of one environment advanced
+by one step; agent_steps_per_s = steps x batch x n_agents / seconds, and
+env_steps_per_s = steps x batch / seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._common import (
+    Column,
+    add_options,
+    config_hash,
+    current_rss_mb,
+    format_number,
+    latex_table,
+    markdown_table,
+    option,
+    options_from_args,
+    peak_rss_mb,
+    run_info,
+    run_worker,
+    time_repeats,
+    write_json,
+)
+
+__all__ = ["Case", "Options", "cases_from_options", "main", "resolve_config", "run_case"]
+
+OBS_MODES = ("pobs_vec", "fobs_vec", "pobs_rgb", "fobs_rgb")
+PAPER_BATCHES = (1, 8, 32, 128, 512, 2048, 8192, 32768, 131072)
+
+
+@dataclass
+class Options:
+    """Command-line options (each field is one `--flag`; see `--help`)."""
+
+    quick: bool = option(False, "run the quick preset (4 configurations, ~2 min on 2 cores)")
+    paper: bool = option(False, "run the paper sweep (batch 1..131072, the 1 M agents case)")
+    scenario: list = option(["identical_5_vs_5"], "base scenario names, or full names with "
+                            "suffixes (then --obs is ignored for them)", type=str)  # fmt: skip
+    obs: list = option(["pobs_vec"], "observation modes: pobs_vec fobs_vec pobs_rgb fobs_rgb",
+                       type=str)  # fmt: skip
+    batch: list = option([1024], "batch sizes (environments per step)", type=int)
+    steps: int = option(0, "scan length per timed call; 0 picks it from --work")
+    work: float = option(5e5, "target agent-steps per timed call when --steps is 0")
+    repeats: int = option(5, "timed calls per configuration (median and spread reported)")
+    policy: str = option("none", "actions: none (uniform random in the scan), mlp (2-layer tanh "
+                         "MLP on the vector obs; RGB cases use the cnn) or cnn (small CNN "
+                         "on RGB obs)", choices=("none", "mlp", "cnn"))  # fmt: skip
+    step_fn: str = option("step", "step (v_step, no reset) or autoreset (v_step_autoreset)",
+                          choices=("step", "autoreset"))  # fmt: skip
+    discrete: bool = option(False, "discrete actions (the _disc suffix) instead of continuous")
+    resolution: int = option(84, "RGB resolution (square)")
+    baseline_frames: bool = option(False, "also measure the cost of only writing the "
+                                   "observation buffers (the memory-bandwidth bound)")  # fmt: skip
+    baseline_only: bool = option(False, "measure only the observation-write baselines")
+    isolate: bool = option(True, "a fresh process per configuration (its own peak RSS); "
+                           "--no-isolate runs all in this process")  # fmt: skip
+    timeout: float = option(1800.0, "seconds allowed per configuration (isolated runs)")
+    seed: int = option(0, "PRNG seed")
+    json: str = option(None, "write the rows as a JSON list to this path")
+    format: str = option("markdown", "table format printed", choices=("markdown", "latex", "none"))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration to measure (JSON-able: it is the worker's payload)."""
+
+    scenario: str
+    """Base or full scenario name."""
+    obs: str = "pobs_vec"
+    """Observation mode suffix pair (ignored when `scenario` already has suffixes)."""
+    batch: int = 1024
+    steps: int = 0
+    work: float = 5e5
+    repeats: int = 5
+    policy: str = "none"
+    step_fn: str = "step"
+    discrete: bool = False
+    resolution: int = 84
+    seed: int = 0
+    kind: str = "env"
+    """"env" (environment rollout) or "write_rgb" / "write_vector" (observation-write bound)."""
+    label: str = ""
+    """Free text shown in the table (e.g. "1 M agents")."""
+
+
+# ------------------------------------------------------------------------------------------
+# Configurations
+# ------------------------------------------------------------------------------------------
+
+
+def _fallback_config(base: str, obs: str, discrete: bool, resolution: int):
+    """An `EnvConfig` built by hand for `identical_N_vs_M` when the scenario catalogue cannot
+    be used (keeps the benchmark usable while `gigastep.scenarios` changes)."""
+    import re
+
+    from gigastep.types import EnvConfig
+
+    m = re.fullmatch(r"identical_(\d+)_vs_(\d+)", base)
+    if not m:
+        raise ValueError(f"cannot build scenario {base!r} without gigastep.scenarios")
+    n0, n1 = int(m.group(1)), int(m.group(2))
+    side = 20.0 if n0 + n1 > 20 else 10.0
+    fields: dict[str, Any] = dict(
+        teams=(0,) * n0 + (1,) * n1, obs_type="vector" if obs.endswith("vec") else "rgb",
+        map_set="all", limit_x=side, limit_y=side, discrete_actions=discrete,
+        resolution_x=resolution, resolution_y=resolution,
+    )  # fmt: skip
+    if obs.startswith("fobs"):
+        fields.update(stochastic_obs=False, stochastic_comm=False, cone_depth=100.0,
+                      cone_angle=2 * math.pi, reward_detection=0.0)  # fmt: skip
+    return EnvConfig(**fields)
+
+
+def resolve_config(case: Case):
+    """(full scenario name, EnvConfig) of a case."""
+    actions = "disc" if case.discrete else "cont"
+    res = dict(resolution_x=case.resolution, resolution_y=case.resolution)
+    try:
+        from gigastep import scenarios
+
+        parsed = scenarios.parse_name(case.scenario)
+        name = case.scenario if parsed.suffixes else f"{case.scenario}_{case.obs}_maps_{actions}"
+        return name, scenarios.make_config(name, **res)
+    except (ImportError, AttributeError):
+        name = f"{case.scenario}_{case.obs}_maps_{actions}"
+        return name, _fallback_config(case.scenario, case.obs, case.discrete, case.resolution)
+
+
+def _auto_steps(case: Case, n_agents: int) -> int:
+    if case.steps > 0:
+        return case.steps
+    return int(min(1000, max(5, round(case.work / (case.batch * n_agents)))))
+
+
+# ------------------------------------------------------------------------------------------
+# Policies (pure JAX, parameters closed over as constants)
+# ------------------------------------------------------------------------------------------
+
+
+def _mlp_params(key, sizes):
+    import jax
+    import jax.numpy as jnp
+
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [(jax.random.normal(keys[i], (a, b)) / jnp.sqrt(a), jnp.zeros(b))
+            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))]  # fmt: skip
+
+
+def _mlp(params, x):
+    import jax.numpy as jnp
+
+    for i, (w, b) in enumerate(params):
+        x = x @ w + b
+        if i < len(params) - 1:
+            x = jnp.tanh(x)
+    return x
+
+
+def make_policy(kind: str, config, key):
+    """`act(obs (B, n, ...), key) -> actions (B, n, 3) float32 or (B, n) int32`.
+
+    none: uniform random actions. mlp: a 2-layer tanh MLP (64, 64) on the vector observation.
+    cnn: two strided convolutions (16 8x8/4, 32 4x4/2) and a dense layer on the RGB
+    observation. Policy outputs are squashed with tanh (continuous) or argmax (discrete).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    n_out = 27 if config.discrete_actions else 3
+
+    def squash(logits):
+        if config.discrete_actions:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return jnp.tanh(logits)
+
+    def vector_part(obs):
+        return obs[1] if isinstance(obs, tuple) else obs
+
+    def image_part(obs):
+        return obs[0] if isinstance(obs, tuple) else obs
+
+    if kind == "none":
+        # Drawn flat, then reshaped: with jax_threefry_partitionable (the default), a
+        # multi-dimensional threefry draw costs ~5x a flat one of the same size on CPU.
+        def act(obs, k):
+            b, n = vector_part(obs).shape[:2]
+            if config.discrete_actions:
+                return jax.random.randint(k, (b * n,), 0, 27).reshape(b, n)
+            return jax.random.uniform(k, (b * n * 3,), minval=-1.0, maxval=1.0).reshape(b, n, 3)
+
+        return act
+    if kind == "mlp":
+        if config.obs_type == "rgb":
+            raise ValueError("--policy mlp needs vector observations; use --policy cnn for rgb")
+        params = _mlp_params(key, (config.vector_size, 64, 64, n_out))
+        return lambda obs, k: squash(_mlp(params, vector_part(obs)))
+    if kind == "cnn":
+        if config.obs_type == "vector":
+            raise ValueError("--policy cnn needs rgb observations; use --policy mlp for vectors")
+        k1, k2, k3 = jax.random.split(key, 3)
+        w1 = jax.random.normal(k1, (8, 8, 3, 16)) / math.sqrt(8 * 8 * 3)
+        w2 = jax.random.normal(k2, (4, 4, 16, 32)) / math.sqrt(4 * 4 * 16)
+        dense = _mlp_params(k3, (32, 64, n_out))
+        dims = ("NHWC", "HWIO", "NHWC")
+
+        def act(obs, k):
+            img = image_part(obs)
+            b, n = img.shape[:2]
+            x = img.reshape(b * n, *img.shape[2:]).astype(jnp.float32) / 255.0
+            x = jnp.tanh(jax.lax.conv_general_dilated(x, w1, (4, 4), "VALID",
+                                                      dimension_numbers=dims))  # fmt: skip
+            x = jnp.tanh(jax.lax.conv_general_dilated(x, w2, (2, 2), "VALID",
+                                                      dimension_numbers=dims))  # fmt: skip
+            x = jnp.mean(x, axis=(1, 2))
+            return squash(_mlp(dense, x)).reshape(b, n, *(() if config.discrete_actions else (3,)))
+
+        return act
+    raise ValueError(f"unknown policy {kind!r}; expected none, mlp or cnn")
+
+
+# ------------------------------------------------------------------------------------------
+# Rollouts
+# ------------------------------------------------------------------------------------------
+
+
+def build_rollout(config, case: Case, steps: int, env_step=None):
+    """(rollout, initial carry): `rollout(carry, key) -> carry` runs `steps` batched steps.
+
+    The carry is (states, last obs, return sum). Carrying the last observation forces every
+    step's observation buffer to be written to memory (a loop-carried value cannot be fused
+    away), and the summed rewards keep the reward computation alive, so XLA cannot
+    dead-code-eliminate any part of the step.
+
+    Args:
+        env_step: optional `(states, actions, keys) -> (obs, states, rewards)` replacing the
+            batched step chosen by `case.step_fn` (used by the profiler's ablations).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import env as genv
+
+    b = case.batch
+    k_reset, k_policy = jax.random.split(jax.random.PRNGKey(case.seed))
+    obs, states = jax.jit(jax.vmap(lambda k: genv.reset(config, k)))(jax.random.split(k_reset, b))
+    act = make_policy(case.policy, config, k_policy)
+
+    def plain_step(s, a, keys):
+        return jax.vmap(lambda s, a, k: genv.step(config, s, a, k))(s, a, keys)[:3]
+
+    def autoreset_step(s, a, keys):
+        out = jax.vmap(lambda s, a, k: genv.step_autoreset(config, s, a, k, False))(s, a, keys)
+        return out[:3]
+
+    if env_step is None:
+        env_step = plain_step if case.step_fn == "step" else autoreset_step
+
+    def rollout(carry, key):
+        def body(c, k):
+            states, obs, ret = c
+            k_act, k_env = jax.random.split(k)
+            obs, states, rewards = env_step(states, act(obs, k_act), jax.random.split(k_env, b))
+            return (states, obs, ret + jnp.sum(rewards)), None
+
+        carry, _ = jax.lax.scan(body, carry, jax.random.split(key, steps))
+        return carry
+
+    return rollout, (states, obs, jnp.zeros((), jnp.float32))
+
+
+def build_write_baseline(config, case: Case, steps: int):
+    """(rollout, carry) that only writes the observation buffer every step: the RGB frames
+    (B, n, res, res, 3) uint8 or the vector obs (B, n, L) float32, with `broadcast_to + 1`.
+
+    Its speed shows the memory-bandwidth scale of producing that observation (a reference,
+    not a strict bound: a renderer whose frames XLA writes with wider stores can beat it).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    n, b = config.n_agents, case.batch
+    if case.kind == "write_rgb":
+        shape, dtype = (b, n, case.resolution, case.resolution, 3), jnp.uint8
+    else:
+        shape, dtype = (b, n, config.vector_size), jnp.float32
+
+    def rollout(buf, key):
+        def body(buf, t):
+            # Reading one element makes each step depend on the last, so no step is skipped.
+            value = t.astype(dtype) + buf[(0,) * buf.ndim]
+            return jnp.broadcast_to(value, shape) + jnp.asarray(1, dtype), None
+
+        buf, _ = jax.lax.scan(body, buf, jnp.arange(steps) + key[0].astype(jnp.int32))
+        return buf
+
+    return rollout, jnp.zeros(shape, dtype)
+
+
+def _obs_bytes(config, resolution: int) -> int:
+    rgb = resolution * resolution * 3
+    vec = 4 * config.vector_size
+    return {"vector": vec, "rgb": rgb, "rgb_vector": rgb + vec}[config.obs_type]
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Measure one case in this process; returns its result row."""
+    import jax
+
+    rss_start = current_rss_mb()
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    name, config = resolve_config(case)
+    n = config.n_agents
+    steps = _auto_steps(case, n)
+    if case.kind == "env":
+        rollout, carry = build_rollout(config, case, steps)
+    elif case.kind in ("write_rgb", "write_vector"):
+        rollout, carry = build_write_baseline(config, case, steps)
+        name = f"{case.kind}:{name}"
+    else:
+        raise ValueError(f"unknown case kind {case.kind!r}")
+    jax.block_until_ready(carry)
+    rss_ready, peak_ready = current_rss_mb(), peak_rss_mb()
+    # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.
+    key0 = jax.random.PRNGKey(case.seed + 1)
+    jitted = jax.jit(rollout, donate_argnums=0)
+    c0, t0 = time.process_time(), time.perf_counter()
+    lowered = jitted.lower(carry, key0)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2, c2 = time.perf_counter(), time.process_time()
+
+    state = {"carry": carry}
+
+    def call(i):
+        state["carry"] = compiled(state["carry"], jax.random.PRNGKey(case.seed + 100 + i))
+        return state["carry"]
+
+    timing = time_repeats(call, repeats=case.repeats, warmup=1)
+    env_steps = steps * case.batch
+    agent_steps = env_steps * n
+    row: dict[str, Any] = {
+        "scenario": name,
+        "label": case.label,
+        "kind": case.kind,
+        "obs_type": config.obs_type,
+        "observability": "fobs" if not config.stochastic_obs and config.cone_angle > math.pi
+        else "pobs",
+        "resolution": case.resolution if config.obs_type != "vector" else None,
+        "batch": case.batch,
+        "n_agents": n,
+        "agents_total": n * case.batch,
+        "steps": steps,
+        "repeats": case.repeats,
+        "policy": case.policy,
+        "step_fn": case.step_fn,
+        "discrete": config.discrete_actions,
+        "agent_steps_per_s": agent_steps / timing.median,
+        "agent_steps_per_s_min": agent_steps / timing.max,
+        "agent_steps_per_s_max": agent_steps / timing.min,
+        "env_steps_per_s": env_steps / timing.median,
+        "agent_steps_per_cpu_s": agent_steps / timing.cpu_median,
+        "time_per_step_us": timing.median / steps * 1e6,
+        "spread": timing.spread,
+        "timing": timing.as_dict(),
+        "compile_s": t2 - t0,
+        "compile_cpu_s": c2 - c0,
+        "lower_s": t1 - t0,
+        "xla_compile_s": t2 - t1,
+        "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_start_mb": rss_start,
+        "rss_after_reset_mb": rss_ready,
+        "peak_rss_after_reset_mb": peak_ready,
+        "scenario_hash": config_hash(config),
+        "load_1m_before": load_before,
+        "load_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "case": dataclasses.asdict(case),
+    }
+    row["obs_gb_per_s"] = row["agent_steps_per_s"] * row["obs_bytes_per_agent_step"] / 1e9
+    return row
+
+
+# ------------------------------------------------------------------------------------------
+# Presets and the sweep
+# ------------------------------------------------------------------------------------------
+
+
+def quick_cases(opts: Options) -> list[Case]:
+    """The quick preset: the four configurations of the issue's targets (scaled-down work)."""
+    common = dict(repeats=min(opts.repeats, 3), work=2e5, policy=opts.policy,
+                  step_fn=opts.step_fn, discrete=opts.discrete, seed=opts.seed)  # fmt: skip
+    return [
+        Case("identical_5_vs_5", "pobs_vec", 1024, **common),
+        Case("identical_5_vs_5", "fobs_vec", 1024, **common),
+        Case("identical_20_vs_20", "pobs_vec", 256, **common),
+        Case("identical_5_vs_5", "fobs_rgb", 64,
+             **{**common, "policy": _policy_for(opts.policy, "fobs_rgb")}),
+    ]
+
+
+def paper_cases(opts: Options) -> list[Case]:
+    """The paper sweep: batch sizes 1..131072 for 5v5 (vector), 1..32768 for 20v20 (vector),
+    1..2048 for 5v5 RGB 84x84, and the 1 M agents case (5v5, batch 100,000, vector)."""
+    common = dict(repeats=opts.repeats, work=2e6, policy=opts.policy, step_fn=opts.step_fn,
+                  discrete=opts.discrete, seed=opts.seed)  # fmt: skip
+    cases = []
+    for obs in ("pobs_vec", "fobs_vec"):
+        cases += [Case("identical_5_vs_5", obs, b, **common) for b in PAPER_BATCHES]
+    cases += [Case("identical_20_vs_20", "pobs_vec", b, **common)
+              for b in PAPER_BATCHES if b <= 32768]  # fmt: skip
+    rgb = {**common, "policy": _policy_for(opts.policy, "fobs_rgb")}
+    for obs in ("pobs_rgb", "fobs_rgb"):
+        cases += [Case("identical_5_vs_5", obs, b, **rgb) for b in PAPER_BATCHES if b <= 2048]
+    cases.append(Case("identical_5_vs_5", "pobs_vec", 100_000, label="1 M agents", **common))
+    return cases
+
+
+def baseline_cases(opts: Options, env_cases: list[Case]) -> list[Case]:
+    """Observation-write baselines at the batch sizes of the environment cases."""
+    seen, out = set(), []
+    for c in env_cases:
+        kind = "write_vector" if c.obs.endswith("vec") else "write_rgb"
+        key = (c.scenario, kind, c.batch)
+        if key not in seen:
+            seen.add(key)
+            out.append(dataclasses.replace(c, kind=kind, policy="none", step_fn="step",
+                                           work=max(c.work, 2e6)))  # fmt: skip
+    return out
+
+
+def _policy_for(policy: str, obs: str) -> str:
+    """The network policy that fits an observation mode: the MLP reads vectors, the CNN
+    images (so `--policy mlp` over a mixed sweep uses the CNN for its RGB cases)."""
+    if policy == "none":
+        return policy
+    return "mlp" if obs.endswith("vec") else "cnn"
+
+
+def cases_from_options(opts: Options) -> list[Case]:
+    if opts.quick:
+        cases = quick_cases(opts)
+    elif opts.paper:
+        cases = paper_cases(opts)
+    else:
+        for obs in opts.obs:
+            if obs not in OBS_MODES:
+                raise ValueError(f"unknown --obs {obs!r}; expected one of {OBS_MODES}")
+        cases = [
+            Case(s, o, b, steps=opts.steps, work=opts.work, repeats=opts.repeats,
+                 policy=_policy_for(opts.policy, o), step_fn=opts.step_fn,
+                 discrete=opts.discrete, resolution=opts.resolution, seed=opts.seed)
+            for s in opts.scenario for o in opts.obs for b in opts.batch
+        ]  # fmt: skip
+    if opts.baseline_only:
+        return baseline_cases(opts, cases)
+    if opts.baseline_frames:
+        cases += baseline_cases(opts, cases)
+    return cases
+
+
+def _case_id(c: Case) -> str:
+    what = c.kind if c.kind != "env" else f"{c.obs} policy={c.policy} {c.step_fn}"
+    return f"{c.scenario} {what} batch={c.batch}"
+
+
+def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = None,
+              log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+    """Measure every case (each in a fresh process when `isolate`); failed cases give rows
+    with an `error` field. Every row carries the `machine` block of `run_info()`."""
+    info = run_info()
+    rows = []
+    for i, case in enumerate(cases):
+        print(f"[{i + 1}/{len(cases)}] {_case_id(case)} ...", file=log, flush=True)
+        t0 = time.perf_counter()
+        if isolate:
+            row = run_worker("benchmarks.throughput", dataclasses.asdict(case), timeout=timeout)
+        else:
+            try:
+                row = run_case(case)
+            except Exception as e:  # a sweep goes on past one failing configuration
+                row = {"error": f"{type(e).__name__}: {e}"}
+        if "error" in row:
+            row = {"scenario": case.scenario, "batch": case.batch, "case": dataclasses.asdict(case),
+                   **row}  # fmt: skip
+            print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
+        else:
+            print(f"    {format_number(row['agent_steps_per_s'])} agent-steps/s, compile "
+                  f"{row['compile_s']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MiB "
+                  f"({time.perf_counter() - t0:.0f} s)", file=log, flush=True)  # fmt: skip
+        row["machine"] = info
+        rows.append(row)
+    return rows
+
+
+def _millions(x: float) -> str:
+    return f"{x / 1e6:.3g}"
+
+
+def _rate_range(row: dict[str, Any]) -> str:
+    lo, hi = row.get("agent_steps_per_s_min"), row.get("agent_steps_per_s_max")
+    return "–" if lo is None else f"{lo / 1e6:.3g}–{hi / 1e6:.3g}"
+
+
+TABLE_COLUMNS = (
+    Column("scenario", "scenario"),
+    Column("label", "note"),
+    Column("obs_type", "obs"),
+    Column("batch", "batch", str),
+    Column("agents_total", "agents", str),
+    Column("policy", "policy"),
+    Column("steps", "steps/call", str),
+    Column("agent_steps_per_s", "agent-steps/s [M/s] (median)", _millions),
+    Column("_range", "agent-steps/s [M/s] (min–max)"),
+    Column("env_steps_per_s", "env-steps/s [k/s]", lambda x: f"{x / 1e3:.3g}"),
+    Column("obs_gb_per_s", "obs written [GB/s]", lambda x: f"{x:.3g}"),
+    Column("compile_s", "compile [s]", lambda x: f"{x:.1f}"),
+    Column("peak_rss_mb", "peak RSS [MiB]", lambda x: f"{x:.0f}"),
+)
+
+LATEX_COLUMNS = (
+    Column("scenario", "Scenario"),
+    Column("obs_type", "Obs."),
+    Column("batch", "Batch", lambda x: f"{x:,}"),
+    Column("agents_total", "Agents", lambda x: f"{x:,}"),
+    Column("agent_steps_per_s", "Agent-steps/s [M/s]", _millions),
+    Column("env_steps_per_s", "Env-steps/s [k/s]", lambda x: f"{x / 1e3:.3g}"),
+    Column("compile_s", "Compile [s]", lambda x: f"{x:.1f}"),
+    Column("peak_rss_mb", "Peak RSS [MiB]", lambda x: f"{x:.0f}"),
+)
+
+
+def render(rows: list[dict[str, Any]], fmt: str) -> str:
+    shown = [{**r, "_range": _rate_range(r)} for r in rows if "error" not in r]
+    if fmt == "latex":
+        info = rows[0]["machine"] if rows else {}
+        hw = info.get("hardware", {})
+        caption = (f"Gigastep throughput on {hw.get('cpu_model', '?')} "
+                   f"({hw.get('cpu_cores_usable', '?')} cores, "
+                   f"{info.get('device', {}).get('backend', '?')}); median of repeats, "
+                   "compile time excluded.")  # fmt: skip
+        return latex_table(shown, LATEX_COLUMNS, caption=caption, label="tab:throughput")
+    return markdown_table(shown, TABLE_COLUMNS)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.throughput",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_options(parser, Options)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        row = run_case(Case(**json.loads(args.worker)))
+        print(json.dumps(row))
+        return [row]
+    opts = options_from_args(Options, args)
+    cases = cases_from_options(opts)
+    rows = run_sweep(cases, isolate=opts.isolate, timeout=opts.timeout)
+    if opts.json:
+        write_json(opts.json, rows)
+        print(f"wrote {len(rows)} rows to {opts.json}", file=sys.stderr)
+    if opts.format != "none":
+        hw = rows[0]["machine"]["hardware"] if rows else {}
+        print(f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
+              f"{hw.get('load_average_1m')} at start)\n")  # fmt: skip
+        print(render(rows, opts.format))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Smoke tests of the benchmark harness on a minuscule configuration (1 vs 1, batch 2, 3 steps).
+
+They check that the harness runs end to end, that its rows carry the documented JSON schema
+and that the rates are computed from the timed work; they say nothing about speed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import _common, throughput
+from benchmarks.profile_step import hlo_census, order_by_counting
+
+ROW_KEYS = {
+    "scenario": str, "obs_type": str, "batch": int, "n_agents": int, "steps": int,
+    "repeats": int, "agent_steps_per_s": float, "env_steps_per_s": float, "compile_s": float,
+    "peak_rss_mb": float, "spread": float, "scenario_hash": str, "timing": dict, "machine": dict,
+}  # fmt: skip
+TINY = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def env_row():
+    rows = throughput.run_sweep([TINY], isolate=False, log=io.StringIO())
+    assert len(rows) == 1 and "error" not in rows[0], rows
+    return rows[0]
+
+
+def test_row_has_the_documented_fields_and_types(env_row):
+    for key, kind in ROW_KEYS.items():
+        assert isinstance(env_row[key], kind), (key, env_row.get(key))
+    assert env_row["batch"] == 2 and env_row["n_agents"] == 2 and env_row["steps"] == 3
+    assert env_row["scenario"] == "identical_1_vs_1_pobs_vec_maps_cont"
+    assert env_row["obs_type"] == "vector"
+
+
+def test_rates_count_steps_times_batch_times_agents_per_median_second(env_row):
+    median = env_row["timing"]["median_s"]
+    assert env_row["env_steps_per_s"] == pytest.approx(3 * 2 / median)
+    assert env_row["agent_steps_per_s"] == pytest.approx(3 * 2 * 2 / median)
+    assert env_row["agent_steps_per_s_min"] <= env_row["agent_steps_per_s"]
+    assert env_row["agent_steps_per_s"] <= env_row["agent_steps_per_s_max"]
+
+
+def test_machine_block_records_hardware_device_and_versions(env_row):
+    machine = env_row["machine"]
+    assert machine["hardware"]["cpu_cores"] >= 1
+    assert machine["device"]["backend"] == jax.default_backend()
+    assert machine["versions"]["jax"] == jax.__version__
+    assert "xla_flags" in machine
+
+
+def test_rows_round_trip_through_json(env_row, tmp_path):
+    path = tmp_path / "sub" / "rows.json"
+    _common.write_json(path, [env_row])
+    assert json.loads(path.read_text())[0]["scenario"] == env_row["scenario"]
+
+
+def test_tables_show_every_row_with_units_in_headers(env_row):
+    md = throughput.render([env_row], "markdown")
+    assert "agent-steps/s [M/s]" in md and "env-steps/s [k/s]" in md
+    assert md.count("\n") == 2  # header, rule, one row
+    tex = throughput.render([env_row], "latex")
+    assert r"\begin{tabular}" in tex and r"identical\_1\_vs\_1" in tex
+
+
+def test_observation_write_baseline_runs_in_a_fresh_process():
+    case = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=1,
+                           kind="write_vector")  # fmt: skip
+    row = _common.run_worker("benchmarks.throughput", throughput.dataclasses.asdict(case),
+                             timeout=120)  # fmt: skip
+    assert "error" not in row, row
+    assert row["scenario"].startswith("write_vector:") and row["agent_steps_per_s"] > 0
+    assert row["peak_rss_mb"] > 0
+
+
+def test_quick_and_paper_presets_cover_the_issue_targets():
+    opts = throughput.Options(quick=True)
+    quick = {(c.scenario, c.obs, c.batch) for c in throughput.cases_from_options(opts)}
+    assert ("identical_5_vs_5", "pobs_vec", 1024) in quick
+    assert ("identical_20_vs_20", "pobs_vec", 256) in quick
+    assert ("identical_5_vs_5", "fobs_rgb", 64) in quick
+    paper = throughput.cases_from_options(throughput.Options(paper=True))
+    assert any(c.batch == 100_000 and c.obs == "pobs_vec" for c in paper)
+    assert max(c.batch for c in paper) == 131072
+
+
+def test_command_line_options_parse_lists_and_flags():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    _common.add_options(parser, throughput.Options)
+    opts = _common.options_from_args(
+        throughput.Options,
+        parser.parse_args(["--batch", "8", "16", "--no-isolate", "--policy", "mlp"]),
+    )
+    assert opts.batch == [8, 16] and opts.isolate is False and opts.policy == "mlp"
+
+
+def test_timing_statistics_are_those_of_the_recorded_times():
+    t = _common.Timing((3.0, 1.0, 2.0, 10.0))
+    assert t.median == 2.5 and t.min == 1.0 and t.max == 10.0
+    assert t.spread == pytest.approx(9.0 / 2.5)
+
+
+def test_order_by_counting_equals_stable_top_k():
+    # Ties (equal distances) and unseen agents (inf) must keep index order, as top_k does.
+    seen = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1]], bool)
+    dist = np.array([[0, 2, 1, 2], [2, 0, 3, 1], [1, 3, 0, 1], [2, 1, 1, 0]], np.float32)
+    key = np.where(np.eye(4, dtype=bool), -1.0, np.where(seen, dist, np.inf))
+    expected = np.argsort(key, axis=1, kind="stable")[:, :3]
+    order = jax.jit(order_by_counting, static_argnums=2)(seen, dist, 3)
+    np.testing.assert_array_equal(order, expected)
+
+
+def test_hlo_census_counts_opcodes():
+    text = """ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %s = (f32[4]{0}, s32[4]{0}) sort(%p, %p), dimensions={0}
+  ROOT %g = f32[4]{0} gather(%p, %p), offset_dims={}
+}"""
+    census = hlo_census(text)
+    assert census["watched"]["sort"] == 1 and census["watched"]["gather"] == 1
+    assert census["f64_instructions"] == 0
