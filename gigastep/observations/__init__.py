@@ -1,0 +1,1 @@
+"""Observation renderers: the vector observation, the RGB images and the global view."""
