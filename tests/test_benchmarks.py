@@ -127,3 +127,26 @@ def test_hlo_census_counts_opcodes():
     census = hlo_census(text)
     assert census["watched"]["sort"] == 1 and census["watched"]["gather"] == 1
     assert census["f64_instructions"] == 0
+
+
+def test_plot_writes_an_image_with_one_line_per_configuration(tmp_path):
+    from PIL import Image
+
+    from benchmarks.plot import plot_throughput
+
+    rows = [
+        {"scenario": "a", "obs_type": "vector", "batch": b, "agent_steps_per_s": 1e6 * b}
+        for b in (1, 8, 64)
+    ] + [{"scenario": "b", "obs_type": "rgb", "batch": 4, "agent_steps_per_s": 5.0}]
+    out = plot_throughput(rows, tmp_path / "plot.png")
+    with Image.open(out) as image:
+        assert image.size[0] > 100 and image.size[1] > 100
+
+
+def test_plot_refuses_input_without_throughput_rows(tmp_path):
+    import pytest
+
+    from benchmarks.plot import plot_throughput
+
+    with pytest.raises(ValueError, match="no throughput rows"):
+        plot_throughput([{"impl": "jax", "T": 32}], tmp_path / "plot.png")
