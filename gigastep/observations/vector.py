@@ -38,14 +38,15 @@ def nearest_first(rank, m: int):
     n = rank.shape[-1]
     if n > _COUNTING_SORT_MAX_AGENTS:
         return jax.lax.top_k(-rank, m)[1]
-    i = jnp.arange(n)
-    # before[e, j, i]: j comes before i in row e (reduced over the non-minor axis j).
-    before = (rank[:, :, None] < rank[:, None, :]) | (
-        (rank[:, :, None] == rank[:, None, :]) & (i[:, None] < i[None, :])
-    )
+    i = np.arange(n)
+    # before[e, j, i]: j comes before i in row e (reduced over the non-minor axis j). With the
+    # tie-break by index folded into a constant mask (j < i: <=, else <): one compare and one
+    # select per triple instead of four ops (measured -0.5 ms of 4.4 at 5v5, batch 1024).
+    rj, ri = rank[:, :, None], rank[:, None, :]
+    before = jnp.where(jnp.asarray(i[:, None] < i[None, :]), rj <= ri, rj < ri)
     position = jnp.sum(before, axis=1, dtype=jnp.int32)  # (n, n), a permutation per row
     slot = position[:, None, :] == jnp.arange(m)[None, :, None]  # [e, p, i]
-    return jnp.sum(jnp.where(slot, i, 0), axis=-1, dtype=jnp.int32)
+    return jnp.sum(jnp.where(slot, jnp.arange(n), 0), axis=-1, dtype=jnp.int32)
 
 
 def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist, seen,
@@ -63,26 +64,34 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, dist, jnp.inf))
     idx = nearest_first(rank, m)  # (n, m)
     s = jnp.take_along_axis(seen, idx, axis=1).astype(jnp.float32)
-    is_ego = idx == jnp.arange(n)[:, None]
+    teams = jnp.asarray(config.teams, jnp.float32)
+    index = jnp.arange(n, dtype=jnp.float32)
+    # One gather of whole per-agent rows (n, 9) -> (n, m, 9): a materialised gather copies
+    # contiguous rows, while one gather per feature fused into each feature's plane costs
+    # ~2x per plane (measured -0.4 ms of 4 at 5v5, batch 1024). Column 0 is the agent index.
+    sprites = jnp.asarray(config.sprites, jnp.float32)
+    table = jnp.stack([index, teams, agents.x, agents.y, agents.z, agents.heading, agents.v,
+                       agents.health, sprites], axis=-1)  # fmt: skip
+    g = table[idx]  # (n, m, 9)
+    is_ego = g[..., 0] == index[:, None]
     other = 1.0 - is_ego.astype(jnp.float32)
-    teams = jnp.asarray(config.teams, jnp.int32)
 
-    def rel(values, scale):  # value of the slot's agent relative to the ego (absolute for it)
-        return (values[idx] - other * values[:, None]) * np.float32(1.0 / scale)
+    def rel(column, values, scale):  # the slot's agent relative to the ego (absolute for it)
+        return (g[..., column] - other * values[:, None]) * np.float32(1.0 / scale)
 
-    heading = agents.heading[idx]
+    heading = g[..., 5]
     rel_heading = jnp.where(is_ego, heading, wrap_angle(heading - agents.heading[:, None]))
     rows = jnp.stack(
         [
             s,
-            (teams[idx] == teams[:, None]).astype(jnp.float32) * s,
-            rel(agents.x, lx) * s,
-            rel(agents.y, ly) * s,
-            rel(agents.z, config.z_max) * s,
+            (g[..., 1] == teams[:, None]).astype(jnp.float32) * s,
+            rel(2, agents.x, lx) * s,
+            rel(3, agents.y, ly) * s,
+            rel(4, agents.z, config.z_max) * s,
             rel_heading * s,
-            rel(agents.v, diag) * s,
-            agents.health[idx] * s,
-            jnp.asarray(config.sprites, jnp.float32)[idx] * s,
+            rel(6, agents.v, diag) * s,
+            g[..., 7] * s,
+            g[..., 8] * s,
         ],
         axis=-1,
     )  # (n, m, 9)
