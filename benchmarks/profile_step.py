@@ -22,7 +22,6 @@ Sections:
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections import Counter
@@ -62,7 +61,6 @@ class Options:
     phases: bool = option(True, "time every phase in isolation")
     prng: bool = option(True, "compare ways of drawing the step's random numbers")
     ablations: bool = option(True, "time the step in a scan with parts removed")
-    experiments: bool = option(True, "time candidate rewrites of the costly phases")
     hlo: bool = option(True, "opcode census of the optimised HLO of the batched step")
     hlo_dir: str = option(None, "write the optimised HLO text of the step here")
     json: str = option(None, "write all results as JSON to this path")
@@ -402,170 +400,6 @@ def profile_prng(config, batch: int, repeats: int = 15, log=sys.stderr) -> list[
     return rows
 
 
-# ------------------------------------------------------------------------------------------
-# What-if experiments: candidate rewrites of the costly phases, checked equal to the current
-# ------------------------------------------------------------------------------------------
-
-
-def order_by_counting(seen, dist, m: int):
-    """(n, m) int32: the first m agents of each ego's row order (ego, then seen agents by
-    increasing distance, ties and unseen agents by index) without a sort.
-
-    Position of agent i in ego e's order = number of agents j that come before it; the
-    inverse permutation is read back with a compare-and-sum. Equal to
-    `lax.top_k(-key, m)[1]` (top_k is stable) at O(n^3) cheap element-wise work per game.
-    """
-    import jax.numpy as jnp
-    import numpy as np
-
-    n = dist.shape[-1]
-    ar = np.arange(n)
-    key = jnp.where(jnp.asarray(ar[:, None] == ar[None, :]), -1.0, jnp.where(seen, dist, jnp.inf))
-    ki, kj = key[:, :, None], key[:, None, :]
-    lower = jnp.asarray(ar[None, :] < ar[:, None])  # [i, j]: j < i
-    pos = jnp.sum((kj < ki) | ((kj == ki) & lower[None]), axis=-1)  # [e, i]
-    hit = pos[:, None, :] == jnp.arange(m)[None, :, None]  # [e, r, i]
-    return jnp.sum(jnp.where(hit, jnp.asarray(ar)[None, None, :], 0), axis=-1).astype(jnp.int32)
-
-
-def _vector_obs_variant(config, agents, episode, dist, seen, boxes, select: str):
-    """A replica of `gigastep.observations.vector.vector_observations` whose row selection
-    and row gathering vary: select = "top_k" (as the library), "count" (`order_by_counting`,
-    then the same gathers) or "onehot" (counting, then a one-hot einsum instead of gathers).
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from gigastep.dynamics import wrap_angle
-
-    n, m = config.n_agents, config.vec_agents
-    lx, ly = config.limit_x, config.limit_y
-    diag = math.sqrt(lx * lx + ly * ly)
-    eye = jnp.eye(n, dtype=bool)
-    teams = jnp.asarray(config.teams)
-    sprites = jnp.asarray(config.sprites, jnp.float32)
-    if select == "top_k":
-        _, idx = jax.lax.top_k(-jnp.where(eye, -1.0, jnp.where(seen, dist, jnp.inf)), m)
-    else:
-        idx = order_by_counting(seen, dist, m)
-    if select == "onehot":
-        onehot = (idx[..., None] == jnp.arange(n)).astype(jnp.float32)  # [e, r, i]
-
-        def take(values):  # values (n,) or (n, n) [e, i] -> (n, m)
-            v = values if values.ndim == 2 else jnp.broadcast_to(values, (n, n))
-            return jnp.einsum("eri,ei->er", onehot, v.astype(jnp.float32))
-    else:
-        def take(values):
-            if values.ndim == 2:
-                return jnp.take_along_axis(values, idx, axis=1)
-            return values[idx]
-
-    s = take(seen).astype(jnp.float32)
-    is_ego = (idx == jnp.arange(n)[:, None]).astype(jnp.float32)
-    other = 1.0 - is_ego
-
-    def rel(values, scale):
-        return (take(values) - other * values[:, None]) / np.float32(scale)
-
-    heading = take(agents.heading)
-    rel_heading = jnp.where(is_ego > 0, heading, wrap_angle(heading - agents.heading[:, None]))
-    team_row = teams[idx] if select != "onehot" else take(teams.astype(jnp.float32))
-    features = jnp.stack(
-        [jnp.ones_like(s), (team_row == teams[:, None]).astype(jnp.float32), rel(agents.x, lx),
-         rel(agents.y, ly), rel(agents.z, config.z_max), rel_heading, rel(agents.v, diag),
-         take(agents.health), take(sprites)], axis=-1,
-    ) * s[..., None]  # fmt: skip
-    parts = [features.reshape(n, m * 9)]
-    if config.enable_waypoints:
-        active = (episode.waypoint_time > 0).astype(jnp.float32)
-        w = episode.waypoint
-        corner = jnp.stack([(w[0] - agents.x) / lx, (w[1] - agents.y) / ly,
-                            (w[2] - agents.x) / lx, (w[3] - agents.y) / ly], axis=-1)  # fmt: skip
-        parts.append(jnp.concatenate([corner * active, jnp.broadcast_to(active, (n, 1))], -1))
-    if config.max_boxes:
-        scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
-        flat = (boxes[: config.max_boxes] / scale).reshape(-1)
-        parts.append(jnp.broadcast_to(flat, (n, flat.shape[0])))
-    obs = jnp.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
-    return obs * agents.alive[:, None].astype(jnp.float32)
-
-
-def profile_experiments(config, batch: int, repeats: int = 15,
-                        log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
-    """Candidate rewrites timed against the current code on the same inputs.
-
-    Each row: the phase, the variant, median and min µs per batched call, and whether its
-    output equals the current implementation's (`equal`; None where not comparable).
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from gigastep import env as genv
-    from gigastep.observations.vector import vector_observations
-    from gigastep.observations.visibility import visibility
-
-    c = config
-    x = _inputs(config, batch)
-    s, fight, hz = x["states"], x["fight"], x["hz"]
-    seen = jax.jit(jax.vmap(lambda a, d, det, u: visibility(c, a, d, det, u)))(
-        hz.alive, x["geo"].dist, fight.detected, x["noise"].comm
-    )
-    moved = x["moved"].replace(alive=hz.alive)
-    obs_args = (moved, s.episode, x["geo"].dist, seen, x["boxes"])
-    variants: list[tuple[str, str, Callable, tuple]] = []
-    if c.obs_type in ("vector", "rgb_vector"):
-        variants += [
-            ("vector observation", "gigastep vector_observations (current library)",
-             lambda *a: vector_observations(c, *a), obs_args),
-            ("vector observation", "lax.top_k + 9 gathers (2023 design)",
-             partial(_vector_obs_variant, c, select="top_k"), obs_args),
-            ("vector observation", "order by counting, then gathers",
-             partial(_vector_obs_variant, c, select="count"), obs_args),
-            ("vector observation", "order by counting, then one-hot einsum",
-             partial(_vector_obs_variant, c, select="onehot"), obs_args),
-            ("row order only", "lax.top_k(-key, m)",
-             lambda sn, d: jax.lax.top_k(-jnp.where(jnp.eye(c.n_agents, dtype=bool), -1.0,
-                                                    jnp.where(sn, d, jnp.inf)), c.vec_agents)[1],
-             (seen, x["geo"].dist)),
-            ("row order only", "order_by_counting",
-             lambda sn, d: order_by_counting(sn, d, c.vec_agents), (seen, x["geo"].dist)),
-        ]  # fmt: skip
-    small = max(1, batch // 32)
-    variants += [
-        ("reset_state", f"current, all {batch} games", lambda k: genv.reset_state(c, k),
-         (x["keys"],)),
-        ("reset_state", "reset_max_rounds=0 (no resampling loop)",
-         lambda k: genv.reset_state(c.replace(reset_max_rounds=0), k), (x["keys"],)),
-        ("reset_state", f"only {small} games (B/32: a subset of the batch)",
-         lambda k: genv.reset_state(c, k), (x["keys"][:small],)),
-    ]  # fmt: skip
-    entries, outputs = [], {}
-    for phase, name, fn, args in variants:
-        try:
-            call, compile_s = _compile(jax.vmap(fn), *args)
-            outputs[(phase, name)] = call(0)
-        except Exception as e:
-            print(f"  {phase} / {name}: failed ({type(e).__name__}: {e})", file=log)
-            continue
-        entries.append(_Entry(f"{phase}: {name}", call, compile_s,
-                              extra={"group": phase, "variant": name}))  # fmt: skip
-    rows = _measure(entries, repeats, log)
-    first: dict[str, Any] = {}
-    for (phase, name), out in outputs.items():
-        if phase not in first:
-            first[phase] = out
-            continue
-        if phase in ("vector observation", "row order only"):
-            row = next(r for r in rows if r["variant"] == name and r["group"] == phase)
-            row["equal"] = bool(np.array_equal(np.asarray(out), np.asarray(first[phase])))
-    for r in rows:
-        r["phase"] = r.pop("group")
-        r.setdefault("equal", None)
-    return rows
-
-
 def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
                       log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
     """Per-step time of the whole step inside a compiled `lax.scan`, with parts removed.
@@ -697,13 +531,6 @@ ABLATION_COLUMNS = (
     Column("pct_of_step", "% of v_step (CPU)", lambda x: f"{x:.0f}"),
     Column("agent_steps_per_s", "agent-steps/s at wall min [M/s]", lambda x: f"{x / 1e6:.3g}"),
 )
-EXPERIMENT_COLUMNS = (
-    Column("phase", "phase"),
-    Column("variant", "variant"),
-    _CPU,
-    _WALL,
-    Column("equal", "output equal to current"),
-)
 PRNG_COLUMNS = (
     Column("variant", "how the step's random numbers are drawn"),
     _CPU,
@@ -736,8 +563,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              partial(profile_prng, config, batch, opts.repeats)),
             ("ablations", opts.ablations, ABLATION_COLUMNS,
              partial(profile_ablations, config, batch, opts.scan_steps, opts.repeats)),
-            ("experiments", opts.experiments, EXPERIMENT_COLUMNS,
-             partial(profile_experiments, config, batch, opts.repeats)),
         ]  # fmt: skip
         for section, wanted, columns, run in sections:
             if wanted:

@@ -10,11 +10,10 @@ import io
 import json
 
 import jax
-import numpy as np
 import pytest
 
 from benchmarks import _common, throughput
-from benchmarks.profile_step import hlo_census, order_by_counting
+from benchmarks.profile_step import hlo_census
 
 ROW_KEYS = {
     "scenario": str, "obs_type": str, "batch": int, "n_agents": int, "steps": int,
@@ -106,16 +105,6 @@ def test_timing_statistics_are_those_of_the_recorded_times():
     t = _common.Timing((3.0, 1.0, 2.0, 10.0))
     assert t.median == 2.5 and t.min == 1.0 and t.max == 10.0
     assert t.spread == pytest.approx(9.0 / 2.5)
-
-
-def test_order_by_counting_equals_stable_top_k():
-    # Ties (equal distances) and unseen agents (inf) must keep index order, as top_k does.
-    seen = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1]], bool)
-    dist = np.array([[0, 2, 1, 2], [2, 0, 3, 1], [1, 3, 0, 1], [2, 1, 1, 0]], np.float32)
-    key = np.where(np.eye(4, dtype=bool), -1.0, np.where(seen, dist, np.inf))
-    expected = np.argsort(key, axis=1, kind="stable")[:, :3]
-    order = jax.jit(order_by_counting, static_argnums=2)(seen, dist, 3)
-    np.testing.assert_array_equal(order, expected)
 
 
 def test_hlo_census_counts_opcodes():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -298,3 +299,18 @@ def test_agent_killed_this_step_observes_all_zeros(gs):
     out = gs.step(duel, out.state)
     np.testing.assert_array_equal(out.obs[1], np.zeros(18))
     np.testing.assert_array_equal(out.obs[0, 9:], np.zeros(9))
+
+
+@pytest.mark.parametrize("n", [4, 17])  # the counting sort (n <= 16) and lax.top_k (n > 16)
+def test_row_order_is_a_stable_partial_sort(n):
+    # Ties (equal distances) and unseen agents (inf) keep index order; np.argsort(kind="stable")
+    # is the independent reference.
+    from gigastep.observations.vector import nearest_first
+
+    rng = np.random.default_rng(n)
+    rank = rng.integers(0, 3, size=(n, n)).astype(np.float32)  # many ties
+    rank[rng.random((n, n)) < 0.3] = np.inf
+    np.fill_diagonal(rank, -1.0)
+    m = 3
+    expected = np.argsort(rank, axis=1, kind="stable")[:, :m]
+    np.testing.assert_array_equal(jax.jit(nearest_first, static_argnums=1)(rank, m), expected)
