@@ -494,8 +494,9 @@ def hlo_census(text: str) -> dict[str, Any]:
         "f64_instructions": len(re.findall(r"=\s*f64\[", text)),
         "threefry_mentions": len(re.findall(r"threefry", text)),
         "fusions": ops.get("fusion", 0),
-        "computations": len(re.findall(r"^(?:ENTRY\s+)?%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$", text,
-                                       re.M)),  # fmt: skip
+        "computations": len(
+            re.findall(r"^(?:ENTRY\s+)?%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$", text, re.M)
+        ),  # fmt: skip
     }
 
 
