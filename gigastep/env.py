@@ -407,9 +407,98 @@ def _v_step(config, states, actions, keys):
     return jax.vmap(partial(step, config))(states, actions, keys)
 
 
+def _autoreset_capacity(batch: int) -> int:
+    """How many finished games the cheap path of `_batched_step_autoreset` resets (static):
+    one per 32 games. A step in which more games finish resets the whole batch instead."""
+    return max(1, -(-batch // 32))
+
+
+def _reset_finished(config: EnvConfig, done, keys):
+    """(fresh states, their comm noise (B, n, n)): `reset_state(config, keys[b])` for every
+    game b where `done`; the other games' entries are unspecified (zeros or a fresh game).
+
+    Only the finished games are reset: none when no game finished, the first
+    `_autoreset_capacity(B)` of them (gathered, reset, scattered into zeros) when few did, the
+    whole batch otherwise. The placement loop of a batched reset runs until its worst game is
+    placed, so resetting a few games costs a fraction of resetting the batch.
+    """
+    b = done.shape[0]
+    cap = _autoreset_capacity(b)
+    v_reset_state = jax.vmap(partial(reset_state, config))
+    shapes = jax.eval_shape(v_reset_state, keys)
+
+    def zeros(_):
+        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def reset_few(_):
+        (idx,) = jnp.nonzero(done, size=cap, fill_value=b)
+        # the unused slots reset a copy of the first finished game and are dropped
+        few = v_reset_state(keys[jnp.where(idx < b, idx, idx[0])])
+        return jax.tree_util.tree_map(
+            lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), few
+        )
+
+    def reset_all(_):
+        return v_reset_state(keys)
+
+    count = jnp.sum(done, dtype=jnp.int32)
+    if cap >= b:
+        return jax.lax.cond(count > 0, reset_all, zeros, None)
+    branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
+    return jax.lax.switch(branch, (zeros, reset_few, reset_all), None)
+
+
+def _batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
+                           final_obs: bool = True):  # fmt: skip
+    """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)`,
+    bit for bit, without resetting the games that go on.
+
+    The batch is advanced as in `step_autoreset` (each game's key split into its step and reset
+    keys), the finished games are reset by `_reset_finished`, and the observation is computed
+    once on the resulting state (plus the finished games' last one when `final_obs`).
+    Called on a batch (leading axis B on every argument); pure, so it traces inside a caller's
+    jit or scan (under a further vmap its branches become selects, costing a full reset).
+    """
+
+    def advance(state, acts, key):
+        _check_key(key)
+        k_step, k_reset = jax.random.split(key)
+        noise = sample_noise(config, k_step)
+        return _advance(config, state, acts, noise), noise, k_reset
+
+    adv, noise, k_reset = jax.vmap(advance)(states, actions, keys)
+    done = adv.terminated | adv.truncated
+    fresh, fresh_comm = _reset_finished(config, done, k_reset)
+
+    # from here on as in `step_autoreset`, game by game
+    def finish(adv, noise, fresh, fresh_comm, done):
+        nxt = _select(done, fresh, adv.state)
+        geo = interactions.geometry(nxt.agents)
+        obs = observe(
+            config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
+            jnp.where(done, fresh_comm, noise.comm),
+        )  # fmt: skip
+        last = obs
+        if final_obs:
+            last = observe(
+                config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
+                noise.comm,
+            )  # fmt: skip
+        info = StepInfo(
+            terminated=adv.terminated,
+            truncated=adv.truncated,
+            final_obs=last,
+            episode_return=adv.state.episode.returns,
+            episode_length=adv.state.episode.step,
+        )
+        return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
+
+    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done)
+
+
 @partial(jax.jit, static_argnums=(0, 4))
 def _v_step_autoreset(config, states, actions, keys, final_obs):
-    return jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)
+    return _batched_step_autoreset(config, states, actions, keys, final_obs)
 
 
 @partial(jax.jit, static_argnums=0)
