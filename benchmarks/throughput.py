@@ -28,6 +28,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from benchmarks._common import (
@@ -267,15 +268,15 @@ def build_rollout(config, case: Case, steps: int, env_step=None):
 
     b = case.batch
     k_reset, k_policy = jax.random.split(jax.random.PRNGKey(case.seed))
-    obs, states = jax.jit(jax.vmap(lambda k: genv.reset(config, k)))(jax.random.split(k_reset, b))
+    obs, states = jax.jit(partial(genv.batched_reset, config))(jax.random.split(k_reset, b))
     act = make_policy(case.policy, config, k_policy)
 
+    # The library's own batched forms (what GigastepEnv.v_step / v_step_autoreset compile).
     def plain_step(s, a, keys):
-        return jax.vmap(lambda s, a, k: genv.step(config, s, a, k))(s, a, keys)[:3]
+        return genv.batched_step(config, s, a, keys)[:3]
 
     def autoreset_step(s, a, keys):
-        out = jax.vmap(lambda s, a, k: genv.step_autoreset(config, s, a, k, False))(s, a, keys)
-        return out[:3]
+        return genv.batched_step_autoreset(config, s, a, keys, False)[:3]
 
     if env_step is None:
         env_step = plain_step if case.step_fn == "step" else autoreset_step
@@ -368,7 +369,8 @@ def run_case(case: Case) -> dict[str, Any]:
         "label": case.label,
         "kind": case.kind,
         "obs_type": config.obs_type,
-        "observability": "fobs" if not config.stochastic_obs and config.cone_angle > math.pi
+        "observability": "fobs"
+        if not config.stochastic_obs and config.cone_angle > math.pi
         else "pobs",
         "resolution": case.resolution if config.obs_type != "vector" else None,
         "batch": case.batch,
@@ -418,8 +420,12 @@ def quick_cases(opts: Options) -> list[Case]:
         Case("identical_5_vs_5", "pobs_vec", 1024, **common),
         Case("identical_5_vs_5", "fobs_vec", 1024, **common),
         Case("identical_20_vs_20", "pobs_vec", 256, **common),
-        Case("identical_5_vs_5", "fobs_rgb", 64,
-             **{**common, "policy": _policy_for(opts.policy, "fobs_rgb")}),
+        Case(
+            "identical_5_vs_5",
+            "fobs_rgb",
+            64,
+            **{**common, "policy": _policy_for(opts.policy, "fobs_rgb")},
+        ),
     ]
 
 

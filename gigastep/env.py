@@ -32,6 +32,9 @@ from gigastep.types import (
 
 __all__ = [
     "GigastepEnv",
+    "batched_reset",
+    "batched_step",
+    "batched_step_autoreset",
     "observe",
     "reset",
     "reset_state",
@@ -397,18 +400,28 @@ _step_autoreset = jax.jit(step_autoreset, static_argnums=(0, 4))
 _global_view = jax.jit(global_view, static_argnums=0)
 
 
+def batched_reset(config: EnvConfig, keys):
+    """`reset` of every game of a batch: keys (B,) -> (obs, states) with leading axis B."""
+    return jax.vmap(partial(reset, config))(keys)
+
+
+def batched_step(config: EnvConfig, states, actions, keys):
+    """`step` of every game of a batch (pure; `GigastepEnv.v_step` is its compiled form)."""
+    return jax.vmap(partial(step, config))(states, actions, keys)
+
+
 @partial(jax.jit, static_argnums=0)
 def _v_reset(config, keys):
-    return jax.vmap(partial(reset, config))(keys)
+    return batched_reset(config, keys)
 
 
 @partial(jax.jit, static_argnums=0)
 def _v_step(config, states, actions, keys):
-    return jax.vmap(partial(step, config))(states, actions, keys)
+    return batched_step(config, states, actions, keys)
 
 
 def _autoreset_capacity(batch: int) -> int:
-    """How many finished games the cheap path of `_batched_step_autoreset` resets (static):
+    """How many finished games the cheap path of `batched_step_autoreset` resets (static):
     one per 32 games. A step in which more games finish resets the whole batch instead."""
     return max(1, -(-batch // 32))
 
@@ -448,7 +461,7 @@ def _reset_finished(config: EnvConfig, done, keys):
     return jax.lax.switch(branch, (zeros, reset_few, reset_all), None)
 
 
-def _batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
+def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
                            final_obs: bool = True):  # fmt: skip
     """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)`,
     bit for bit, without resetting the games that go on.
@@ -498,7 +511,7 @@ def _batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
 
 @partial(jax.jit, static_argnums=(0, 4))
 def _v_step_autoreset(config, states, actions, keys, final_obs):
-    return _batched_step_autoreset(config, states, actions, keys, final_obs)
+    return batched_step_autoreset(config, states, actions, keys, final_obs)
 
 
 @partial(jax.jit, static_argnums=0)
