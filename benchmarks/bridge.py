@@ -102,20 +102,23 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
             return jax.random.randint(key, shape, 0, 27)
         return jax.random.uniform(key, shape, minval=-1.0, maxval=1.0)
 
+    def one_step(states, k):
+        k_act, k_step = jax.random.split(k)
+        out = jax.vmap(partial(step_autoreset, config))(
+            states, draw(k_act), jax.random.split(k_step, batch)
+        )
+        return out[1], (out[0], *out[2:])
+
     @partial(jax.jit, donate_argnums=0)
     def rollout(states, key):
-        def body(states, k):
-            k_act, k_step = jax.random.split(k)
-            out = jax.vmap(partial(step_autoreset, config))(
-                states, draw(k_act), jax.random.split(k_step, batch)
-            )
-            # Reduce every output but the state, so that XLA computes all of them (as
-            # TorchVecEnv returns them) instead of pruning the unused observations.
-            outputs = jax.tree_util.tree_leaves((out[0], *out[2:]))
-            return out[1], sum(x.astype(jnp.float32).sum() for x in outputs)
-
-        states, total = jax.lax.scan(body, states, jax.random.split(key, steps))
-        return states, total
+        # Every output is carried through the loop, so it is written to memory each step as
+        # TorchVecEnv's outputs are (a reduction alone would let XLA fuse the observations
+        # away and flatter the scan).
+        keys = jax.random.split(key, steps)
+        carry = one_step(states, keys[0])
+        carry, _ = jax.lax.scan(lambda c, k: (one_step(c[0], k), None), carry, keys[1:])
+        states, outputs = carry
+        return states, sum(x.astype(jnp.float32).sum() for x in jax.tree_util.tree_leaves(outputs))
 
     key = jax.random.PRNGKey(seed)
     _, states = env.v_reset(jax.random.split(key, batch))

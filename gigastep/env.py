@@ -80,19 +80,21 @@ def _check_key(key, what: str = "key") -> None:
         )
 
 
-def _check_actions(config: EnvConfig, actions) -> None:
-    n = config.n_agents
+def check_actions(actions, n: int, discrete: bool, who: str = "") -> None:
+    """Raise a clear ValueError unless `actions` fit `n` agents: int (n,) indices 0..26 when
+    `discrete`, else float (n, 3) (heading, dive, throttle). Shapes and dtypes only, so it
+    runs at trace time, before any compute. `who` prefixes the message (e.g. "team 0 ")."""
     shape, dtype = np.shape(actions), jnp.result_type(actions)
-    if config.discrete_actions:
+    if discrete:
         if shape != (n,) or not jnp.issubdtype(dtype, jnp.integer):
             raise ValueError(
-                f"discrete actions must be integers of shape ({n},) (one index 0..26 per agent); "
-                f"got {dtype} of shape {shape}"
+                f"{who}discrete actions must be integers of shape ({n},) (one index 0..26 per "
+                f"agent); got {dtype} of shape {shape}"
             )
     elif shape != (n, 3) or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
-            f"continuous actions must be floats of shape ({n}, 3) (heading, dive, throttle in "
-            f"[-1, 1] per agent); got {dtype} of shape {shape}"
+            f"{who}continuous actions must be floats of shape ({n}, 3) (heading, dive, "
+            f"throttle in [-1, 1] per agent); got {dtype} of shape {shape}"
         )
 
 
@@ -264,7 +266,7 @@ class _Advanced:
 def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _Advanced:
     """Everything of a step but the observation: move, waypoints, hazards, combat, health,
     termination and rewards."""
-    _check_actions(config, actions)
+    check_actions(actions, config.n_agents, config.discrete_actions)
     agents, episode = state.agents, state.episode
     alive_pre = agents.alive
     moved = dynamics.move(config, agents, dynamics.decode_actions(config, actions))

@@ -384,19 +384,7 @@ class VersusEnv:
 
     # --- checks -------------------------------------------------------------------------
     def _check_team_actions(self, team_actions) -> None:
-        m = self.n_agents
-        shape, dtype = np.shape(team_actions), jnp.result_type(team_actions)
-        if self.discrete_actions:
-            if shape != (m,) or not jnp.issubdtype(dtype, jnp.integer):
-                raise ValueError(
-                    f"team {self.team} discrete actions must be integers of shape ({m},) (one "
-                    f"index 0..26 per agent of the team); got {dtype} of shape {shape}"
-                )
-        elif shape != (m, 3) or not jnp.issubdtype(dtype, jnp.floating):
-            raise ValueError(
-                f"team {self.team} continuous actions must be floats of shape ({m}, 3) "
-                f"(heading, dive, throttle per agent of the team); got {dtype} of shape {shape}"
-            )
+        _env.check_actions(team_actions, self.n_agents, self.discrete_actions, f"team {self.team} ")
 
 
 @partial(jax.jit, static_argnums=0)
