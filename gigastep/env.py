@@ -359,6 +359,13 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     adv = _advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
     fresh, fresh_comm = reset_state(config, k_reset)
+    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs)
+
+
+def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh: EnvState,
+                      fresh_comm, done, final_obs: bool):  # fmt: skip
+    """Take the fresh game where `done`, observe the result once (and the finished game's
+    last observation when `final_obs`), and assemble the auto-reset step's outputs."""
     nxt = _select(done, fresh, adv.state)
     geo = interactions.geometry(nxt.agents)
     obs = observe(
@@ -485,29 +492,7 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     done = adv.terminated | adv.truncated
     fresh, fresh_comm = _reset_finished(config, done, k_reset)
 
-    # from here on as in `step_autoreset`, game by game
-    def finish(adv, noise, fresh, fresh_comm, done):
-        nxt = _select(done, fresh, adv.state)
-        geo = interactions.geometry(nxt.agents)
-        obs = observe(
-            config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
-            jnp.where(done, fresh_comm, noise.comm),
-        )  # fmt: skip
-        last = obs
-        if final_obs:
-            last = observe(
-                config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
-                noise.comm,
-            )  # fmt: skip
-        info = StepInfo(
-            terminated=adv.terminated,
-            truncated=adv.truncated,
-            final_obs=last,
-            episode_return=adv.state.episode.returns,
-            episode_length=adv.state.episode.step,
-        )
-        return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
-
+    finish = partial(_finish_autoreset, config, final_obs=final_obs)
     return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done)
 
 
