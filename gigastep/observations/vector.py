@@ -63,7 +63,11 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     # Ego first (-1), seen agents by distance, unseen last in index order.
     rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, dist, jnp.inf))
     idx = nearest_first(rank, m)  # (n, m)
-    s = jnp.take_along_axis(seen, idx, axis=1).astype(jnp.float32)
+    # Seen agents come right after the ego (which an alive ego always sees), unseen ones last:
+    # slot p holds a seen agent iff p < the number of agents e sees (no gather needed; a dead
+    # ego sees nothing, so all its slots are unseen).
+    count = jnp.sum(seen, axis=1, dtype=jnp.int32)
+    s = (jnp.arange(m)[None, :] < count[:, None]).astype(jnp.float32)
     teams = jnp.asarray(config.teams, jnp.float32)
     index = jnp.arange(n, dtype=jnp.float32)
     # One gather of whole per-agent rows (n, 9) -> (n, m, 9): a materialised gather copies
