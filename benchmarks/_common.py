@@ -463,3 +463,22 @@ def add_options(parser, options_cls) -> None:
 def options_from_args(options_cls, args) -> Any:
     """The `options_cls` instance of parsed argparse `args`."""
     return options_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options_cls)})
+
+
+def parse_command_line(parser, options_cls, case_cls, run_case, argv):
+    """Parse a benchmark's command line (options from `options_cls` plus the hidden
+    `--worker JSON` used by `run_worker`).
+
+    Returns `(options, None)` for a normal run; in a worker process it runs the one case,
+    prints its row as JSON for the parent and returns `(None, [row])`.
+    """
+    import argparse
+
+    add_options(parser, options_cls)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        row = run_case(case_cls(**json.loads(args.worker)))
+        print(json.dumps(row))
+        return None, [row]
+    return options_from_args(options_cls, args), None

@@ -43,7 +43,6 @@ import argparse
 import ctypes
 import dataclasses
 import gc
-import json
 import os
 import resource
 import statistics
@@ -55,11 +54,10 @@ from typing import Any
 
 from benchmarks._common import (
     Column,
-    add_options,
     latex_table,
     markdown_table,
     option,
-    options_from_args,
+    parse_command_line,
     run_info,
     run_worker,
     time_repeats,
@@ -462,14 +460,9 @@ def goal_lines(rows: list[dict[str, Any]], t: int = 128) -> list[str]:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scan",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
-    add_options(parser, Options)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        row = run_case(Case(**json.loads(args.worker)))
-        print(json.dumps(row))
-        return [row]
-    opts = options_from_args(Options, args)
+    opts, worker_rows = parse_command_line(parser, Options, Case, run_case, argv)
+    if worker_rows is not None:
+        return worker_rows
     env = {"OMP_WAIT_POLICY": opts.omp_wait_policy} if opts.omp_wait_policy else None
     rows = run_sweep(cases_from_options(opts), timeout=opts.timeout, env=env)
     info = run_info()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -33,14 +32,13 @@ from typing import Any
 
 from benchmarks._common import (
     Column,
-    add_options,
     config_hash,
     current_rss_mb,
     format_number,
     latex_table,
     markdown_table,
     option,
-    options_from_args,
+    parse_command_line,
     peak_rss_mb,
     run_info,
     run_worker,
@@ -578,14 +576,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         prog="python -m benchmarks.throughput",
         description=__doc__.split("\n\n")[0],
     )
-    add_options(parser, Options)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        row = run_case(Case(**json.loads(args.worker)))
-        print(json.dumps(row))
-        return [row]
-    opts = options_from_args(Options, args)
+    opts, worker_rows = parse_command_line(parser, Options, Case, run_case, argv)
+    if worker_rows is not None:
+        return worker_rows
     cases = cases_from_options(opts)
     rows = run_sweep(cases, isolate=opts.isolate, timeout=opts.timeout)
     if opts.json:
