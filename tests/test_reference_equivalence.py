@@ -812,3 +812,12 @@ def test_rgb_observation_matches_reference(rgb_batch):
     """§5.3 with §15 rows 12, 14, 15, 16, 17, 19, 20: every pixel of every ego's image."""
     assert_images(rgb_batch)
     assert any(d["took_damage"].any() for d in rgb_batch.details), "no red border"
+
+
+def test_rgb_observation_matches_reference_when_tails_coincide():
+    """An enemy exactly on top of an agent (same x, y and heading) has the same tail points:
+    each ego image then has another agent's tails on its own tail pixels, which the renderer
+    draws as a sum of all tails followed by a maximum with the ego's own tail."""
+    name = next(k for k, c in CONFIGS.items() if c.obs_type != "vector")
+    b = make_batch(name, CONFIGS[name], 78, N_CASES, stacked=True)
+    assert_images(b)
