@@ -69,36 +69,31 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     count = jnp.sum(seen, axis=1, dtype=jnp.int32)
     s = (jnp.arange(m)[None, :] < count[:, None]).astype(jnp.float32)
     teams = jnp.asarray(config.teams, jnp.float32)
-    index = jnp.arange(n, dtype=jnp.float32)
-    # One gather of whole per-agent rows (n, 9) -> (n, m, 9): a materialised gather copies
-    # contiguous rows, while one gather per feature fused into each feature's plane costs
-    # ~2x per plane (measured -0.4 ms of 4 at 5v5, batch 1024). Column 0 is the agent index.
     sprites = jnp.asarray(config.sprites, jnp.float32)
-    table = jnp.stack([index, teams, agents.x, agents.y, agents.z, agents.heading, agents.v,
-                       agents.health, sprites], axis=-1)  # fmt: skip
-    g = table[idx]  # (n, m, 9)
-    is_ego = g[..., 0] == index[:, None]
-    other = 1.0 - is_ego.astype(jnp.float32)
-
-    def rel(column, values, scale):  # the slot's agent relative to the ego (absolute for it)
-        return (g[..., column] - other * values[:, None]) * np.float32(1.0 / scale)
-
-    heading = g[..., 5]
-    rel_heading = jnp.where(is_ego, heading, wrap_angle(heading - agents.heading[:, None]))
-    rows = jnp.stack(
-        [
-            s,
-            (g[..., 1] == teams[:, None]).astype(jnp.float32) * s,
-            rel(2, agents.x, lx) * s,
-            rel(3, agents.y, ly) * s,
-            rel(4, agents.z, config.z_max) * s,
-            rel_heading * s,
-            rel(6, agents.v, diag) * s,
-            g[..., 7] * s,
-            g[..., 8] * s,
-        ],
-        axis=-1,
-    )  # (n, m, 9)
+    # Per-agent rows in feature order, with a constant 1 for the seen flag, gathered as whole
+    # rows. Unsigned indices: NumPy-style wrapping of negative signed indices would add a
+    # select to every element of the fused gather.
+    table = jnp.stack([jnp.ones(n, jnp.float32), teams, agents.x, agents.y, agents.z,
+                       agents.heading, agents.v, agents.health, sprites], axis=-1)  # fmt: skip
+    g = table[idx.astype(jnp.uint32)]  # (n, m, 9)
+    is_ego = (idx == jnp.arange(n)[:, None])[..., None]  # (n, m, 1)
+    # All 9 features as one elementwise expression over the (n, m, 9) block with per-feature
+    # constants: d = g - k * ego's own row, where k = 1 for the team column (so the ego's own
+    # entry is 0, i.e. "same team") and for the relative features (x, y, z, heading, speed)
+    # of other agents, else 0 (the ego's absolute values, health, sprite, seen flag). XLA
+    # fuses the gather, the features and the final concatenation into one pass that writes
+    # the observation once: per-feature planes plus a stack were as fast but kept ~5x the
+    # memory (723 vs 189 MB of temporaries for a step of 100,000 games of 5 vs 5).
+    f = np.arange(N_AGENT_FEATURES)
+    relative = jnp.asarray((f >= 2) & (f <= 6))
+    k = jnp.where(jnp.asarray(f == 1) | (relative & ~is_ego), 1.0, 0.0)  # (n, m, 9)
+    d = g - k * table[:, None, :]
+    d = jnp.where(jnp.asarray(f == 1), 1.0 - jnp.abs(d), d)  # [team_i == team_e], 0/1 ids
+    d = jnp.where(jnp.asarray(f == 5) & ~is_ego, wrap_angle(d), d)
+    scale = np.ones(N_AGENT_FEATURES, np.float32)
+    scale[2:5] = [1.0 / lx, 1.0 / ly, 1.0 / config.z_max]
+    scale[6] = 1.0 / diag
+    rows = d * jnp.asarray(scale) * s[..., None]  # (n, m, 9)
     parts = [rows.reshape(n, m * N_AGENT_FEATURES)]
     if config.enable_waypoints:
         active = (episode.waypoint_time > 0).astype(jnp.float32)
