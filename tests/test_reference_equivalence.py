@@ -821,3 +821,33 @@ def test_rgb_observation_matches_reference_when_tails_coincide():
     name = next(k for k, c in CONFIGS.items() if c.obs_type != "vector")
     b = make_batch(name, CONFIGS[name], 78, N_CASES, stacked=True)
     assert_images(b)
+
+
+@pytest.mark.parametrize("n", [3, 31, 32, 33, 40, 70])
+@pytest.mark.parametrize("stochastic_comm", [True, False])
+def test_visibility_matches_reference_across_bit_word_sizes(n, stochastic_comm):
+    """The fast visibility packs each row of sharing and detection flags into 32-bit words;
+    agent counts below, at and above one and two words must give the reference's seen sets."""
+    import jax
+
+    from gigastep.observations.visibility import visibility
+
+    rng = np.random.default_rng(n)
+    teams = tuple(int(t) for t in rng.permutation(np.arange(n) % 2))
+    config = EnvConfig(teams=teams, obs_type="vector", stochastic_comm=stochastic_comm,
+                       communication_range=4.0)  # fmt: skip
+    fast = jax.jit(functools.partial(visibility, config))
+    checked = 0
+    for _ in range(3):
+        state = {"x": rng.uniform(0, 10, n).astype(F32), "y": rng.uniform(0, 10, n).astype(F32),
+                 "alive": rng.random(n) < 0.8}  # fmt: skip
+        hd = rng.random((n, n)) < 0.3
+        comm = rng.random((n, n)).astype(F32)
+        dx = state["x"][:, None] - state["x"][None, :]
+        dy = state["y"][:, None] - state["y"][None, :]
+        dist = np.sqrt(dx * dx + dy * dy).astype(F32)
+        got = np.asarray(fast(state["alive"], dist, hd, comm))
+        want = ref.visibility(config, state, hd, comm)
+        np.testing.assert_array_equal(got, want)
+        checked += int(want.sum() - np.diag(want).sum())
+    assert checked > 0  # some ego saw another agent

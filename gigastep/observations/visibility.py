@@ -33,8 +33,21 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise):
         else:
             ratio = jnp.where(dist > 0, 1.0, 0.0)
         shares = same & alive[None, :] & (ratio <= comm_noise)  # [e, j]
-        reach = detected.T | jnp.eye(n, dtype=bool)  # [j, i]: j detects i, or j is i
-        seen = jnp.dot(shares.astype(jnp.float32), reach.astype(jnp.float32)) > 0
+        # e sees i if a sharing teammate j detected i (HD[i, j]), or i itself shares.
+        if n <= 32:
+            # An AND of two bit sets over j: each row of `shares` and `detected` is packed
+            # into one word by a reduction along its contiguous axis, and everything after
+            # reads only those words. XLA on CPU recomputes fused elementwise producers
+            # (hashes, cosines) for every element of every consumer; the product below does
+            # that for the transposed `detected`, without vectorisation (0.9 of a 3 ms step
+            # at 5v5, batch 1024; this form: 5v5 ~15% faster overall).
+            share_bits, detect_bits = _bits(shares), _bits(detected)  # (n,) uint32 each
+            relayed = (share_bits[:, None] & detect_bits[None, :]) != 0
+            own = (jnp.right_shift(share_bits[:, None], jnp.arange(n, dtype=jnp.uint32)) & 1) != 0
+            seen = relayed | own
+        else:  # one product of 0/1 matrices (faster than multi-word bit sets at 20v20)
+            reach = detected.T | jnp.eye(n, dtype=bool)  # [j, i]: j detects i, or j is i
+            seen = jnp.dot(shares.astype(jnp.float32), reach.astype(jnp.float32)) > 0
     else:
         team1 = jnp.asarray(teams == 1)
         by_team1 = jnp.any(detected & team1[None, :], axis=1)  # [i]
@@ -42,3 +55,9 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise):
         by_my_team = jnp.where(team1[:, None], by_team1[None, :], by_team0[None, :])  # [e, i]
         seen = by_my_team | (same & alive[None, :])
     return seen & alive[:, None]
+
+
+def _bits(mask):
+    """(n, m <= 32) bool -> (n,) uint32: row e as a bit set (bit j set iff mask[e, j])."""
+    weight = jnp.left_shift(jnp.uint32(1), jnp.arange(mask.shape[1], dtype=jnp.uint32))
+    return jnp.sum(jnp.where(mask, weight, jnp.uint32(0)), axis=1, dtype=jnp.uint32)
