@@ -12,10 +12,17 @@ Usage:
     python -m benchmarks.throughput --scenario identical_20_vs_20 --obs pobs_vec \\
         --batch 256 1024 --steps 50 --repeats 5 --policy mlp
     python -m benchmarks.throughput --baseline-frames       # memory-bandwidth bound only
+    python -m benchmarks.throughput --quick --devices 2     # the batch sharded over 2 devices
 
 Counting (as in the Gigastep paper): one agent-step is one agent of one environment advanced
 by one step; agent_steps_per_s = steps x batch x n_agents / seconds, and
 env_steps_per_s = steps x batch / seconds.
+
+Devices: with `--devices N` each batch is split over N devices (one `jit` with the batch axis
+sharded; the games are independent, so the only traffic is the summed reward). On CPU each
+configuration's process then gets `XLA_FLAGS=--xla_force_host_platform_device_count=N`, one
+XLA host device per core, each running its own share of the step: scatters and small fusions
+that XLA runs on one thread then run on all cores (on 2 cores: RGB ~2x, 20 vs 20 ~1.4x).
 """
 
 from __future__ import annotations
@@ -80,6 +87,8 @@ class Options:
                            "--no-isolate runs all in this process")  # fmt: skip
     timeout: float = option(1800.0, "seconds allowed per configuration (isolated runs)")
     seed: int = option(0, "PRNG seed")
+    devices: int = option(1, "shard each batch over this many devices; on CPU, as many XLA "
+                          "host devices (batches not divisible by it run on 1)")  # fmt: skip
     json: str = option(None, "write the rows as a JSON list to this path")
     format: str = option("markdown", "table format printed", choices=("markdown", "latex", "none"))
 
@@ -105,6 +114,8 @@ class Case:
     """"env" (environment rollout) or "write_rgb" / "write_vector" (observation-write bound)."""
     label: str = ""
     """Free text shown in the table (e.g. "1 M agents")."""
+    devices: int = 1
+    """Devices the batch is sharded over (see the module docstring)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,6 +337,38 @@ def _obs_bytes(config, resolution: int) -> int:
     return {"vector": vec, "rgb": rgb, "rgb_vector": rgb + vec}[config.obs_type]
 
 
+def _shard_batch(carry, case: Case):
+    """The carry with its batch axis split over `case.devices` devices (replicated scalars);
+    unchanged for one device. Checked before any compile."""
+    if case.devices == 1:
+        return carry
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    have = jax.devices()
+    if case.devices < 1 or case.devices > len(have):
+        hint = (" (on CPU, start the process with XLA_FLAGS=--xla_force_host_platform_device_"
+                f"count={case.devices}; the isolated sweep does this)")  # fmt: skip
+        raise ValueError(f"devices={case.devices} but this process has {len(have)} "
+                         f"{jax.default_backend()} device(s){hint}")  # fmt: skip
+    if case.batch % case.devices:
+        raise ValueError(f"batch {case.batch} does not split over {case.devices} devices")
+    mesh = Mesh(np.asarray(have[: case.devices]), ("batch",))
+    split = NamedSharding(mesh, PartitionSpec("batch"))
+    whole = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(lambda x: jax.device_put(x, split if x.ndim else whole), carry)
+
+
+def _worker_env(case: Case) -> dict[str, str] | None:
+    """Environment of a case's worker process: N XLA host devices when sharding over N."""
+    if case.devices == 1:
+        return None
+    flags = os.environ.get("XLA_FLAGS", "")
+    flags = " ".join(f for f in flags.split() if "xla_force_host_platform_device_count" not in f)
+    return {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={case.devices}".strip()}
+
+
 def run_case(case: Case) -> dict[str, Any]:
     """Measure one case in this process; returns its result row."""
     import jax
@@ -342,6 +385,7 @@ def run_case(case: Case) -> dict[str, Any]:
         name = f"{case.kind}:{name}"
     else:
         raise ValueError(f"unknown case kind {case.kind!r}")
+    carry = _shard_batch(carry, case)
     jax.block_until_ready(carry)
     rss_ready, peak_ready = current_rss_mb(), peak_rss_mb()
     # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.
@@ -372,6 +416,7 @@ def run_case(case: Case) -> dict[str, Any]:
         else "pobs",
         "resolution": case.resolution if config.obs_type != "vector" else None,
         "batch": case.batch,
+        "devices": case.devices,
         "n_agents": n,
         "agents_total": n * case.batch,
         "steps": steps,
@@ -413,7 +458,8 @@ def run_case(case: Case) -> dict[str, Any]:
 def quick_cases(opts: Options) -> list[Case]:
     """The quick preset: the four configurations of the issue's targets (scaled-down work)."""
     common = dict(repeats=min(opts.repeats, 3), work=2e5, policy=opts.policy,
-                  step_fn=opts.step_fn, discrete=opts.discrete, seed=opts.seed)  # fmt: skip
+                  step_fn=opts.step_fn, discrete=opts.discrete, seed=opts.seed,
+                  devices=opts.devices)  # fmt: skip
     return [
         Case("identical_5_vs_5", "pobs_vec", 1024, **common),
         Case("identical_5_vs_5", "fobs_vec", 1024, **common),
@@ -431,7 +477,7 @@ def paper_cases(opts: Options) -> list[Case]:
     """The paper sweep: batch sizes 1..131072 for 5v5 (vector), 1..32768 for 20v20 (vector),
     1..2048 for 5v5 RGB 84x84, and the 1 M agents case (5v5, batch 100,000, vector)."""
     common = dict(repeats=opts.repeats, work=2e6, policy=opts.policy, step_fn=opts.step_fn,
-                  discrete=opts.discrete, seed=opts.seed)  # fmt: skip
+                  discrete=opts.discrete, seed=opts.seed, devices=opts.devices)  # fmt: skip
     cases = []
     for obs in ("pobs_vec", "fobs_vec"):
         cases += [Case("identical_5_vs_5", obs, b, **common) for b in PAPER_BATCHES]
@@ -466,6 +512,8 @@ def _policy_for(policy: str, obs: str) -> str:
 
 
 def cases_from_options(opts: Options) -> list[Case]:
+    if opts.devices < 1:
+        raise ValueError(f"--devices must be >= 1, got {opts.devices}")
     if opts.quick:
         cases = quick_cases(opts)
     elif opts.paper:
@@ -477,9 +525,12 @@ def cases_from_options(opts: Options) -> list[Case]:
         cases = [
             Case(s, o, b, steps=opts.steps, work=opts.work, repeats=opts.repeats,
                  policy=_policy_for(opts.policy, o), step_fn=opts.step_fn,
-                 discrete=opts.discrete, resolution=opts.resolution, seed=opts.seed)
+                 discrete=opts.discrete, resolution=opts.resolution, seed=opts.seed,
+                 devices=opts.devices)
             for s in opts.scenario for o in opts.obs for b in opts.batch
         ]  # fmt: skip
+    # A batch that does not split evenly runs on one device (e.g. batch 1 of the paper sweep).
+    cases = [c if c.batch % c.devices == 0 else dataclasses.replace(c, devices=1) for c in cases]
     if opts.baseline_only:
         return baseline_cases(opts, cases)
     if opts.baseline_frames:
@@ -489,7 +540,8 @@ def cases_from_options(opts: Options) -> list[Case]:
 
 def _case_id(c: Case) -> str:
     what = c.kind if c.kind != "env" else f"{c.obs} policy={c.policy} {c.step_fn}"
-    return f"{c.scenario} {what} batch={c.batch}"
+    where = f" devices={c.devices}" if c.devices > 1 else ""
+    return f"{c.scenario} {what} batch={c.batch}{where}"
 
 
 def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = None,
@@ -502,7 +554,8 @@ def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = N
         print(f"[{i + 1}/{len(cases)}] {_case_id(case)} ...", file=log, flush=True)
         t0 = time.perf_counter()
         if isolate:
-            row = run_worker("benchmarks.throughput", dataclasses.asdict(case), timeout=timeout)
+            row = run_worker("benchmarks.throughput", dataclasses.asdict(case), timeout=timeout,
+                             env=_worker_env(case))  # fmt: skip
         else:
             try:
                 row = run_case(case)
@@ -535,6 +588,7 @@ TABLE_COLUMNS = (
     Column("label", "note"),
     Column("obs_type", "obs"),
     Column("batch", "batch", str),
+    Column("devices", "devices", str),
     Column("agents_total", "agents", str),
     Column("policy", "policy"),
     Column("steps", "steps/call", str),
@@ -550,6 +604,7 @@ LATEX_COLUMNS = (
     Column("scenario", "Scenario"),
     Column("obs_type", "Obs."),
     Column("batch", "Batch", lambda x: f"{x:,}"),
+    Column("devices", "Dev.", str),
     Column("agents_total", "Agents", lambda x: f"{x:,}"),
     Column("agent_steps_per_s", "Agent-steps/s [M/s]", _millions),
     Column("env_steps_per_s", "Env-steps/s [k/s]", lambda x: f"{x / 1e3:.3g}"),

@@ -139,3 +139,24 @@ def test_plot_refuses_input_without_throughput_rows(tmp_path):
 
     with pytest.raises(ValueError, match="no throughput rows"):
         plot_throughput([{"impl": "jax", "T": 32}], tmp_path / "plot.png")
+
+
+def test_devices_shard_the_batch_in_a_worker_with_that_many_host_devices():
+    case = throughput.dataclasses.replace(TINY, devices=2)
+    rows = throughput.run_sweep([case], isolate=True, timeout=300, log=io.StringIO())
+    assert "error" not in rows[0], rows[0]
+    assert rows[0]["devices"] == 2 and rows[0]["batch"] == 2
+    assert rows[0]["machine"]["device"]["backend"] == jax.default_backend()
+
+
+def test_more_devices_than_the_process_has_is_a_clear_error_before_compiling():
+    case = throughput.dataclasses.replace(TINY, devices=jax.device_count() + 1)
+    with pytest.raises(ValueError, match="xla_force_host_platform_device_count"):
+        throughput.run_case(case)
+
+
+def test_batches_that_do_not_split_over_the_devices_run_on_one():
+    opts = throughput.Options(batch=[3, 4], devices=2)
+    assert [(c.batch, c.devices) for c in throughput.cases_from_options(opts)] == [(3, 1), (4, 2)]
+    with pytest.raises(ValueError, match="--devices must be >= 1, got 0"):
+        throughput.cases_from_options(throughput.Options(devices=0))
