@@ -1,9 +1,10 @@
 """PyTorch bridge throughput: a Python loop over `TorchVecEnv` versus the same rollout in JAX.
 
 Rows (per batch size B, scenario with n agents):
-  * `jax_scan`: one compiled `lax.scan` of `steps` auto-resetting batched steps
-    (`vmap(step_autoreset)`, final observation kept, as `TorchVecEnv` runs it) with uniform
-    random actions drawn inside the scan: the ceiling for any driver of the environment.
+  * `jax_scan`: one compiled `lax.scan` of `steps` auto-resetting batched steps, the same
+    step `TorchVecEnv` runs (final observation kept; on CPU `batched_step_autoreset`, which
+    resets only the finished games, elsewhere `vmap(step_autoreset)`) with uniform random
+    actions drawn inside the scan: the ceiling for any driver of the environment.
   * `torch_loop`: a Python loop of `steps` calls `TorchVecEnv.step(actions)` with actions drawn
     by `torch.rand` on the env's device; outputs arrive as torch tensors (DLPack, no copy).
     `vs_jax` = its env-steps/s over the `jax_scan` figure at the same B (goal >= 0.9).
@@ -89,7 +90,7 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
     import jax
     import jax.numpy as jnp
 
-    from gigastep.env import step_autoreset
+    from gigastep.env import batched_step_autoreset, step_autoreset
     from gigastep.scenarios import make
 
     env = make(scenario)
@@ -102,11 +103,14 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
             return jax.random.randint(key, shape, 0, 27)
         return jax.random.uniform(key, shape, minval=-1.0, maxval=1.0)
 
+    if jax.default_backend() == "cpu":  # as TorchVecEnv chooses for its device
+        env_step = partial(batched_step_autoreset, config)
+    else:
+        env_step = jax.vmap(partial(step_autoreset, config))
+
     def one_step(states, k):
         k_act, k_step = jax.random.split(k)
-        out = jax.vmap(partial(step_autoreset, config))(
-            states, draw(k_act), jax.random.split(k_step, batch)
-        )
+        out = env_step(states, draw(k_act), jax.random.split(k_step, batch))
         return out[1], (out[0], *out[2:])
 
     @partial(jax.jit, donate_argnums=0)

@@ -365,6 +365,28 @@ class VersusEnv:
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
+    def batched_step_autoreset(self, states: EnvState, team_actions, keys, final_obs=True):
+        """`jax.vmap(step_autoreset)` over a batch (leading axis B on every argument), with
+        the finished games reset by `env.batched_step_autoreset` instead of every game.
+
+        Pure, for a caller's jit or scan on CPU; under a further vmap, or where XLA reads a
+        conditional's branch index on the host (GPU), prefer the vmapped `step_autoreset`.
+        """
+        split = jax.vmap(jax.random.split)(keys)
+        actions = jax.vmap(self.joint_actions)(states, team_actions, split[:, 0])
+        obs, states, rewards, dones, done, info = _env.batched_step_autoreset(
+            self.config, states, actions, split[:, 1], final_obs
+        )
+        team = jax.vmap(self.team_view)
+        info = StepInfo(
+            terminated=info.terminated,
+            truncated=info.truncated,
+            final_obs=team(info.final_obs),
+            episode_return=team(info.episode_return),
+            episode_length=info.episode_length,
+        )
+        return team(obs), states, team(rewards), team(dones), done, info
+
     # --- compiled batched forms ---------------------------------------------------------
     def v_reset(self, keys):
         _env._check_batch(keys)
@@ -399,7 +421,7 @@ def _v_step(versus: VersusEnv, states, team_actions, keys):
 
 @partial(jax.jit, static_argnums=(0, 4))
 def _v_step_autoreset(versus: VersusEnv, states, team_actions, keys, final_obs):
-    return jax.vmap(partial(versus.step_autoreset, final_obs=final_obs))(states, team_actions, keys)
+    return versus.batched_step_autoreset(states, team_actions, keys, final_obs)
 
 
 @partial(jax.jit, static_argnums=0)

@@ -71,6 +71,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
 
     from gigastep import env as genv
     from gigastep.env import GigastepEnv, _autoreset_capacity
+    from gigastep.opponents import VersusEnv
     from gigastep.scenarios import make_config
     from gigastep.types import EnvState
 
@@ -102,9 +103,13 @@ def run_cases(strict: bool) -> dict[str, dict]:
         x = jnp.where(jnp.asarray(gone), -1.0, ag.x)
         return states.replace(episode=ep.replace(step=step), agents=ag.replace(x=x))
 
-    def run(config, final_obs, batch, typed, cases):
+    def run(config, final_obs, batch, typed, cases, versus=False):
         ref = jax.jit(jax.vmap(partial(genv.step_autoreset, config, final_obs=final_obs)))
         env = GigastepEnv(config)
+        # With an opponent (team 1 scripted): VersusEnv's batched form against its vmapped
+        # step_autoreset, on the same states, keys and the learner team's actions.
+        vs = VersusEnv(env, "random") if versus else None
+        ref_vs = vs and jax.jit(jax.vmap(partial(vs.step_autoreset, final_obs=final_obs)))
         n = config.n_agents
         one = EnvState.create(config, x=np.linspace(2.0, 8.0, n), y=np.full(n, 5.0))
         states = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (batch, *a.shape)), one)
@@ -129,11 +134,20 @@ def run_cases(strict: bool) -> dict[str, dict]:
                 "terminated": int(np.sum(np.asarray(want[5].terminated))),
                 "mismatches": _mismatches(got, want, strict),
             }
+            if vs:
+                team = actions[:, np.asarray(vs.team_indices)]
+                want = ref_vs(s, team, keys)
+                got = vs.v_step_autoreset(s, team, keys, final_obs)
+                results[f"{name}/versus"] = {
+                    "done": int(np.sum(np.asarray(want[4]))),
+                    "expected": len(set(truncate) | set(eliminate)),
+                    "mismatches": _mismatches(got, want, strict),
+                }
 
     few = [int(g) for g in np.linspace(0, BATCH - 1, cap)]
     more = list(range(0, 3 * (cap + 1), 3))
     for tag, config in (("vec", vec), ("rgbv", rgbv)):
-        run(config, True, BATCH, False, [
+        run(config, True, BATCH, False, versus=tag == "vec", cases=[
             (f"{tag}/none", [], []),
             (f"{tag}/one", [7], []),
             (f"{tag}/capacity", few[1:], few[:1]),
@@ -201,3 +215,11 @@ def test_terminated_and_truncated_games_are_both_reset(results, config):
 @pytest.mark.parametrize("case", ["none", "one"])
 def test_equals_vmapped_step_autoreset_for_one_game_typed_keys_no_final_obs(results, case):
     assert_case(results, f"single/{case}")
+
+
+@pytest.mark.parametrize("case", ["none", "one", "capacity", "capacity+1", "all"])
+def test_versus_env_batched_form_equals_its_vmapped_step_autoreset(results, case):
+    # the scripted opponent may end a game on its own, so at least the chosen games finish
+    r = results[f"vec/{case}/versus"]
+    assert r["done"] >= r["expected"], r
+    assert not r["mismatches"], f"differs from vmap(VersusEnv.step_autoreset) in {r['mismatches']}"
