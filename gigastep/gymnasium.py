@@ -140,9 +140,12 @@ def _vector_step(versus: VersusEnv, mode: str, states, key, actions, pending):
     key, k_step, k_reset = jax.random.split(key, 3)
     step_keys = jax.random.split(k_step, b)
     if mode == AutoresetMode.SAME_STEP.value:
-        obs, new, rewards, _, done, info = jax.vmap(versus.step_autoreset)(
-            states, actions, step_keys
-        )
+        # On CPU only the finished games are reset (as TorchVecEnv does; see gigastep.torch).
+        if jax.default_backend() == "cpu":
+            step = versus.batched_step_autoreset
+        else:
+            step = jax.vmap(versus.step_autoreset)
+        obs, new, rewards, _, done, info = step(states, actions, step_keys)
         ep_return = jnp.sum(info.episode_return, axis=-1)
         return (key, obs, new, jnp.sum(rewards, axis=-1), info.terminated, info.truncated,
                 ep_return, info.episode_length, info.final_obs)  # fmt: skip
