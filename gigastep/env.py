@@ -38,6 +38,7 @@ __all__ = [
     "observe",
     "reset",
     "reset_state",
+    "reset_where",
     "sample_noise",
     "step",
     "step_autoreset",
@@ -435,39 +436,47 @@ def _autoreset_capacity(batch: int) -> int:
     return max(1, -(-batch // 32))
 
 
-def _reset_finished(config: EnvConfig, done, keys):
-    """(fresh states, their comm noise (B, n, n)): `reset_state(config, keys[b])` for every
-    game b where `done`; the other games' entries are unspecified (zeros or a fresh game).
+def reset_where(reset_one, mask, keys):
+    """`jax.vmap(reset_one)(keys)` at the games where `mask` (B,) is set; the other games'
+    entries are unspecified (zeros or a fresh game).
 
-    Only the finished games are reset: none when no game finished, the first
-    `_autoreset_capacity(B)` of them (gathered, reset, scattered into zeros) when few did, the
+    Only the masked games are reset: none when no game is masked, the first
+    `_autoreset_capacity(B)` of them (gathered, reset, scattered into zeros) when few are, the
     whole batch otherwise. The placement loop of a batched reset runs until its worst game is
-    placed, so resetting a few games costs a fraction of resetting the batch.
+    placed, so resetting a few games costs a fraction of resetting the batch. The choice is a
+    conditional on the count of masked games: on backends that run conditionals from the
+    host (GPU) its index is read there.
     """
-    b = done.shape[0]
+    b = mask.shape[0]
     cap = _autoreset_capacity(b)
-    v_reset_state = jax.vmap(partial(reset_state, config))
-    shapes = jax.eval_shape(v_reset_state, keys)
+    v_reset = jax.vmap(reset_one)
+    shapes = jax.eval_shape(v_reset, keys)
 
     def zeros(_):
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
     def reset_few(_):
-        (idx,) = jnp.nonzero(done, size=cap, fill_value=b)
-        # the unused slots reset a copy of the first finished game and are dropped
-        few = v_reset_state(keys[jnp.where(idx < b, idx, idx[0])])
+        (idx,) = jnp.nonzero(mask, size=cap, fill_value=b)
+        # the unused slots reset a copy of the first masked game and are dropped
+        few = v_reset(keys[jnp.where(idx < b, idx, idx[0])])
         return jax.tree_util.tree_map(
             lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), few
         )
 
     def reset_all(_):
-        return v_reset_state(keys)
+        return v_reset(keys)
 
-    count = jnp.sum(done, dtype=jnp.int32)
+    count = jnp.sum(mask, dtype=jnp.int32)
     if cap >= b:
         return jax.lax.cond(count > 0, reset_all, zeros, None)
     branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
     return jax.lax.switch(branch, (zeros, reset_few, reset_all), None)
+
+
+def _reset_finished(config: EnvConfig, done, keys):
+    """(fresh states, their comm noise (B, n, n)): `reset_state(config, keys[b])` for every
+    game b where `done` (see `reset_where`)."""
+    return reset_where(partial(reset_state, config), done, keys)
 
 
 def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,

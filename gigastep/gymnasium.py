@@ -140,12 +140,10 @@ def _vector_step(versus: VersusEnv, mode: str, states, key, actions, pending):
     key, k_step, k_reset = jax.random.split(key, 3)
     step_keys = jax.random.split(k_step, b)
     if mode == AutoresetMode.SAME_STEP.value:
-        # On CPU only the finished games are reset (as TorchVecEnv does; see gigastep.torch).
-        if jax.default_backend() == "cpu":
-            step = versus.batched_step_autoreset
-        else:
-            step = jax.vmap(versus.step_autoreset)
-        obs, new, rewards, _, done, info = step(states, actions, step_keys)
+        # Only the finished games are reset. (Where XLA runs conditionals from the host, this
+        # reads a count there; the NumPy interface copies every step's outputs to the host
+        # anyway.)
+        obs, new, rewards, _, done, info = versus.batched_step_autoreset(states, actions, step_keys)
         ep_return = jnp.sum(info.episode_return, axis=-1)
         return (key, obs, new, jnp.sum(rewards, axis=-1), info.terminated, info.truncated,
                 ep_return, info.episode_length, info.final_obs)  # fmt: skip
@@ -154,7 +152,7 @@ def _vector_step(versus: VersusEnv, mode: str, states, key, actions, pending):
     ep_return, ep_length = jax.vmap(partial(_stats, versus))(new)
     reward = jnp.sum(rewards, axis=-1)
     if mode == AutoresetMode.NEXT_STEP.value:
-        fresh_obs, fresh = jax.vmap(versus.reset)(jax.random.split(k_reset, b))
+        fresh_obs, fresh = _env.reset_where(versus.reset, pending, jax.random.split(k_reset, b))
         obs = _env._select(pending, fresh_obs, obs)
         new = _env._select(pending, fresh, new)
         reward = jnp.where(pending, 0.0, reward)

@@ -223,3 +223,40 @@ def test_versus_env_batched_form_equals_its_vmapped_step_autoreset(results, case
     r = results[f"vec/{case}/versus"]
     assert r["done"] >= r["expected"], r
     assert not r["mismatches"], f"differs from vmap(VersusEnv.step_autoreset) in {r['mismatches']}"
+
+
+@pytest.fixture(scope="module")
+def full_reset():
+    """A batch of 40 fresh 2-vs-2 games (obs, states), their keys and the plain reset."""
+    import jax
+
+    from gigastep.env import GigastepEnv
+    from gigastep.scenarios import make_config
+
+    env = GigastepEnv(make_config("identical_2_vs_2_pobs_vec_maps_cont"))
+    keys = jax.random.split(jax.random.key(3), BATCH)
+    return env, keys, jax.jit(jax.vmap(env.reset))(keys)
+
+
+@pytest.mark.parametrize("games", [[], [5], [0, 39], [1, 2, 3], list(range(BATCH))],
+                         ids=["none", "one", "capacity", "capacity+1", "all"])  # fmt: skip
+def test_reset_where_resets_exactly_the_masked_games(full_reset, games):
+    """`reset_where` (behind the auto-reset steps and Gymnasium's NEXT_STEP mode) gives
+    `vmap(reset)(keys)` at every masked game, whether it resets none, the few masked ones
+    (capacity 2 of 40) or the whole batch."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gigastep.env import _autoreset_capacity, reset_where
+
+    env, keys, want = full_reset
+    assert _autoreset_capacity(BATCH) == 2
+    mask = jnp.zeros(BATCH, bool).at[jnp.asarray(games, jnp.int32)].set(True)
+    got = jax.jit(lambda m, k: reset_where(env.reset, m, k))(mask, keys)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        g, w = np.asarray(g)[games], np.asarray(w)[games]
+        if np.issubdtype(w.dtype, np.floating):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(g, w)
