@@ -193,10 +193,20 @@ def _batched_autoreset_fn(game: Game):
 
 
 @lru_cache(maxsize=64)
+def _state_treedef(game: Game):
+    """The pytree structure of one batch of `game`'s states."""
+    shapes = jax.eval_shape(_reset_fn(game), jax.random.PRNGKey(0))
+    return jax.tree_util.tree_structure(shapes[1])
+
+
+@lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
-    """The compiled auto-resetting batched step of `game`: (states, key, actions) ->
-    (key, (obs, states, rewards, dones, ep_dones, info)); states and key are donated.
-    Built once per game (no static-argument hashing on the hot path).
+    """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
+    (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
+    episode_return, episode_length, final_obs)); state leaves and key are donated.
+    Built once per game (no static-argument hashing on the hot path). States travel as a flat
+    list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
+    four per step.
 
     `reset_finished_only` resets only the games that ended (`env.batched_step_autoreset`:
     on CPU about half the cost of a step that resets every game and keeps the results of
@@ -208,9 +218,17 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
     else:
         step = jax.vmap(partial(_autoreset_fn(game), final_obs=final_obs))
 
-    def run(states, key, actions):
+    treedef = _state_treedef(game)
+
+    def run(leaves, key, actions):
         key, sub = jax.random.split(key)
-        return key, step(states, actions, jax.random.split(sub, actions.shape[0]))
+        states = jax.tree_util.tree_unflatten(treedef, leaves)
+        obs, states, rewards, dones, ep_dones, info = step(
+            states, actions, jax.random.split(sub, actions.shape[0])
+        )
+        outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
+                   info.episode_return, info.episode_length, info.final_obs)  # fmt: skip
+        return key, jax.tree_util.tree_leaves(states), outputs
 
     return jax.jit(run, donate_argnums=(0, 1))
 
@@ -290,7 +308,8 @@ class TorchVecEnv:
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._states = None
+        self._leaves = None  # the batched states as a flat list (see _compiled_step)
+        self._treedef = _state_treedef(self.game)
         self.last_obs = None
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu")
 
@@ -324,9 +343,9 @@ class TorchVecEnv:
     def states(self) -> EnvState:
         """The current batched game states (JAX). Donated by the next `step`: copy them if you
         keep them."""
-        if self._states is None:
+        if self._leaves is None:
             raise RuntimeError("call reset() first")
-        return self._states
+        return jax.tree_util.tree_unflatten(self._treedef, self._leaves)
 
     def __repr__(self) -> str:
         return f"TorchVecEnv({self.game!r}, num_envs={self.num_envs}, device={self.device})"
@@ -336,7 +355,8 @@ class TorchVecEnv:
         """Start `num_envs` fresh games; returns their observations (torch)."""
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._key, obs, self._states = _reset(self.game, self.num_envs, self._key)
+        self._key, obs, states = _reset(self.game, self.num_envs, self._key)
+        self._leaves = jax.tree_util.tree_leaves(states)
         self.last_obs = jax_to_torch(obs)
         return self.last_obs
 
@@ -352,22 +372,20 @@ class TorchVecEnv:
             lambda x: jax.device_put(jnp.array(x, copy=True), self.jax_device), states
         )
         self._key, obs = _observe(self.game, states, self._key)
-        self._states = states
+        self._leaves = jax.tree_util.tree_leaves(states)
         self.last_obs = jax_to_torch(obs)
         return self.last_obs
 
     def step(self, actions: torch.Tensor):
         """One step of every game; returns (obs, rewards, dones, ep_dones, info) as tensors."""
-        if self._states is None:
+        if self._leaves is None:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
         actions = _leaf_to_jax(self._check_actions(actions))
-        self._key, out = self._step(self._states, self._key, actions)
-        obs, self._states, rewards, dones, ep_dones, info = out
+        self._key, self._leaves, out = self._step(self._leaves, self._key, actions)
         obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length = jax_to_torch(
-            (obs, rewards, dones, ep_dones, info.terminated, info.truncated, info.episode_return,
-             info.episode_length)
-        )  # fmt: skip
-        final = jax_to_torch(info.final_obs) if self.final_obs else obs
+            out[:8]
+        )
+        final = jax_to_torch(out[8]) if self.final_obs else obs
         self.last_obs = obs
         info = {
             "terminated": terminated,
@@ -379,7 +397,7 @@ class TorchVecEnv:
         return obs, rewards, dones, ep_dones, info
 
     def close(self) -> None:
-        self._states = None
+        self._leaves = None
 
     # --- checks -------------------------------------------------------------------------
     def _check_actions(self, actions) -> torch.Tensor:

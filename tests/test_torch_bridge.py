@@ -263,3 +263,16 @@ def test_step_before_reset_is_an_error():
     venv = TorchVecEnv(COLLISION, 2)
     with pytest.raises(RuntimeError, match="reset"):
         venv.step(torch.zeros(2, 3, 3))
+
+
+def test_states_are_the_batched_env_state_and_advance_with_each_step():
+    venv = TorchVecEnv("identical_2_vs_2_fobs_vec_void_disc", 3, seed=2)
+    venv.reset()
+    before = venv.states
+    assert isinstance(before, EnvState) and before.agents.x.shape == (3, 4)
+    steps = np.asarray(before.episode.step).copy()
+    _, _, _, ep_dones, _ = venv.step(torch.full((3, 4), 13, dtype=torch.int32))  # no-op actions
+    after = venv.states
+    assert isinstance(after, EnvState)
+    ended = ep_dones.numpy()
+    np.testing.assert_array_equal(np.asarray(after.episode.step)[~ended], steps[~ended] + 1)
