@@ -432,18 +432,20 @@ def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
         adv = v(lambda s_, a_, k: genv._advance(c, s_, a_, genv.sample_noise(c, k)))(st, a, keys)
         return jnp.zeros((b, n, 1)), adv.state, adv.rewards
 
+    # Auto-reset without the final observation (only obs, states and rewards are carried, so
+    # a final observation would be dead code here).
     def autoreset(st, a, keys):
-        return v(lambda s_, a_, k: genv.step_autoreset(c, s_, a_, k, False))(st, a, keys)[:3]
+        return genv.batched_step_autoreset(c, st, a, keys, False)[:3]
 
-    def autoreset_final(st, a, keys):
-        return v(lambda s_, a_, k: genv.step_autoreset(c, s_, a_, k, True))(st, a, keys)[:3]
+    def autoreset_vmapped(st, a, keys):
+        return v(lambda s_, a_, k: genv.step_autoreset(c, s_, a_, k, False))(st, a, keys)[:3]
 
     variants = [
         ("step (v_step)", step),
         ("step with fixed noise (transition, no RNG)", fixed_noise),
         ("step without observation (_advance only)", no_obs),
-        ("step_autoreset (final_obs=False)", autoreset),
-        ("step_autoreset (final_obs=True)", autoreset_final),
+        ("v_step_autoreset (resets the finished games)", autoreset),
+        ("vmap(step_autoreset) (resets every game, keeps the finished ones')", autoreset_vmapped),
     ]
     entries = []
     for name, fn in variants:
