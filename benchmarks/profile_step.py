@@ -138,7 +138,11 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
 
     from gigastep import dynamics, interactions, rewards
     from gigastep import env as genv
-    from gigastep.observations.vector import vector_observations
+    from gigastep.observations.vector import (
+        native_supported,
+        native_vector_observations,
+        vector_observations,
+    )
     from gigastep.observations.visibility import visibility
 
     c = config
@@ -179,6 +183,12 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
         phases.append(("vector observation",
                        lambda ag, ep, d, sn, b: vector_observations(c, ag, ep, d, sn, b),
                        (moved_alive, s.episode, x["geo"].dist, seen, x["boxes"])))  # fmt: skip
+        if native_supported(c):
+            phases.append(("visibility + vector observation (native kernel)",
+                           lambda ag, ep, d, det, u, b:
+                           native_vector_observations(c, ag, ep, d, det, u, b),
+                           (moved_alive, s.episode, x["geo"].dist, fight.detected,
+                            x["noise"].comm, x["boxes"])))  # fmt: skip
     if c.obs_type in ("rgb", "rgb_vector"):
         from gigastep.observations.rgb import rgb_observations
 

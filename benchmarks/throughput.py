@@ -18,8 +18,8 @@ Counting (as in the Gigastep paper): one agent-step is one agent of one environm
 by one step; agent_steps_per_s = steps x batch x n_agents / seconds, and
 env_steps_per_s = steps x batch / seconds.
 
-Devices: with `--devices N` each batch is split over N devices (one `jit` with the batch axis
-sharded; the games are independent, so the only traffic is the summed reward). On CPU each
+Devices: with `--devices N` each batch is split over N devices (`shard_map`: each device rolls
+out its own games with its own keys and reward sum; nothing is communicated). On CPU each
 configuration's process then gets `XLA_FLAGS=--xla_force_host_platform_device_count=N`, one
 XLA host device per core, each running its own share of the step: scatters and small fusions
 that XLA runs on one thread then run on all cores (on 2 cores: RGB ~2x, 20 vs 20 ~1.4x).
@@ -275,9 +275,10 @@ def build_rollout(config, case: Case, steps: int, env_step=None):
 
     from gigastep import env as genv
 
-    b = case.batch
     k_reset, k_policy = jax.random.split(jax.random.PRNGKey(case.seed))
-    obs, states = jax.jit(partial(genv.batched_reset, config))(jax.random.split(k_reset, b))
+    reset_keys = jax.random.split(k_reset, case.batch)
+    obs, states = jax.jit(partial(genv.batched_reset, config))(reset_keys)
+    b = case.batch // case.devices  # games per device (the rollout runs once per device)
     act = make_policy(case.policy, config, k_policy)
 
     # The library's own batched forms (what GigastepEnv.v_step / v_step_autoreset compile).
@@ -337,14 +338,11 @@ def _obs_bytes(config, resolution: int) -> int:
     return {"vector": vec, "rgb": rgb, "rgb_vector": rgb + vec}[config.obs_type]
 
 
-def _shard_batch(carry, case: Case):
-    """The carry with its batch axis split over `case.devices` devices (replicated scalars);
-    unchanged for one device. Checked before any compile."""
-    if case.devices == 1:
-        return carry
+def _mesh(case: Case):
+    """The 1-D device mesh ("batch",) of a case, checked before any compile."""
     import jax
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import Mesh
 
     have = jax.devices()
     if case.devices < 1 or case.devices > len(have):
@@ -354,10 +352,43 @@ def _shard_batch(carry, case: Case):
                          f"{jax.default_backend()} device(s){hint}")  # fmt: skip
     if case.batch % case.devices:
         raise ValueError(f"batch {case.batch} does not split over {case.devices} devices")
-    mesh = Mesh(np.asarray(have[: case.devices]), ("batch",))
-    split = NamedSharding(mesh, PartitionSpec("batch"))
-    whole = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda x: jax.device_put(x, split if x.ndim else whole), carry)
+    return Mesh(np.asarray(have[: case.devices]), ("batch",))
+
+
+def _shard(rollout, carry, case: Case):
+    """(rollout, carry) running on `case.devices` devices, each with its slice of the batch;
+    unchanged for one device.
+
+    Data parallel with `shard_map`: every device runs the per-device rollout on its games
+    (its own random keys: the key is folded with the device index) and keeps its own reward
+    sum, so no step communicates. A sharded `jit` would do the same for pure XLA code, but
+    the partitioner cannot split the native observation kernel (an FFI custom call) and
+    would run it on the whole batch on every device.
+    """
+    if case.devices == 1:
+        return rollout, carry
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    try:
+        from jax import shard_map
+    except ImportError:  # jax < 0.7
+        from jax.experimental.shard_map import shard_map
+    mesh = _mesh(case)
+    split = PartitionSpec("batch")
+
+    def local(carry, key):
+        states, obs, ret = carry
+        key = jax.random.fold_in(key, jax.lax.axis_index("batch"))
+        states, obs, ret = rollout((states, obs, ret[0]), key)
+        return states, obs, ret[None]
+
+    sharded = shard_map(local, mesh=mesh, in_specs=(split, PartitionSpec()), out_specs=split)
+    states, obs, ret = carry
+    carry = (states, obs, jnp.broadcast_to(ret, (case.devices,)))
+    carry = jax.device_put(carry, NamedSharding(mesh, split))
+    return sharded, carry
 
 
 def _worker_env(case: Case) -> dict[str, str] | None:
@@ -372,6 +403,7 @@ def _worker_env(case: Case) -> dict[str, str] | None:
 def run_case(case: Case) -> dict[str, Any]:
     """Measure one case in this process; returns its result row."""
     import jax
+    from jax.sharding import NamedSharding, PartitionSpec
 
     rss_start = current_rss_mb()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -385,7 +417,10 @@ def run_case(case: Case) -> dict[str, Any]:
         name = f"{case.kind}:{name}"
     else:
         raise ValueError(f"unknown case kind {case.kind!r}")
-    carry = _shard_batch(carry, case)
+    if case.kind == "env":
+        rollout, carry = _shard(rollout, carry, case)
+    elif case.devices > 1:
+        carry = jax.device_put(carry, NamedSharding(_mesh(case), PartitionSpec("batch")))
     jax.block_until_ready(carry)
     rss_ready, peak_ready = current_rss_mb(), peak_rss_mb()
     # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.

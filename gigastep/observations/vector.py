@@ -21,7 +21,8 @@ import numpy as np
 from gigastep.dynamics import wrap_angle
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["N_AGENT_FEATURES", "nearest_first", "vector_observations"]
+__all__ = ["N_AGENT_FEATURES", "native_supported", "native_vector_observations", "nearest_first",
+           "vector_observations"]  # fmt: skip
 
 N_AGENT_FEATURES = 9
 
@@ -108,3 +109,70 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
         parts.append(jnp.broadcast_to(flat, (n, flat.shape[0])))
     obs = jnp.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
     return obs * agents.alive[:, None].astype(jnp.float32)
+
+
+# The native kernel keeps bit sets in one 64-bit word per agent and boxes on its stack.
+_NATIVE_MAX_AGENTS = 64
+_NATIVE_MAX_BOXES = 64
+
+
+def native_supported(config: EnvConfig) -> bool:
+    """Whether `native_vector_observations` can serve this config on the CPU (kernel built
+    and loaded, at most 64 agents and 64 boxes)."""
+    from gigastep import _native
+
+    return (config.n_agents <= _NATIVE_MAX_AGENTS and config.max_boxes <= _NATIVE_MAX_BOXES
+            and _native.load())  # fmt: skip
+
+
+def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
+                               dist, detected, comm_noise, boxes):  # fmt: skip
+    """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
+    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc). Bit-identical to the JAX path;
+    CPU only (callers pick it with `jax.lax.platform_dependent`).
+
+    Args:
+        detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
+        Others as in `vector_observations`.
+    """
+    n = config.n_agents
+    lx, ly = config.limit_x, config.limit_y
+    call = jax.ffi.ffi_call(
+        "gigastep_vector_obs",
+        jax.ShapeDtypeStruct((n, config.vector_size), jnp.float32),
+        vmap_method="broadcast_all",
+    )
+    f32 = jnp.float32
+    inputs = (agents, episode, dist, detected, comm_noise, boxes)
+    return _varying_like(inputs, call(
+        agents.x.astype(f32), agents.y.astype(f32), agents.z.astype(f32),
+        agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
+        agents.alive.astype(bool), dist.astype(f32), detected.astype(bool),
+        comm_noise.astype(f32), boxes.astype(f32), episode.waypoint.astype(f32),
+        episode.waypoint_time.astype(f32),
+        m=np.int64(config.vec_agents), n_boxes=np.int64(config.max_boxes),
+        stochastic_comm=bool(config.stochastic_comm), waypoints=bool(config.enable_waypoints),
+        comm_range=np.float32(config.communication_range),
+        inv_lx=np.float32(1.0 / lx), inv_ly=np.float32(1.0 / ly),
+        inv_z=np.float32(1.0 / config.z_max),
+        inv_diag=np.float32(1.0 / math.sqrt(lx * lx + ly * ly)),
+        lx=np.float32(lx), ly=np.float32(ly),
+        teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.float32),
+    ))  # fmt: skip
+
+
+def _varying_like(inputs, out):
+    """`out` marked as varying over the manual mesh axes its inputs vary over (inside
+    `shard_map`), as JAX's own ops are; an FFI call's result carries no such type."""
+    typeof, pcast = getattr(jax, "typeof", None), getattr(jax.lax, "pcast", None)
+    if typeof is None or pcast is None:  # jax without varying-axis types
+        return out
+
+    def varying(x):
+        aval = typeof(x)
+        manual = getattr(aval, "manual_axis_type", None)  # jax >= 0.9; before: aval.vma
+        return set(manual.varying) if manual is not None else set(getattr(aval, "vma", ()))
+
+    axes = set().union(*(varying(leaf) for leaf in jax.tree.leaves(inputs)))
+    missing = tuple(sorted(axes - varying(out)))
+    return pcast(out, missing, to="varying") if missing else out

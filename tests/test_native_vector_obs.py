@@ -1,0 +1,238 @@
+"""The native CPU observation kernel (gigastep/_native) against the JAX code it replaces.
+
+On the CPU the environment computes visibility + the vector observation with one compiled C++
+kernel; elsewhere (GPU, or GIGASTEP_NATIVE=0, or no compiler) the JAX functions
+`visibility` + `vector_observations` run. The rule and reference tests exercise whichever the
+CPU uses (the kernel); these tests hold the two paths to the same bits on random inputs
+chosen to hit every branch: distance ties, unseen and dead agents, wrapped headings, signed
+zeros, fewer rows than agents, waypoints, boxes, both communication modes, zero
+communication range, the counting-sort and insertion paths (n <= 16 and n > 16).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gigastep import _native
+from gigastep import env as genv
+from gigastep.observations.vector import (
+    native_supported,
+    native_vector_observations,
+    vector_observations,
+)
+from gigastep.observations.visibility import visibility
+from gigastep.types import EnvConfig, EnvState
+
+F32 = np.float32
+
+
+@pytest.fixture(scope="module")
+def native():
+    """The kernel, built and registered. Skips only where no C++ compiler exists; with a
+    compiler, a failed build is a failure."""
+    if _native._compiler() is None:
+        pytest.skip("no C++ compiler: the native kernel cannot be built here")
+    assert _native.enabled(), "GIGASTEP_NATIVE disables the kernel in this test run"
+    ok, detail = _native._load_cached()
+    assert ok, detail
+    return True
+
+
+def _teams(n, rng):
+    return tuple(int(t) for t in rng.permutation(np.arange(n) % 2))
+
+
+CASES = {
+    # name: (n, EnvConfig overrides)
+    "5v5": (10, {}),
+    "5v1 waypoints": (6, {"enable_waypoints": True}),
+    "4v4 deterministic comm": (8, {"stochastic_comm": False}),
+    "3v3 zero comm range": (6, {"communication_range": 0.0}),
+    "7 agents, 3 rows": (7, {"max_agents_in_vec_obs": 3}),
+    "2 agents": (2, {}),
+    "16 agents (largest counting sort)": (16, {}),
+    "17 agents (insertion path)": (17, {"max_agents_in_vec_obs": 6}),
+    "20v20": (40, {"map_set": "all"}),
+    "64 agents, waypoints, deterministic": (64, {"enable_waypoints": True,
+                                                 "stochastic_comm": False}),
+}  # fmt: skip
+
+
+def _config(name):
+    n, overrides = CASES[name]
+    rng = np.random.default_rng(len(name))
+    return EnvConfig(teams=_teams(n, rng), obs_type="vector", **overrides)
+
+
+def _random_inputs(config: EnvConfig, batch: int, seed: int):
+    """A batch of random observation inputs. Positions on a coarse grid make distance ties
+    common; headings span several turns; some values are -0.0."""
+    n = config.n_agents
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 6, (batch, n)).astype(F32) * F32(1.5)
+    y = rng.integers(0, 6, (batch, n)).astype(F32) * F32(1.5)
+    x[:, 0] = -0.0
+    z = rng.uniform(-1, 5, (batch, n)).astype(F32)
+    heading = rng.uniform(-12, 12, (batch, n)).astype(F32)
+    v = rng.uniform(0, 3, (batch, n)).astype(F32)
+    health = rng.uniform(0, 2, (batch, n)).astype(F32)
+    alive = rng.random((batch, n)) < 0.8
+    dx, dy = x[:, :, None] - x[:, None, :], y[:, :, None] - y[:, None, :]
+    dist = np.sqrt(dx * dx + dy * dy).astype(F32)
+    detected = rng.random((batch, n, n)) < 0.3
+    comm = rng.random((batch, n, n)).astype(F32)
+    comm[:, :, : n // 3] = 0.0  # a uniform of exactly 0 shares only at ratio 0
+    boxes = rng.uniform(-5, 15, (batch, max(config.max_boxes, 1), 4)).astype(F32)
+    waypoint = rng.uniform(0, 10, (batch, 4)).astype(F32)
+    waypoint_time = rng.choice(np.asarray([0.0, 1.5, -0.0], F32), batch)
+    states = []
+    for b in range(batch):
+        s = EnvState.create(config, x=x[b], y=y[b], z=z[b], v=v[b], heading=heading[b],
+                            health=health[b], alive=alive[b], waypoint=waypoint[b],
+                            waypoint_time=waypoint_time[b])  # fmt: skip
+        states.append(s)
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *states)
+    return stacked.agents, stacked.episode, dist, detected, comm, boxes
+
+
+@functools.cache
+def _paths(config: EnvConfig):
+    def jax_path(agents, episode, dist, detected, comm, boxes):
+        seen = visibility(config, agents.alive, dist, detected, comm)
+        return vector_observations(config, agents, episode, dist, seen, boxes)
+
+    def native_path(agents, episode, dist, detected, comm, boxes):
+        return native_vector_observations(config, agents, episode, dist, detected, comm, boxes)
+
+    return jax.jit(jax.vmap(jax_path)), jax.jit(jax.vmap(native_path))
+
+
+def _assert_same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    if differ.any():
+        where = tuple(int(i) for i in np.argwhere(differ)[0])
+        raise AssertionError(f"{int(differ.sum())} values differ; first at {where}: "
+                             f"native {got[where]!r} vs JAX {want[where]!r}")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_matches_the_jax_path_bit_for_bit(native, name):
+    config = _config(name)
+    jax_fn, native_fn = _paths(config)
+    inputs = _random_inputs(config, batch=24, seed=7)
+    want = jax_fn(*inputs)
+    _assert_same_bits(native_fn(*inputs), want)
+    # The inputs exercise what they should: someone sees someone, some egos are dead.
+    obs = np.asarray(want)
+    assert (obs[:, :, 9::9][..., : config.vec_agents - 1] == 1).any()
+    assert (obs == 0).all(axis=-1).any()
+
+
+def test_kernel_under_nested_vmap_and_without_jit(native):
+    config = _config("5v5")
+    inputs = _random_inputs(config, batch=6, seed=3)
+    want = _paths(config)[0](*inputs)
+
+    def fn(agents, episode, dist, detected, comm, boxes):
+        return native_vector_observations(config, agents, episode, dist, detected, comm, boxes)
+
+    nested = jax.tree.map(lambda a: a.reshape(2, 3, *a.shape[1:]), inputs)
+    got = jax.jit(jax.vmap(jax.vmap(fn)))(*nested)
+    _assert_same_bits(np.asarray(got).reshape(np.shape(want)), want)
+    one = jax.tree.map(lambda a: a[4], inputs)
+    _assert_same_bits(fn(*one), np.asarray(want)[4])  # eager, unbatched
+
+
+def _step_hlo(config):
+    env = genv.GigastepEnv(config)
+    obs, state = env.reset(jax.random.PRNGKey(0))
+    actions = jnp.zeros((config.n_agents, 3), jnp.float32)
+    # The unjitted step in a fresh lambda: traced now, so the current GIGASTEP_NATIVE applies
+    # (the env's own compiled step keeps the choice made at its first trace).
+    lowered = jax.jit(lambda s, a, k: genv.step(config, s, a, k)).lower(
+        state, actions, jax.random.PRNGKey(1)
+    )
+    return lowered.as_text()
+
+
+def test_the_cpu_step_uses_the_kernel_and_the_switch_turns_it_off(native, monkeypatch):
+    config = _config("5v5")
+    assert "gigastep_vector_obs" in _step_hlo(config)
+    monkeypatch.setenv("GIGASTEP_NATIVE", "0")
+    assert not native_supported(config)
+    assert "gigastep_vector_obs" not in _step_hlo(config)
+
+
+def test_rgb_and_oversized_configs_use_the_jax_path(native):
+    rgb = EnvConfig(teams=(0, 1), obs_type="rgb", resolution_x=16, resolution_y=16)
+    assert "gigastep_vector_obs" not in _step_hlo(rgb)
+    big = EnvConfig(teams=tuple(i % 2 for i in range(66)), obs_type="vector")
+    assert not native_supported(big)
+
+
+def test_a_step_with_the_kernel_equals_a_step_without(native, monkeypatch):
+    """Whole steps (noise, dynamics, combat, then observations) agree bit for bit."""
+    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type="vector", enable_waypoints=True)
+    env = genv.GigastepEnv(config)
+    keys = jax.random.split(jax.random.PRNGKey(5), 16)
+    _, states = env.v_reset(keys)
+    actions = jax.random.uniform(jax.random.PRNGKey(6), (16, 5, 3), minval=-1, maxval=1)
+
+    def step(s, a, k):
+        return genv.batched_step(config, s, a, k)[0]
+
+    with_kernel = jax.jit(lambda s, a, k: step(s, a, k))(states, actions, keys)
+    monkeypatch.setenv("GIGASTEP_NATIVE", "0")
+    without = jax.jit(lambda s, a, k: step(s, a, k))(states, actions, keys)
+    _assert_same_bits(with_kernel, without)
+
+
+# ------------------------------------------------------------------------------------------
+# Building and loading
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_failed_build_names_the_command_and_the_compiler_output(tmp_path, monkeypatch):
+    if _native._compiler() is None:
+        pytest.skip("no C++ compiler")
+    broken = tmp_path / "broken.cc"
+    broken.write_text("this is not C++;\n")
+    monkeypatch.setattr(_native, "_SOURCE", broken)
+    monkeypatch.setenv("GIGASTEP_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(_native.BuildError, match=r"compiling the native kernels failed: .*broken"):
+        _native.build_library()
+    assert not list((tmp_path / "cache").glob("*.so"))  # no half-written library left behind
+
+
+def test_no_compiler_is_a_clear_build_error(monkeypatch):
+    monkeypatch.setattr(_native, "_compiler", lambda: None)
+    with pytest.raises(_native.BuildError, match="no C.. compiler found"):
+        _native.build_library()
+
+
+def test_an_unavailable_kernel_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.setattr(_native, "_load_cached", lambda: (False, "no C++ compiler found"))
+    monkeypatch.setattr(_native, "_warned", [])
+    with pytest.warns(RuntimeWarning, match="no C.. compiler found.*GIGASTEP_NATIVE=0"):
+        assert _native.load() is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _native.load() is False  # no second warning
+    assert not native_supported(_config("5v5"))
+
+
+def test_the_build_is_cached_by_content(native, tmp_path, monkeypatch):
+    monkeypatch.setenv("GIGASTEP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "_FLAGS", [*_native._FLAGS, "-O2"])  # a different key
+    first = _native.build_library()
+    stamp = first.stat().st_mtime_ns
+    assert _native.build_library() == first and first.stat().st_mtime_ns == stamp
+    assert _native.status()["native"] is True
