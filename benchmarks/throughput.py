@@ -400,6 +400,17 @@ def _worker_env(case: Case) -> dict[str, str] | None:
     return {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={case.devices}".strip()}
 
 
+def _obs_kernel(config) -> str:
+    """Which code computes this config's observation here: "native" (the CPU kernel of
+    gigastep/_native) or "jax"."""
+    import jax
+
+    from gigastep.observations.vector import native_supported
+
+    cpu = jax.default_backend() == "cpu"
+    return "native" if config.obs_type == "vector" and cpu and native_supported(config) else "jax"
+
+
 def run_case(case: Case) -> dict[str, Any]:
     """Measure one case in this process; returns its result row."""
     import jax
@@ -408,6 +419,11 @@ def run_case(case: Case) -> dict[str, Any]:
     rss_start = current_rss_mb()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     name, config = resolve_config(case)
+    # The native observation kernel is compiled (or loaded from its cache) here, before the
+    # timed compile, and reported on its own.
+    t_native = time.perf_counter()
+    kernel = _obs_kernel(config) if case.kind == "env" else None
+    native_build_s = time.perf_counter() - t_native
     n = config.n_agents
     steps = _auto_steps(case, n)
     if case.kind == "env":
@@ -467,6 +483,8 @@ def run_case(case: Case) -> dict[str, Any]:
         "time_per_step_us": timing.median / steps * 1e6,
         "spread": timing.spread,
         "timing": timing.as_dict(),
+        "obs_kernel": kernel,
+        "native_build_s": native_build_s,
         "compile_s": t2 - t0,
         "compile_cpu_s": c2 - c0,
         "lower_s": t1 - t0,
@@ -622,6 +640,7 @@ TABLE_COLUMNS = (
     Column("scenario", "scenario"),
     Column("label", "note"),
     Column("obs_type", "obs"),
+    Column("obs_kernel", "obs kernel", lambda x: x or "–"),
     Column("batch", "batch", str),
     Column("devices", "devices", str),
     Column("agents_total", "agents", str),

@@ -108,8 +108,12 @@ def check_actions(actions, n: int, discrete: bool, who: str = "") -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise):
+def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise,
+            comm_stream=None):  # fmt: skip
     """Observations of every agent of one game (SPEC §5).
+
+    `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
+    the native kernel then draws the noise itself (same numbers) instead of reading it.
 
     Returns: "vector" (n, L) float32, "rgb" (n, res_x, res_y, 3) uint8, or the tuple
     (rgb, vector) for "rgb_vector".
@@ -119,9 +123,9 @@ def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm
         # One CPU kernel for visibility + vector observation (bit-identical, ~3x faster on
         # the CPU); the JAX code everywhere else.
         boxes = jnp.asarray(_maps(config).boxes)[episode.map_idx]
-        args = (config, agents, episode, geo.dist, detected, comm_noise, boxes)
+        args = (agents, episode, geo.dist, detected, comm_noise, boxes, comm_stream)
         return jax.lax.platform_dependent(
-            *args[1:],
+            *args,
             cpu=lambda *a: native_vector_observations(config, *a),
             default=lambda *a: _observe_jax(config, state, geo, detected, took_damage, comm_noise),
         )
@@ -240,17 +244,27 @@ def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
     return EnvState(agents=agents, episode=episode), comm
 
 
-def _first_observation(config: EnvConfig, state: EnvState, comm):
+def _reset_comm_stream(config: EnvConfig, key):
+    """The counter stream of `reset_state(config, key)`'s communication noise (None when
+    communication is deterministic)."""
+    if not config.stochastic_comm:
+        return None
+    n = config.n_agents
+    return grandom.stream(jax.random.split(key, 3)[2], [(n, n)], 0)
+
+
+def _first_observation(config: EnvConfig, state: EnvState, comm, comm_stream=None):
     n = config.n_agents
     geo = interactions.geometry(state.agents)
-    return observe(config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm)
+    return observe(config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm,
+                   comm_stream)  # fmt: skip
 
 
 def reset(config: EnvConfig, key):
     """Start a game: returns (obs, state)."""
     _check_key(key)
     state, comm = reset_state(config, key)
-    return _first_observation(config, state, comm), state
+    return _first_observation(config, state, comm, _reset_comm_stream(config, key)), state
 
 
 # ------------------------------------------------------------------------------------------
@@ -269,8 +283,20 @@ def sample_noise(config: EnvConfig, key) -> StepNoise:
         )
         if not on
     ]
-    detection, comm, waypoint = grandom.uniforms(key, [(n, n), (n, n), (4,)], skip=skip)
+    detection, comm, waypoint = grandom.uniforms(key, _noise_shapes(n), skip=skip)
     return StepNoise(detection=detection, comm=comm, waypoint=waypoint)
+
+
+def _noise_shapes(n: int):
+    return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
+
+
+def _comm_stream(config: EnvConfig, key):
+    """The counter stream of `sample_noise(config, key).comm` (None when communication is
+    deterministic)."""
+    if not config.stochastic_comm:
+        return None
+    return grandom.stream(key, _noise_shapes(config.n_agents), 1)
 
 
 @chex.dataclass(frozen=True)
@@ -341,10 +367,14 @@ def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _
 
 def transition(config: EnvConfig, state: EnvState, actions, noise: StepNoise):
     """One step with its randomness given: (obs, state, rewards, dones, episode_done)."""
+    return _transition_streamed(config, state, actions, noise)
+
+
+def _transition_streamed(config: EnvConfig, state: EnvState, actions, noise: StepNoise,
+                         comm_stream=None):  # fmt: skip
     adv = _advance(config, state, actions, noise)
-    obs = observe(
-        config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm
-    )
+    obs = observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
+                  noise.comm, comm_stream)  # fmt: skip
     done = adv.terminated | adv.truncated
     return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
 
@@ -356,7 +386,8 @@ def step(config: EnvConfig, state: EnvState, actions, key):
     `step_autoreset` for that).
     """
     _check_key(key)
-    return transition(config, state, actions, sample_noise(config, key))
+    return _transition_streamed(config, state, actions, sample_noise(config, key),
+                                _comm_stream(config, key))  # fmt: skip
 
 
 def _select(done, a, b):
@@ -379,24 +410,27 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     adv = _advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
     fresh, fresh_comm = reset_state(config, k_reset)
-    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs)
+    streams = (_comm_stream(config, k_step), _reset_comm_stream(config, k_reset))
+    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs, streams)
 
 
 def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh: EnvState,
-                      fresh_comm, done, final_obs: bool):  # fmt: skip
+                      fresh_comm, done, final_obs: bool, streams=(None, None)):  # fmt: skip
     """Take the fresh game where `done`, observe the result once (and the finished game's
-    last observation when `final_obs`), and assemble the auto-reset step's outputs."""
+    last observation when `final_obs`), and assemble the auto-reset step's outputs.
+    `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
     nxt = _select(done, fresh, adv.state)
     geo = interactions.geometry(nxt.agents)
+    step_stream, fresh_stream = streams
+    stream = None if step_stream is None else jnp.where(done, fresh_stream, step_stream)
     obs = observe(
         config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
-        jnp.where(done, fresh_comm, noise.comm),
+        jnp.where(done, fresh_comm, noise.comm), stream,
     )  # fmt: skip
     last = obs
     if final_obs:
-        last = observe(
-            config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm
-        )
+        last = observe(config, adv.state, adv.geo, adv.combat.detected,
+                       adv.combat.took_damage, noise.comm, step_stream)  # fmt: skip
     info = StepInfo(
         terminated=adv.terminated,
         truncated=adv.truncated,
@@ -514,14 +548,15 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
         _check_key(key)
         k_step, k_reset = jax.random.split(key)
         noise = sample_noise(config, k_step)
-        return _advance(config, state, acts, noise), noise, k_reset
+        streams = (_comm_stream(config, k_step), _reset_comm_stream(config, k_reset))
+        return _advance(config, state, acts, noise), noise, k_reset, streams
 
-    adv, noise, k_reset = jax.vmap(advance)(states, actions, keys)
+    adv, noise, k_reset, streams = jax.vmap(advance)(states, actions, keys)
     done = adv.terminated | adv.truncated
     fresh, fresh_comm = _reset_finished(config, done, k_reset)
 
     finish = partial(_finish_autoreset, config, final_obs=final_obs)
-    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done)
+    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done, streams=streams)
 
 
 @partial(jax.jit, static_argnums=(0, 4))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["lowbias32", "uniform", "uniforms"]
+__all__ = ["lowbias32", "stream", "uniform", "uniforms"]
 
 _GOLDEN = np.uint32(0x9E3779B9)
 
@@ -38,6 +38,16 @@ def _expand(seed, start: int, shape):
 def uniform(key, shape) -> jax.Array:
     """float32 uniforms in [0, 1) of `shape`, a deterministic function of `key`."""
     return uniforms(key, [shape])[0]
+
+
+def stream(key, shapes, index: int) -> jax.Array:
+    """(3,) uint32 (seed0, seed1, start): the counter stream of array `index` of
+    `uniforms(key, shapes)`, for code that draws those uniforms itself (the native
+    observation kernel hashes the communication noise where it uses it instead of reading
+    a materialised array). Element k of that array (row-major) hashes counter start + k."""
+    start = sum(int(np.prod(tuple(s), dtype=np.int64)) for s in shapes[:index])
+    seed = jax.random.bits(key, (2,), jnp.uint32)
+    return jnp.concatenate([seed, jnp.asarray([start], jnp.uint32)])
 
 
 def uniforms(key, shapes, skip=()) -> list:

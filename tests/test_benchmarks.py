@@ -36,6 +36,11 @@ def test_row_has_the_documented_fields_and_types(env_row):
     assert env_row["batch"] == 2 and env_row["n_agents"] == 2 and env_row["steps"] == 3
     assert env_row["scenario"] == "identical_1_vs_1_pobs_vec_maps_cont"
     assert env_row["obs_type"] == "vector"
+    # Which observation code ran is part of the record (a compiler makes it "native").
+    from gigastep import _native
+
+    want = "native" if _native._compiler() is not None and _native.enabled() else "jax"
+    assert env_row["obs_kernel"] == want and env_row["native_build_s"] >= 0
 
 
 def test_rates_count_steps_times_batch_times_agents_per_median_second(env_row):

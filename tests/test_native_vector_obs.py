@@ -21,6 +21,7 @@ import pytest
 
 from gigastep import _native
 from gigastep import env as genv
+from gigastep import random as grandom
 from gigastep.observations.vector import (
     native_supported,
     native_vector_observations,
@@ -114,9 +115,11 @@ def _paths(config: EnvConfig):
 
 
 def _assert_same_bits(got, want):
+    """Every value identical (the same float32 bits, except that the kernel writes +0 where
+    XLA's multiplication by 0 leaves -0 in the rows of unseen agents and of dead egos)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype == np.float32
-    differ = got.view(np.uint32) != want.view(np.uint32)
+    differ = ~((got == want) | (np.isnan(got) & np.isnan(want)))  # == : +0 equals -0
     if differ.any():
         where = tuple(int(i) for i in np.argwhere(differ)[0])
         raise AssertionError(f"{int(differ.sum())} values differ; first at {where}: "
@@ -178,21 +181,84 @@ def test_rgb_and_oversized_configs_use_the_jax_path(native):
     assert not native_supported(big)
 
 
-def test_a_step_with_the_kernel_equals_a_step_without(native, monkeypatch):
-    """Whole steps (noise, dynamics, combat, then observations) agree bit for bit."""
-    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type="vector", enable_waypoints=True)
-    env = genv.GigastepEnv(config)
+def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native, monkeypatch):
+    """Whole steps (noise, dynamics, combat, then observations; the kernel hashing the
+    communication noise itself) agree bit for bit, through resets and auto-resets (episodes
+    of 2 steps: fresh games' noise streams are taken where games end)."""
+    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type="vector", enable_waypoints=True,
+                       max_episode_length=2)  # fmt: skip
     keys = jax.random.split(jax.random.PRNGKey(5), 16)
-    _, states = env.v_reset(keys)
     actions = jax.random.uniform(jax.random.PRNGKey(6), (16, 5, 3), minval=-1, maxval=1)
 
-    def step(s, a, k):
-        return genv.batched_step(config, s, a, k)[0]
+    def rollout(keys, actions):
+        # Every output of the steps is returned, as a caller would use them: XLA on CPU may
+        # fuse a dead-code-free producer (say the new positions) into the observation and
+        # contract it into multiply-adds there, which changes last bits of the JAX path's
+        # observation depending on which other outputs the program keeps.
+        obs, states = genv.batched_reset(config, keys)
+        out = [obs, states]
+        for t in range(2):
+            k = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)
+            out += genv.batched_step(config, states, actions, k)
+            obs, states, _, _, done, info = genv.batched_step_autoreset(config, states, actions, k)
+            out += [obs, states, info.final_obs]
+        return out, done
 
-    with_kernel = jax.jit(lambda s, a, k: step(s, a, k))(states, actions, keys)
+    with_kernel, done = jax.jit(lambda k, a: rollout(k, a))(keys, actions)
+    assert np.asarray(done).all()  # every game ended and was replaced in the last step
     monkeypatch.setenv("GIGASTEP_NATIVE", "0")
-    without = jax.jit(lambda s, a, k: step(s, a, k))(states, actions, keys)
-    _assert_same_bits(with_kernel, without)
+    without, _ = jax.jit(lambda k, a: rollout(k, a))(keys, actions)
+    for got, want in zip(jax.tree.leaves(with_kernel), jax.tree.leaves(without), strict=True):
+        if np.asarray(got).dtype == np.float32:
+            _assert_same_bits(got, want)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_kernel_draws_the_communication_noise_of_a_stream_exactly(native):
+    """Given the counter stream instead of the noise array, the kernel hashes the same
+    uniforms: its observations equal those computed from the array."""
+    config = _config("5v5")
+    n = config.n_agents
+    inputs = list(_random_inputs(config, batch=8, seed=11))
+    keys = jax.random.split(jax.random.PRNGKey(3), 8)
+    shapes = [(n, n), (n, n), (4,)]
+    inputs[4] = jax.vmap(lambda k: grandom.uniforms(k, shapes)[1])(keys)
+    streams = jax.vmap(lambda k: grandom.stream(k, shapes, 1))(keys)
+
+    def fn(agents, episode, dist, detected, comm, boxes, stream):
+        return native_vector_observations(config, agents, episode, dist, detected, comm, boxes,
+                                          comm_stream=stream)  # fmt: skip
+
+    from_array = jax.jit(jax.vmap(fn))(*inputs, None)
+    from_stream = jax.jit(jax.vmap(fn))(*inputs, streams)
+    _assert_same_bits(from_stream, from_array)
+    assert not np.array_equal(from_array, jax.jit(jax.vmap(fn))(*inputs, streams + 1))
+
+
+def test_stream_describes_the_uniforms_it_names():
+    """`random.stream` = (the key's two seed words, the array's first counter); hashing its
+    counters with a NumPy lowbias32 gives `uniforms(key, shapes)[index]`."""
+
+    def lowbias32(x):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7FEB352D)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846CA68B)
+        return x ^ (x >> np.uint32(16))
+
+    key = jax.random.PRNGKey(42)
+    shapes = [(3, 4), (2, 5), (7,)]
+    for index in range(3):
+        seed0, seed1, start = (int(v) for v in np.asarray(grandom.stream(key, shapes, index)))
+        assert start == [0, 12, 22][index]
+        counter = np.arange(start, start + np.prod(shapes[index]), dtype=np.uint32)
+        with np.errstate(over="ignore"):
+            bits = lowbias32(lowbias32((counter * np.uint32(0x9E3779B9)) ^ np.uint32(seed0))
+                             + np.uint32(seed1))  # fmt: skip
+        want = (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+        got = np.asarray(grandom.uniforms(key, shapes)[index]).reshape(-1)
+        np.testing.assert_array_equal(got, want)
 
 
 # ------------------------------------------------------------------------------------------

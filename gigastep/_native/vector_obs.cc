@@ -14,7 +14,9 @@
 // Inputs (leading batch dims "..." are the same for every operand, vmap_method="broadcast_all"):
 //   x, y, z, heading, v, health: (..., n) f32     alive: (..., n) pred
 //   dist: (..., n, n) f32        detected: (..., n, n) pred [i, j]: j detects i
-//   comm_noise: (..., n, n) f32  boxes: (..., NB >= n_boxes, 4) f32 (world coordinates)
+//   comm: (..., n, n) f32 uniforms [e, j], or (..., 3) u32 (seed0, seed1, start): the
+//         counter stream of gigastep/random.py that those uniforms come from
+//   boxes: (..., NB >= n_boxes, 4) f32 (world coordinates)
 //   waypoint: (..., 4) f32       waypoint_time: (...) f32
 // Output: (..., n, L) f32, L = 9 m + 5 [waypoints] + 4 n_boxes.
 
@@ -48,6 +50,7 @@ struct Params {
 
 struct Game {
   const float *x, *y, *z, *h, *v, *health, *dist, *comm, *boxes, *waypoint;
+  const uint32_t* stream;  // when comm is null: (seed0, seed1, start)
   const bool *alive, *detected;
   float waypoint_time;
   float* out;
@@ -75,6 +78,23 @@ inline float WrapAngle(float a) {
                             static_cast<double>(two_pi) * static_cast<double>(k));
 }
 
+// gigastep/random.py: Wellons' lowbias32 hash, and uniform number k of a counter stream
+// (seed0, seed1, start): lowbias32(lowbias32((start + k) * golden ^ seed0) + seed1) >> 8,
+// times 2^-24. Unsigned arithmetic wraps as XLA's uint32 does.
+inline uint32_t LowBias32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+
+inline float StreamUniform(const uint32_t* stream, int k) {
+  const uint32_t counter = stream[2] + static_cast<uint32_t>(k);
+  const uint32_t bits = LowBias32(LowBias32((counter * 0x9E3779B9u) ^ stream[0]) + stream[1]);
+  return static_cast<float>(bits >> 8) * 0x1p-24f;
+}
+
 // seen[e] as a bit set over i (visibility.py).
 void Visibility(const Params& p, const Game& g, uint64_t* seen) {
   const int n = p.n;
@@ -88,14 +108,20 @@ void Visibility(const Params& p, const Game& g, uint64_t* seen) {
     // ratio <= noise for every pair first, in one loop the compiler vectorises.
     bool close[kMaxAgents * kMaxAgents];
     const int nn = n * n;
+    float noise[kMaxAgents * kMaxAgents];
+    const float* comm = g.comm;
+    if (comm == nullptr) {
+      for (int k = 0; k < nn; ++k) noise[k] = StreamUniform(g.stream, k);
+      comm = noise;
+    }
     if (p.comm_range > 0) {
       for (int k = 0; k < nn; ++k) {
         float ratio = g.dist[k] * p.inv_comm_range;
         ratio = std::min(std::max(ratio, 0.0f), 1.0f);
-        close[k] = ratio <= g.comm[k];
+        close[k] = ratio <= comm[k];
       }
     } else {
-      for (int k = 0; k < nn; ++k) close[k] = (g.dist[k] > 0 ? 1.0f : 0.0f) <= g.comm[k];
+      for (int k = 0; k < nn; ++k) close[k] = (g.dist[k] > 0 ? 1.0f : 0.0f) <= comm[k];
     }
     uint64_t alive = 0;
     for (int j = 0; j < n; ++j) alive |= static_cast<uint64_t>(g.alive[j]) << j;
@@ -128,52 +154,67 @@ void Visibility(const Params& p, const Game& g, uint64_t* seen) {
   }
 }
 
-// idx[0..m): agents of ego e's rows. Key: ego -1, seen agents their distance, unseen +inf;
-// increasing key, ties by index (vector.py's stable partial sort).
-void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int* idx) {
-  const int n = p.n, m = p.m;
-  float key[kMaxAgents];
-  for (int i = 0; i < n; ++i) {
-    key[i] = ((seen_e >> i) & 1) ? g.dist[e * n + i] : INFINITY;
-  }
-  key[e] = -1.0f;
-  for (int r = 0; r < m; ++r) idx[r] = r;  // valid indices even for NaN keys (no crash)
+// idx[0..rows): the agents of ego e's first rows, rows = min(m, agents e sees): the ego
+// (key -1), then the agents it sees by increasing distance, ties by index (vector.py's
+// stable partial sort). The remaining rows belong to unseen agents and are all zero.
+void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, int* idx) {
+  const int n = p.n;
+  const float* dist = g.dist + e * n;
+  for (int r = 0; r < rows; ++r) idx[r] = e;  // valid indices even for NaN keys
   if (n <= kCountingSortMax) {
-    // Counting sort: position of i = number of j ordered before it. One 16-lane vector of
-    // keys (padding +inf, never before anything), compared with each key in turn.
+    // Counting sort: the row of i is the number of agents ordered before it. For each
+    // seen j, compare its key with all keys at once (four 4-lane vectors; padding keys +inf) and
+    // count per lane; no horizontal sums.
     typedef float F4 __attribute__((vector_size(16)));
     typedef int32_t I4 __attribute__((vector_size(16)));
+    float key[16];
+    for (int i = 0; i < 16; ++i) {
+      key[i] = i < n && ((seen_e >> i) & 1) ? dist[i] : INFINITY;
+    }
+    key[e] = -1.0f;
+    const int words = (n + 3) / 4;
     F4 keys[4];
-    I4 lane[4];
-    for (int j = 0; j < 16; ++j) {
-      keys[j / 4][j % 4] = j < n ? key[j] : INFINITY;
-      lane[j / 4][j % 4] = j;
+    I4 lane[4], before[4];
+    for (int w = 0; w < 4; ++w) {
+      for (int l = 0; l < 4; ++l) {
+        keys[w][l] = key[4 * w + l];
+        lane[w][l] = 4 * w + l;
+      }
+      before[w] = I4{0, 0, 0, 0};
+    }
+    // Only seen agents (and the ego) can be before a seen agent: unseen keys are +inf.
+    for (uint64_t bits = seen_e | (uint64_t{1} << e); bits; bits &= bits - 1) {
+      const int j = __builtin_ctzll(bits);
+      const float kj = key[j];
+      for (int w = 0; w < words; ++w) {
+        // j is before lane i: key_j < key_i, or equal keys and j < i.
+        before[w] -= (kj < keys[w]) | ((kj == keys[w]) & (j < lane[w]));
+      }
     }
     for (int i = 0; i < n; ++i) {
-      I4 count = {0, 0, 0, 0};
-      for (int w = 0; w < (n + 3) / 4; ++w) {
-        count += (keys[w] < key[i]) | ((keys[w] == key[i]) & (lane[w] < i));  // -1 or 0
-      }
-      const int pos = -(count[0] + count[1] + count[2] + count[3]);
-      if (pos < m) idx[pos] = i;
+      const int pos = before[i / 4][i % 4];
+      if (pos < rows) idx[pos] = i;
     }
     return;
   }
-  // Insertion into the m smallest so far; visiting i in index order and inserting after
-  // equal keys keeps ties by index.
+  // Insertion of the seen agents into the rows - 1 nearest so far; visiting i in index order
+  // and inserting after equal keys keeps ties by index.
+  idx[0] = e;
   float best[kMaxAgents];
   int size = 0;
-  for (int i = 0; i < n; ++i) {
-    const float k = key[i];
-    if (size == m && !(k < best[m - 1])) continue;
-    int pos = size < m ? size++ : m - 1;
+  const int cap = rows - 1;
+  for (uint64_t bits = seen_e & ~(uint64_t{1} << e); bits && cap > 0; bits &= bits - 1) {
+    const int i = __builtin_ctzll(bits);
+    const float k = dist[i];
+    if (size == cap && !(k < best[cap - 1])) continue;
+    int pos = size < cap ? size++ : cap - 1;
     while (pos > 0 && k < best[pos - 1]) {
       best[pos] = best[pos - 1];
-      idx[pos] = idx[pos - 1];
+      idx[1 + pos] = idx[pos];
       --pos;
     }
     best[pos] = k;
-    idx[pos] = i;
+    idx[1 + pos] = i;
   }
 }
 
@@ -181,62 +222,69 @@ void ObserveGame(const Params& p, const Game& g) {
   const int n = p.n, m = p.m, L = p.L;
   uint64_t seen[kMaxAgents];
   Visibility(p, g, seen);
-  float boxes[4 * 64];
-  const int nb = p.n_boxes;
+  float tail[5 + 4 * 64];  // waypoint and box values, the same for every alive ego
+  const int nb = p.n_boxes, tail_size = (p.waypoints ? 5 : 0) + 4 * nb;
+  float* box = tail + (p.waypoints ? 5 : 0);
   for (int b = 0; b < nb; ++b) {
     const float* src = g.boxes + 4 * b;
-    boxes[4 * b] = src[0] * p.recip_lx;
-    boxes[4 * b + 1] = src[1] * p.recip_ly;
-    boxes[4 * b + 2] = src[2] * p.recip_lx;
-    boxes[4 * b + 3] = src[3] * p.recip_ly;
+    box[4 * b] = src[0] * p.recip_lx;
+    box[4 * b + 1] = src[1] * p.recip_ly;
+    box[4 * b + 2] = src[2] * p.recip_lx;
+    box[4 * b + 3] = src[3] * p.recip_ly;
   }
   const float active = g.waypoint_time > 0 ? 1.0f : 0.0f;
   int idx[kMaxAgents];
   for (int e = 0; e < n; ++e) {
-    const float alive = g.alive[e] ? 1.0f : 0.0f;
-    RowOrder(p, g, e, seen[e], idx);
-    int count = 0;
-    for (uint64_t bits = seen[e]; bits; bits &= bits - 1) ++count;
     float* o = g.out + static_cast<int64_t>(e) * L;
-    // Row r: agent i = idx[r]. Each value is XLA's d * scale * s * alive, where
-    // d = row - k * own with k = 1 for the team column and for another agent's relative
-    // features (x, y, z, heading, speed) and k = 0 otherwise; the team column becomes
-    // 1 - |d| and another agent's heading difference is wrapped. Scale 1 is left out (exact).
-    const float xe = g.x[e], ye = g.y[e], ze = g.z[e], he = g.h[e], ve = g.v[e];
-    const float te = static_cast<float>(p.teams[e]);
-    for (int r = 0; r < m; ++r) {
-      const int i = idx[r];
-      const float sa = r < count ? alive : 0.0f;  // s * alive, both 0/1: exact
-      float* q = o + 9 * r;
-      q[0] = sa;
-      q[1] = (1.0f - std::fabs(static_cast<float>(p.teams[i]) - te)) * sa;
-      if (i == e) {
-        q[2] = (xe - 0.0f * xe) * p.inv_lx * sa;
-        q[3] = (ye - 0.0f * ye) * p.inv_ly * sa;
-        q[4] = (ze - 0.0f * ze) * p.inv_z * sa;
-        q[5] = (he - 0.0f * he) * sa;
-        q[6] = (ve - 0.0f * ve) * p.inv_diag * sa;
-        q[7] = (g.health[e] - 0.0f * g.health[e]) * sa;
-      } else {
-        q[2] = (g.x[i] - xe) * p.inv_lx * sa;
-        q[3] = (g.y[i] - ye) * p.inv_ly * sa;
-        q[4] = (g.z[i] - ze) * p.inv_z * sa;
-        q[5] = WrapAngle(g.h[i] - he) * sa;
-        q[6] = (g.v[i] - ve) * p.inv_diag * sa;
-        q[7] = (g.health[i] - 0.0f * g.health[e]) * sa;
-      }
-      q[8] = (p.sprites[i] - 0.0f * p.sprites[e]) * sa;
+    if (!g.alive[e]) {  // a dead ego observes nothing
+      std::memset(o, 0, sizeof(float) * L);
+      continue;
     }
+    int count = 0;  // agents e sees, itself included
+    for (uint64_t bits = seen[e]; bits; bits &= bits - 1) ++count;
+    const int rows = std::min(count, m);
+    RowOrder(p, g, e, seen[e], rows, idx);
+    // Each value is XLA's d * scale (the seen flag and alive are 1 here), where
+    // d = row - k * own, k = 1 for the team column and for another agent's relative features
+    // (x, y, z, heading, speed), else 0; the team column becomes 1 - |d| and another agent's
+    // heading difference is wrapped. Scale-1 products are left out (exact).
+    const float xe = g.x[e], ye = g.y[e], ze = g.z[e], he = g.h[e], ve = g.v[e];
+    const float te = static_cast<float>(p.teams[e]), he_health = g.health[e];
+    const float se = p.sprites[e];
+    o[0] = 1.0f;
+    o[1] = 1.0f - std::fabs(te - te);
+    o[2] = (xe - 0.0f * xe) * p.inv_lx;
+    o[3] = (ye - 0.0f * ye) * p.inv_ly;
+    o[4] = (ze - 0.0f * ze) * p.inv_z;
+    o[5] = he - 0.0f * he;
+    o[6] = (ve - 0.0f * ve) * p.inv_diag;
+    o[7] = he_health - 0.0f * he_health;
+    o[8] = se - 0.0f * se;
+    for (int r = 1; r < rows; ++r) {
+      const int i = idx[r];
+      float* q = o + 9 * r;
+      q[0] = 1.0f;
+      q[1] = 1.0f - std::fabs(static_cast<float>(p.teams[i]) - te);
+      q[2] = (g.x[i] - xe) * p.inv_lx;
+      q[3] = (g.y[i] - ye) * p.inv_ly;
+      q[4] = (g.z[i] - ze) * p.inv_z;
+      q[5] = WrapAngle(g.h[i] - he);
+      q[6] = (g.v[i] - ve) * p.inv_diag;
+      q[7] = g.health[i] - 0.0f * he_health;
+      q[8] = p.sprites[i] - 0.0f * se;
+    }
+    // Rows of unseen agents: XLA multiplies them by 0 (its zeros carry the sign of the
+    // feature; the kernel writes +0, the same number).
+    std::memset(o + 9 * rows, 0, sizeof(float) * 9 * (m - rows));
     float* t = o + 9 * m;
     if (p.waypoints) {
-      t[0] = (g.waypoint[0] - g.x[e]) * p.recip_lx * active * alive;
-      t[1] = (g.waypoint[1] - g.y[e]) * p.recip_ly * active * alive;
-      t[2] = (g.waypoint[2] - g.x[e]) * p.recip_lx * active * alive;
-      t[3] = (g.waypoint[3] - g.y[e]) * p.recip_ly * active * alive;
-      t[4] = active * alive;
-      t += 5;
+      tail[0] = (g.waypoint[0] - xe) * p.recip_lx * active;
+      tail[1] = (g.waypoint[1] - ye) * p.recip_ly * active;
+      tail[2] = (g.waypoint[2] - xe) * p.recip_lx * active;
+      tail[3] = (g.waypoint[3] - ye) * p.recip_ly * active;
+      tail[4] = active;
     }
-    for (int b = 0; b < 4 * nb; ++b) t[b] = boxes[b] * alive;
+    std::memcpy(t, tail, sizeof(float) * tail_size);
   }
 }
 
@@ -283,7 +331,7 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
                          ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> heading,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> health,
                          ffi::Buffer<ffi::PRED> alive, ffi::Buffer<ffi::F32> dist,
-                         ffi::Buffer<ffi::PRED> detected, ffi::Buffer<ffi::F32> comm,
+                         ffi::Buffer<ffi::PRED> detected, ffi::AnyBuffer comm,
                          ffi::Buffer<ffi::F32> boxes, ffi::Buffer<ffi::F32> waypoint,
                          ffi::Buffer<ffi::F32> waypoint_time, ffi::ResultBuffer<ffi::F32> out,
                          int64_t m, int64_t n_boxes, bool stochastic_comm, bool waypoints,
@@ -312,6 +360,13 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
   if (out->element_count() != games * n * p.L || dist.element_count() != games * n * n) {
     return ffi::Error::InvalidArgument("gigastep_vector_obs: operand shapes disagree");
   }
+  const bool from_stream = comm.element_type() == ffi::DataType::U32;
+  if (from_stream ? comm.element_count() != games * 3
+                  : (comm.element_type() != ffi::DataType::F32 ||
+                     comm.element_count() != games * n * n)) {
+    return ffi::Error::InvalidArgument(
+        "gigastep_vector_obs: comm must be (..., n, n) f32 noise or a (..., 3) u32 stream");
+  }
   p.stochastic_comm = stochastic_comm;
   p.waypoints = waypoints;
   p.comm_range = comm_range;
@@ -338,7 +393,8 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
       g.alive = alive.typed_data() + a;
       g.dist = dist.typed_data() + aa;
       g.detected = detected.typed_data() + aa;
-      g.comm = comm.typed_data() + aa;
+      g.comm = from_stream ? nullptr : comm.typed_data<float>() + aa;
+      g.stream = from_stream ? comm.typed_data<uint32_t>() + 3 * b : nullptr;
       g.boxes = boxes.typed_data() + b * p.box_stride;
       g.waypoint = waypoint.typed_data() + 4 * b;
       g.waypoint_time = waypoint_time.typed_data()[b];
@@ -365,7 +421,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GigastepVectorObs, VectorObsImpl,
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // alive
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dist
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // detected
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // comm_noise
+                                  .Arg<ffi::AnyBuffer>()  // comm noise or stream
                                   .Arg<ffi::Buffer<ffi::F32>>()  // boxes
                                   .Arg<ffi::Buffer<ffi::F32>>()  // waypoint
                                   .Arg<ffi::Buffer<ffi::F32>>()  // waypoint_time

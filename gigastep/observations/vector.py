@@ -126,13 +126,16 @@ def native_supported(config: EnvConfig) -> bool:
 
 
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                               dist, detected, comm_noise, boxes):  # fmt: skip
+                               dist, detected, comm_noise, boxes, comm_stream=None):  # fmt: skip
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
     ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc). Bit-identical to the JAX path;
     CPU only (callers pick it with `jax.lax.platform_dependent`).
 
     Args:
         detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
+        comm_stream: optional (3,) uint32 counter stream those uniforms come from
+            (`gigastep.random.stream`); the kernel then hashes them itself and `comm_noise`
+            is not read (nor, in a compiled step, computed).
         Others as in `vector_observations`.
     """
     n = config.n_agents
@@ -143,12 +146,16 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
         vmap_method="broadcast_all",
     )
     f32 = jnp.float32
-    inputs = (agents, episode, dist, detected, comm_noise, boxes)
+    if comm_stream is not None and config.stochastic_comm:
+        comm = jnp.asarray(comm_stream, jnp.uint32)
+    else:
+        comm = comm_noise.astype(f32)
+    inputs = (agents, episode, dist, detected, comm, boxes)
     return _varying_like(inputs, call(
         agents.x.astype(f32), agents.y.astype(f32), agents.z.astype(f32),
         agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
         agents.alive.astype(bool), dist.astype(f32), detected.astype(bool),
-        comm_noise.astype(f32), boxes.astype(f32), episode.waypoint.astype(f32),
+        comm, boxes.astype(f32), episode.waypoint.astype(f32),
         episode.waypoint_time.astype(f32),
         m=np.int64(config.vec_agents), n_boxes=np.int64(config.max_boxes),
         stochastic_comm=bool(config.stochastic_comm), waypoints=bool(config.enable_waypoints),
