@@ -105,35 +105,35 @@ void Visibility(const Params& p, const Game& g, uint64_t* seen) {
     det[i] = b;
   }
   if (p.stochastic_comm) {
-    // ratio <= noise for every pair first, in one loop the compiler vectorises.
-    bool close[kMaxAgents * kMaxAgents];
-    const int nn = n * n;
-    float noise[kMaxAgents * kMaxAgents];
-    const float* comm = g.comm;
-    if (comm == nullptr) {
-      for (int k = 0; k < nn; ++k) noise[k] = StreamUniform(g.stream, k);
-      comm = noise;
+    uint64_t team1 = 0, alive = 0;
+    for (int j = 0; j < n; ++j) {
+      team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;
+      alive |= static_cast<uint64_t>(g.alive[j]) << j;
     }
-    if (p.comm_range > 0) {
-      for (int k = 0; k < nn; ++k) {
-        float ratio = g.dist[k] * p.inv_comm_range;
-        ratio = std::min(std::max(ratio, 0.0f), 1.0f);
-        close[k] = ratio <= comm[k];
-      }
-    } else {
-      for (int k = 0; k < nn; ++k) close[k] = (g.dist[k] > 0 ? 1.0f : 0.0f) <= comm[k];
-    }
-    uint64_t alive = 0;
-    for (int j = 0; j < n; ++j) alive |= static_cast<uint64_t>(g.alive[j]) << j;
     for (int e = 0; e < n; ++e) {
-      uint64_t share = 0;  // teammates j that share with e
-      for (int j = 0; j < n; ++j) {
-        share |= static_cast<uint64_t>(close[e * n + j] && p.teams[e] == p.teams[j]) << j;
+      if (!g.alive[e]) {  // a dead ego sees nothing
+        seen[e] = 0;
+        continue;
       }
-      share &= alive;
+      // Teammates j that share with e: alive, and ratio <= noise. Only these pairs' noise
+      // matters, so only these are read or hashed.
+      uint64_t share = 0;
+      const uint64_t mates = (p.teams[e] == 1 ? team1 : ~team1) & alive;
+      for (uint64_t bits = mates; bits; bits &= bits - 1) {
+        const int j = __builtin_ctzll(bits), k = e * n + j;
+        const float d = g.dist[k];
+        float ratio;
+        if (p.comm_range > 0) {
+          ratio = std::min(std::max(d * p.inv_comm_range, 0.0f), 1.0f);
+        } else {
+          ratio = d > 0 ? 1.0f : 0.0f;
+        }
+        const float u = g.comm != nullptr ? g.comm[k] : StreamUniform(g.stream, k);
+        share |= static_cast<uint64_t>(ratio <= u) << j;
+      }
       uint64_t row = share;  // i itself shares, or a sharing teammate detects i
       for (int i = 0; i < n; ++i) row |= static_cast<uint64_t>((share & det[i]) != 0) << i;
-      seen[e] = g.alive[e] ? row : 0;
+      seen[e] = row;
     }
   } else {
     uint64_t team1 = 0, alive = 0;
