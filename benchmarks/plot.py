@@ -27,7 +27,7 @@ def plot_throughput(rows: list[dict], out: Path) -> Path:
         lines[(row["scenario"], row["obs_type"], row.get("policy", "none"))].append(row)
     if not lines:
         raise ValueError("no throughput rows (with 'agent_steps_per_s') in the input")
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
     for (scenario, obs, policy), group in sorted(lines.items()):
         group.sort(key=lambda r: r["batch"])
         batch = [r["batch"] for r in group]
@@ -42,7 +42,8 @@ def plot_throughput(rows: list[dict], out: Path) -> Path:
     ax.set_xlabel("parallel games (batch)")
     ax.set_ylabel("agent-steps per second")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    # Below the axes: inside, it would cover some of the lines.
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150)
