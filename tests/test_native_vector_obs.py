@@ -284,6 +284,12 @@ def test_no_compiler_is_a_clear_build_error(monkeypatch):
         _native.build_library()
 
 
+def test_other_backends_neither_build_nor_use_the_kernel(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(_native, "load", lambda: pytest.fail("built on a GPU backend"))
+    assert not native_supported(_config("5v5"))
+
+
 def test_an_unavailable_kernel_warns_once_and_falls_back(monkeypatch):
     monkeypatch.setattr(_native, "_load_cached", lambda: (False, "no C++ compiler found"))
     monkeypatch.setattr(_native, "_warned", [])

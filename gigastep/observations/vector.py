@@ -117,12 +117,13 @@ _NATIVE_MAX_BOXES = 64
 
 
 def native_supported(config: EnvConfig) -> bool:
-    """Whether `native_vector_observations` can serve this config on the CPU (kernel built
-    and loaded, at most 64 agents and 64 boxes)."""
+    """Whether `native_vector_observations` serves this config: JAX's default backend is the
+    CPU, the kernel is built and loaded, at most 64 agents and 64 boxes. (On a GPU machine
+    nothing is compiled or loaded.)"""
     from gigastep import _native
 
     return (config.n_agents <= _NATIVE_MAX_AGENTS and config.max_boxes <= _NATIVE_MAX_BOXES
-            and _native.load())  # fmt: skip
+            and jax.default_backend() == "cpu" and _native.load())  # fmt: skip
 
 
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
