@@ -62,7 +62,8 @@ class Options:
     batch: list = option([1024, 8192], "batch sizes (games per step)", type=int)
     steps: int = option(100, "steps per timed rollout")
     repeats: int = option(5, "timed rollouts per row (median reported)")
-    gym_batch: list = option([1024], "TeamVectorEnv batch sizes (empty: skip)", type=int)
+    gym_batch: list = option([1024], "TeamVectorEnv batch sizes (none given: skip)", type=int,
+                             nargs="*")  # fmt: skip
     gym_duration: float = option(5.0, "seconds per benchmark_vector_step call")
     device: str = option(None, "torch device of TorchVecEnv (default: JAX's default device)")
     seed: int = option(0, "seed of the environments and actions")
