@@ -181,7 +181,14 @@ def _placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid
 
 
 def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
-    """A fresh game and the communication noise of its first observation.
+    """A fresh game and the communication noise of its first observation (see
+    `_reset_state_streamed`)."""
+    return _reset_state_streamed(config, key)[:2]
+
+
+def _reset_state_streamed(config: EnvConfig, key):
+    """(state, comm, stream): a fresh game, the communication noise of its first observation
+    and that noise's counter stream (None when communication is deterministic).
 
     The map is drawn uniformly from the config's map set; each team's agents are placed
     uniformly in its start region with a heading drawn from its heading range; agents in
@@ -240,17 +247,13 @@ def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
         step=jnp.zeros((), jnp.int32),
         returns=jnp.zeros(n, jnp.float32),
     )
-    comm = grandom.uniform(k_comm, (n, n)) if config.stochastic_comm else jnp.zeros((n, n))
-    return EnvState(agents=agents, episode=episode), comm
-
-
-def _reset_comm_stream(config: EnvConfig, key):
-    """The counter stream of `reset_state(config, key)`'s communication noise (None when
-    communication is deterministic)."""
-    if not config.stochastic_comm:
-        return None
-    n = config.n_agents
-    return grandom.stream(jax.random.split(key, 3)[2], [(n, n)], 0)
+    if config.stochastic_comm:
+        seed = grandom.seed_words(k_comm)
+        comm = grandom.uniforms_from_seed(seed, [(n, n)])[0]
+        stream = grandom.stream_from_seed(seed, [(n, n)], 0)
+    else:
+        comm, stream = jnp.zeros((n, n)), None
+    return EnvState(agents=agents, episode=episode), comm, stream
 
 
 def _first_observation(config: EnvConfig, state: EnvState, comm, comm_stream=None):
@@ -263,8 +266,8 @@ def _first_observation(config: EnvConfig, state: EnvState, comm, comm_stream=Non
 def reset(config: EnvConfig, key):
     """Start a game: returns (obs, state)."""
     _check_key(key)
-    state, comm = reset_state(config, key)
-    return _first_observation(config, state, comm, _reset_comm_stream(config, key)), state
+    state, comm, stream = _reset_state_streamed(config, key)
+    return _first_observation(config, state, comm, stream), state
 
 
 # ------------------------------------------------------------------------------------------
@@ -275,6 +278,12 @@ def reset(config: EnvConfig, key):
 def sample_noise(config: EnvConfig, key) -> StepNoise:
     """Every random number of one step, from one key. Each draw has a fixed place in the
     stream whatever the flags, so switching a feature off leaves the others' draws unchanged."""
+    return _noise_and_stream(config, key)[0]
+
+
+def _noise_and_stream(config: EnvConfig, key):
+    """(`sample_noise(config, key)`, the counter stream of its comm noise or None), with the
+    key's seed words drawn once."""
     n = config.n_agents
     skip = [
         i
@@ -283,20 +292,16 @@ def sample_noise(config: EnvConfig, key) -> StepNoise:
         )
         if not on
     ]
-    detection, comm, waypoint = grandom.uniforms(key, _noise_shapes(n), skip=skip)
-    return StepNoise(detection=detection, comm=comm, waypoint=waypoint)
+    seed = grandom.seed_words(key)
+    detection, comm, waypoint = grandom.uniforms_from_seed(seed, _noise_shapes(n), skip=skip)
+    noise = StepNoise(detection=detection, comm=comm, waypoint=waypoint)
+    if not config.stochastic_comm:
+        return noise, None
+    return noise, grandom.stream_from_seed(seed, _noise_shapes(n), 1)
 
 
 def _noise_shapes(n: int):
     return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
-
-
-def _comm_stream(config: EnvConfig, key):
-    """The counter stream of `sample_noise(config, key).comm` (None when communication is
-    deterministic)."""
-    if not config.stochastic_comm:
-        return None
-    return grandom.stream(key, _noise_shapes(config.n_agents), 1)
 
 
 @chex.dataclass(frozen=True)
@@ -386,8 +391,7 @@ def step(config: EnvConfig, state: EnvState, actions, key):
     `step_autoreset` for that).
     """
     _check_key(key)
-    return _transition_streamed(config, state, actions, sample_noise(config, key),
-                                _comm_stream(config, key))  # fmt: skip
+    return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
 
 
 def _select(done, a, b):
@@ -406,12 +410,12 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     """
     _check_key(key)
     k_step, k_reset = jax.random.split(key)
-    noise = sample_noise(config, k_step)
+    noise, step_stream = _noise_and_stream(config, k_step)
     adv = _advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
-    fresh, fresh_comm = reset_state(config, k_reset)
-    streams = (_comm_stream(config, k_step), _reset_comm_stream(config, k_reset))
-    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs, streams)
+    fresh, fresh_comm, fresh_stream = _reset_state_streamed(config, k_reset)
+    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs,
+                             (step_stream, fresh_stream))  # fmt: skip
 
 
 def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh: EnvState,
@@ -527,9 +531,10 @@ def reset_where(reset_one, mask, keys):
 
 
 def _reset_finished(config: EnvConfig, done, keys):
-    """(fresh states, their comm noise (B, n, n)): `reset_state(config, keys[b])` for every
-    game b where `done` (see `reset_where`)."""
-    return reset_where(partial(reset_state, config), done, keys)
+    """(fresh states, their comm noise (B, n, n), its streams (B, 3) or None):
+    `_reset_state_streamed(config, keys[b])` for every game b where `done` (see
+    `reset_where`)."""
+    return reset_where(partial(_reset_state_streamed, config), done, keys)
 
 
 def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
@@ -547,16 +552,16 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     def advance(state, acts, key):
         _check_key(key)
         k_step, k_reset = jax.random.split(key)
-        noise = sample_noise(config, k_step)
-        streams = (_comm_stream(config, k_step), _reset_comm_stream(config, k_reset))
-        return _advance(config, state, acts, noise), noise, k_reset, streams
+        noise, stream = _noise_and_stream(config, k_step)
+        return _advance(config, state, acts, noise), noise, k_reset, stream
 
-    adv, noise, k_reset, streams = jax.vmap(advance)(states, actions, keys)
+    adv, noise, k_reset, step_stream = jax.vmap(advance)(states, actions, keys)
     done = adv.terminated | adv.truncated
-    fresh, fresh_comm = _reset_finished(config, done, k_reset)
+    fresh, fresh_comm, fresh_stream = _reset_finished(config, done, k_reset)
 
     finish = partial(_finish_autoreset, config, final_obs=final_obs)
-    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done, streams=streams)
+    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done,
+                            streams=(step_stream, fresh_stream))  # fmt: skip
 
 
 @partial(jax.jit, static_argnums=(0, 4))

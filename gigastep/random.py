@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["lowbias32", "stream", "uniform", "uniforms"]
+__all__ = ["lowbias32", "seed_words", "stream", "stream_from_seed", "uniform", "uniforms",
+           "uniforms_from_seed"]  # fmt: skip
 
 _GOLDEN = np.uint32(0x9E3779B9)
 
@@ -40,14 +41,23 @@ def uniform(key, shape) -> jax.Array:
     return uniforms(key, [shape])[0]
 
 
+def seed_words(key) -> jax.Array:
+    """(2,) uint32: the two words drawn from `key` (threefry) that seed its counter streams."""
+    return jax.random.bits(key, (2,), jnp.uint32)
+
+
 def stream(key, shapes, index: int) -> jax.Array:
+    """`stream_from_seed(seed_words(key), shapes, index)`."""
+    return stream_from_seed(seed_words(key), shapes, index)
+
+
+def stream_from_seed(seed, shapes, index: int) -> jax.Array:
     """(3,) uint32 (seed0, seed1, start): the counter stream of array `index` of
-    `uniforms(key, shapes)`, for code that draws those uniforms itself (the native
-    observation kernel hashes the communication noise where it uses it instead of reading
-    a materialised array). Element k of that array (row-major) hashes counter start + k."""
+    `uniforms_from_seed(seed, shapes)`, for code that draws those uniforms itself (the native
+    observation kernel hashes the communication noise where it uses it instead of reading a
+    materialised array). Element k of that array (row-major) hashes counter start + k."""
     start = sum(int(np.prod(tuple(s), dtype=np.int64)) for s in shapes[:index])
-    seed = jax.random.bits(key, (2,), jnp.uint32)
-    return jnp.concatenate([seed, jnp.asarray([start], jnp.uint32)])
+    return jnp.concatenate([jnp.asarray(seed, jnp.uint32), jnp.asarray([start], jnp.uint32)])
 
 
 def uniforms(key, shapes, skip=()) -> list:
@@ -56,7 +66,12 @@ def uniforms(key, shapes, skip=()) -> list:
     Each array takes its own range of counters, fixed by the shapes alone, so skipping an
     array (its index in `skip`: returned as zeros, not computed) leaves the others unchanged.
     """
-    seed = jax.random.bits(key, (2,), jnp.uint32)
+    return uniforms_from_seed(seed_words(key), shapes, skip)
+
+
+def uniforms_from_seed(seed, shapes, skip=()) -> list:
+    """`uniforms` given the key's `seed_words` (so that a caller who also needs a `stream`
+    of the same key draws the seed once)."""
     out, start = [], 0
     for i, shape in enumerate(shapes):
         shape = tuple(shape)
