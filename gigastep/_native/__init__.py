@@ -2,8 +2,9 @@
 
 One kernel today: ``gigastep_vector_obs`` (``vector_obs.cc``), visibility plus the vector
 observation of a batch of games in one pass. On the CPU it replaces the XLA lowering of
-`gigastep.observations.visibility` + `gigastep.observations.vector`, bit for bit (the tests
-compare both paths); on other platforms the JAX code runs.
+`gigastep.observations.visibility` + `gigastep.observations.vector` with the same values
+bit for bit (+0 where XLA may leave -0; the tests compare both paths); on other platforms
+the JAX code runs.
 
 The shared library is built with the system C++ compiler the first time a CPU step needs it
 (a few seconds) and cached under ``$GIGASTEP_CACHE_DIR`` (default

@@ -5,7 +5,8 @@
 // element: XLA's CPU backend re-evaluates fused producers (bit sets, the counting sort)
 // for every element of a gathered consumer. Every floating-point operation below is the one
 // XLA's CPU backend performs for the JAX code, in the same order, so the two paths agree bit
-// for bit; tests/test_native_vector_obs.py holds them to that. XLA rewrites a division by a
+// for bit (except that rows XLA multiplies by 0 are written as +0 where XLA may leave -0);
+// tests/test_native_vector_obs.py holds them to that. XLA rewrites a division by a
 // constant into a multiplication by its float32 reciprocal and fuses one multiply-subtract
 // (in wrap_angle); the code below does the same, explicitly.
 //

@@ -129,8 +129,9 @@ def native_supported(config: EnvConfig) -> bool:
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
                                dist, detected, comm_noise, boxes, comm_stream=None):  # fmt: skip
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
-    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc). Bit-identical to the JAX path;
-    CPU only (callers pick it with `jax.lax.platform_dependent`).
+    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc): the JAX path's values bit for
+    bit (+0 where XLA may leave -0). CPU only (callers pick it with
+    `jax.lax.platform_dependent`).
 
     Args:
         detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
