@@ -215,6 +215,26 @@ def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native,
             np.testing.assert_array_equal(got, want)
 
 
+def test_gradients_through_a_step_with_the_kernel_equal_those_without(native, monkeypatch):
+    """The kernel has no derivative of its own; its derivative rule differentiates the JAX
+    code (the same function), so gradients through the observation are unchanged."""
+    config = EnvConfig(teams=(0, 0, 1, 1), obs_type="vector", stochastic_comm=True)
+    env = genv.GigastepEnv(config)
+    _, state = env.reset(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(1)
+
+    def loss(actions):
+        obs, new, rewards, _, _ = genv.step(config, state, actions, key)
+        return jnp.sum(obs * obs) + jnp.sum(rewards) + jnp.sum(new.agents.x)
+
+    actions = jnp.full((4, 3), 0.3, jnp.float32)
+    with_kernel = jax.jit(jax.grad(lambda a: loss(a)))(actions)
+    monkeypatch.setenv("GIGASTEP_NATIVE", "0")
+    without = jax.jit(jax.grad(lambda a: loss(a)))(actions)
+    np.testing.assert_array_equal(with_kernel, without)
+    assert np.abs(np.asarray(with_kernel)).sum() > 0
+
+
 def test_the_kernel_draws_the_communication_noise_of_a_stream_exactly(native):
     """Given the counter stream instead of the noise array, the kernel hashes the same
     uniforms: its observations equal those computed from the array."""

@@ -13,6 +13,7 @@ and sprite. A dead ego's observation is all zeros.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +141,12 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
             is not read (nor, in a compiled step, computed).
         Others as in `vector_observations`.
     """
+    return _native_call(config, agents, episode, dist, detected, comm_noise, boxes, comm_stream)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise, boxes,
+                 comm_stream):  # fmt: skip
     n = config.n_agents
     lx, ly = config.limit_x, config.limit_y
     call = jax.ffi.ffi_call(
@@ -168,6 +175,21 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
         lx=np.float32(lx), ly=np.float32(ly),
         teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.float32),
     ))  # fmt: skip
+
+
+@_native_call.defjvp
+def _native_call_jvp(config: EnvConfig, primals, tangents):
+    """Derivatives come from the JAX path (same function, so the same derivatives): the
+    kernel's value, the JAX code's tangent. Without differentiation this rule is never
+    traced."""
+    from gigastep.observations.visibility import visibility
+
+    def jax_path(agents, episode, dist, detected, comm_noise, boxes):
+        seen = visibility(config, agents.alive, dist, detected, comm_noise)
+        return vector_observations(config, agents, episode, dist, seen, boxes)
+
+    _, tangent = jax.jvp(jax_path, primals[:6], tangents[:6])
+    return _native_call(config, *primals), tangent
 
 
 def _varying_like(inputs, out):
