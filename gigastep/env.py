@@ -39,6 +39,7 @@ __all__ = [
     "batched_reset",
     "batched_step",
     "batched_step_autoreset",
+    "episode_winner",
     "observe",
     "reset",
     "reset_state",
@@ -384,6 +385,24 @@ def _transition_streamed(config: EnvConfig, state: EnvState, actions, noise: Ste
     return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
 
 
+def episode_winner(config: EnvConfig, alive, episode_done):
+    """The winning team of episodes that end: int32 of `episode_done`'s shape.
+
+    At the end of an episode the winner is the only team that still has an agent alive
+    (0 or 1); -1 means no winner: a draw (both teams, or neither, have survivors: the time
+    limit, or both eliminated in one step) or an episode that goes on.
+
+    Args:
+        alive: bool (..., n), the agents alive after the step.
+        episode_done: bool (...), the episode ended at this step.
+    """
+    team1 = jnp.asarray(np.asarray(config.teams) == 1)
+    left1 = jnp.any(alive & team1, axis=-1)
+    left0 = jnp.any(alive & ~team1, axis=-1)
+    winner = jnp.where(left0 & ~left1, 0, jnp.where(left1 & ~left0, 1, -1))
+    return jnp.where(episode_done, winner, -1).astype(jnp.int32)
+
+
 def step(config: EnvConfig, state: EnvState, actions, key):
     """One step: (obs, state, rewards (n,), dones (n,), episode_done ()).
 
@@ -441,6 +460,7 @@ def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh
         final_obs=last,
         episode_return=adv.state.episode.returns,
         episode_length=adv.state.episode.step,
+        winner=episode_winner(config, adv.state.agents.alive, done),
     )
     return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
 

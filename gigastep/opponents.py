@@ -362,6 +362,7 @@ class VersusEnv:
             final_obs=self.team_view(info.final_obs),
             episode_return=self._take(info.episode_return),
             episode_length=info.episode_length,
+            winner=info.winner,
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
@@ -384,6 +385,7 @@ class VersusEnv:
             final_obs=team(info.final_obs),
             episode_return=team(info.episode_return),
             episode_length=info.episode_length,
+            winner=info.winner,
         )
         return team(obs), states, team(rewards), team(dones), done, info
 

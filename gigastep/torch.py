@@ -203,7 +203,7 @@ def _state_treedef(game: Game):
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
-    episode_return, episode_length, final_obs)); state leaves and key are donated.
+    episode_return, episode_length, winner, final_obs)); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
     list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
     four per step.
@@ -227,7 +227,8 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
             states, actions, jax.random.split(sub, actions.shape[0])
         )
         outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
-                   info.episode_return, info.episode_length, info.final_obs)  # fmt: skip
+                   info.episode_return, info.episode_length, info.winner,
+                   info.final_obs)  # fmt: skip
         return key, jax.tree_util.tree_leaves(states), outputs
 
     return jax.jit(run, donate_argnums=(0, 1))
@@ -283,7 +284,8 @@ class TorchVecEnv:
         info: `terminated` (B,) bool, `truncated` (B,) bool, `final_obs` (the last observation
             of games that ended this step, else this step's obs), `episode_return` (B, m)
             float32 and `episode_length` (B,) int32 (of the finished episode where ep_dones,
-            else running values).
+            else running values), `winner` (B,) int32 (the team left alone at the end of a
+            finished episode, else -1: see `gigastep.env.episode_winner`).
 
     Every step is one compiled call: the PRNG key advances on the device, finished games are
     reset in the same call, the game states are donated (updated in place), and nothing is
@@ -382,10 +384,10 @@ class TorchVecEnv:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
         actions = _leaf_to_jax(self._check_actions(actions))
         self._key, self._leaves, out = self._step(self._leaves, self._key, actions)
-        obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length = jax_to_torch(
-            out[:8]
+        obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length, winner = (
+            jax_to_torch(out[:9])
         )
-        final = jax_to_torch(out[8]) if self.final_obs else obs
+        final = jax_to_torch(out[9]) if self.final_obs else obs
         self.last_obs = obs
         info = {
             "terminated": terminated,
@@ -393,6 +395,7 @@ class TorchVecEnv:
             "final_obs": final,
             "episode_return": ep_return,
             "episode_length": ep_length,
+            "winner": winner,
         }
         return obs, rewards, dones, ep_dones, info
 

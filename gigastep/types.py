@@ -503,3 +503,5 @@ class StepInfo:
     final_obs: Any  # observation of the last step of a finished episode (else of this step)
     episode_return: chex.Array  # (n,) float32, the finished episode's return (else running sum)
     episode_length: chex.Array  # () int32, the finished episode's length (else running length)
+    winner: chex.Array  # () int32, the team left alone at the end (0 or 1), else -1 (draw, or
+    # the episode goes on); see `gigastep.env.episode_winner`

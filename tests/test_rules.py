@@ -453,6 +453,28 @@ def test_elimination_on_the_last_step_is_terminated_not_truncated(gs, timed):
     assert bool(info.terminated) and not bool(info.truncated)
 
 
+def test_the_winner_is_the_team_left_alone_when_the_other_is_eliminated(gs, timed):
+    out, info = gs.autoreset(timed, _exit_state(gs, timed))  # agent 1 (team 1) leaves
+    assert out.ep_done and int(info.winner) == 0
+
+
+def test_a_time_limit_with_both_teams_alive_has_no_winner(gs, timed):
+    x, y = _far_apart(2)
+    out, info = gs.autoreset(timed, gs.state(timed, x=x, y=y, step=4))  # step 5 of 5
+    assert out.ep_done and int(info.winner) == -1
+
+
+def test_both_teams_eliminated_in_one_step_has_no_winner(gs, timed):
+    out, info = gs.autoreset(timed, _exit_state(gs, timed, both=True))
+    assert out.ep_done and out.dones.all() and int(info.winner) == -1
+
+
+def test_an_episode_that_goes_on_has_no_winner(gs, timed):
+    x, y = _far_apart(2)
+    out, info = gs.autoreset(timed, gs.state(timed, x=x, y=y, step=1))
+    assert not out.ep_done and int(info.winner) == -1
+
+
 def test_episode_continues_until_both_teams_are_dead_when_not_ending_on_one_team(gs):
     config = gs.config(episode_ends_one_team_dead=False)
     out = gs.step(config, _exit_state(gs, config))

@@ -218,8 +218,9 @@ def test_outputs_are_torch_tensors_of_the_documented_shapes(duel):
     assert dones.shape == (2, 3) and dones.dtype == torch.bool
     assert ep_dones.shape == (2,) and ep_dones.dtype == torch.bool
     assert set(info) == {"terminated", "truncated", "final_obs", "episode_return",
-                         "episode_length"}  # fmt: skip
+                         "episode_length", "winner"}  # fmt: skip
     assert all(isinstance(v, torch.Tensor) for v in info.values())
+    assert info["winner"].shape == (2,) and info["winner"].dtype == torch.int32
 
 
 @pytest.fixture(scope="module")
