@@ -31,7 +31,7 @@ from gigastep.types import (
     EpisodeState,
     StepInfo,
     StepNoise,
-    closest,
+    check_fields,
 )
 
 __all__ = [
@@ -102,6 +102,62 @@ def check_actions(actions, n: int, discrete: bool, who: str = "") -> None:
             f"{who}continuous actions must be floats of shape ({n}, 3) (heading, dive, "
             f"throttle in [-1, 1] per agent); got {dtype} of shape {shape}"
         )
+
+
+def _games(batch: tuple[int, ...]) -> str:
+    count = int(np.prod(batch))
+    shape = f", shape {batch}" if len(batch) > 1 else ""
+    return f"{count} game{'s' if count != 1 else ''}{shape}"
+
+
+def _state_batch(config: EnvConfig, state, what: str) -> tuple[int, ...]:
+    """The batch shape of `state` (() for one game); a TypeError unless it is an `EnvState`,
+    a ValueError unless its games have this config's agent count."""
+    if not isinstance(state, EnvState):
+        raise TypeError(
+            f"{what} must be a gigastep EnvState (as returned by reset or v_reset), "
+            f"got {type(state).__name__}"
+        )
+    shape = tuple(np.shape(state.agents.x))
+    if not shape or shape[-1] != config.n_agents:
+        raise ValueError(
+            f"{what} holds {shape[-1] if shape else 0} agents per game but this game has "
+            f"{config.n_agents} (a state of another scenario?)"
+        )
+    return shape[:-1]
+
+
+def check_single_state(config: EnvConfig, state, batched_form: str = "v_step") -> None:
+    """Raise a clear error unless `state` is one game of `config` (shapes only: trace time).
+
+    `batched_form` names the batched function to suggest for a batch of games."""
+    batch = _state_batch(config, state, "state")
+    if batch:
+        raise ValueError(
+            f"this state is batched ({_games(batch)}); use {batched_form} for a batch of games, "
+            "or index one game out of it"
+        )
+
+
+def check_batch(config: EnvConfig, states, actions, keys, single_form: str = "step") -> int:
+    """The batch size B of `states` after checking that they are a batch of games of `config`
+    (one leading axis) and that `actions` and `keys` hold B games too (shapes only)."""
+    batch = _state_batch(config, states, "states")
+    if not batch:
+        raise ValueError(
+            f"this state is a single game (no batch axis); use {single_form} for one game, "
+            "or v_reset(jax.random.split(key, B)) to start a batch"
+        )
+    if len(batch) != 1:
+        raise ValueError(f"states must have one batch axis, got batch shape {batch}")
+    b = batch[0]
+    for what, value in (("actions", actions), ("keys", keys)):
+        shape = np.shape(value)
+        if not shape or shape[0] != b:
+            got = f"{shape[0]} games (shape {shape})" if shape else f"a scalar {value!r}"
+            raise ValueError(f"states hold {b} games but {what} hold {got}")
+    _check_batch(keys)
+    return b
 
 
 # ------------------------------------------------------------------------------------------
@@ -373,6 +429,7 @@ def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _
 
 def transition(config: EnvConfig, state: EnvState, actions, noise: StepNoise):
     """One step with its randomness given: (obs, state, rewards, dones, episode_done)."""
+    check_single_state(config, state, "jax.vmap(transition)")
     return _transition_streamed(config, state, actions, noise)
 
 
@@ -409,6 +466,7 @@ def step(config: EnvConfig, state: EnvState, actions, key):
     `dones[i]` is True for every dead agent; the step never resets a finished game (see
     `step_autoreset` for that).
     """
+    check_single_state(config, state, "v_step")
     _check_key(key)
     return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
 
@@ -427,6 +485,7 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     `info.final_obs` holds the last observation of the finished game (computed only when
     `final_obs` is True, else it repeats `obs`).
     """
+    check_single_state(config, state, "v_step_autoreset")
     _check_key(key)
     k_step, k_reset = jax.random.split(key)
     noise, step_stream = _noise_and_stream(config, k_step)
@@ -494,6 +553,7 @@ def batched_reset(config: EnvConfig, keys):
 
 def batched_step(config: EnvConfig, states, actions, keys):
     """`step` of every game of a batch (pure; `GigastepEnv.v_step` is its compiled form)."""
+    check_batch(config, states, actions, keys, "step")
     return jax.vmap(partial(step, config))(states, actions, keys)
 
 
@@ -568,6 +628,7 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     Called on a batch (leading axis B on every argument); pure, so it traces inside a caller's
     jit or scan (under a further vmap its branches become selects, costing a full reset).
     """
+    check_batch(config, states, actions, keys, "step_autoreset")
 
     def advance(state, acts, key):
         _check_key(key)
@@ -631,13 +692,7 @@ class GigastepEnv:
 
     def __init__(self, config: EnvConfig | None = None, **fields):
         if config is None:
-            valid = EnvConfig.__dataclass_fields__
-            unknown = [k for k in fields if k not in valid]
-            if unknown:
-                raise TypeError(
-                    f"unknown GigastepEnv argument {unknown[0]!r}; closest EnvConfig fields: "
-                    f"{closest(unknown[0], sorted(valid))}"
-                )
+            check_fields(fields, "GigastepEnv")
             config = EnvConfig(**fields)
         elif not isinstance(config, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}")
@@ -726,11 +781,11 @@ class GigastepEnv:
         return _v_reset(self.config, keys)
 
     def v_step(self, states, actions, keys):
-        _check_batch(keys)
+        check_batch(self.config, states, actions, keys, "step")
         return _v_step(self.config, states, actions, keys)
 
     def v_step_autoreset(self, states, actions, keys, final_obs: bool = True):
-        _check_batch(keys)
+        check_batch(self.config, states, actions, keys, "step_autoreset")
         return _v_step_autoreset(self.config, states, actions, keys, final_obs)
 
     def reset_done_episodes(self, obs, states, ep_dones, key):

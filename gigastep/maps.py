@@ -20,9 +20,10 @@ def builtin_maps() -> dict[str, MapSpec]:
 
 
 def map_set_names() -> tuple[str, ...]:
-    """Every name `map_set` accepts: the named sets and each built-in map."""
+    """Every name `map_set` accepts, once each: the named sets, then each built-in map (the set
+    "empty" and the map "empty" share a name)."""
     sets = read_catalog_toml("maps.toml")["sets"]
-    return tuple(sets) + tuple(builtin_maps())
+    return tuple(dict.fromkeys((*sets, *builtin_maps())))
 
 
 def map_set(name: str) -> tuple[MapSpec, ...]:

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from gigastep._resources import read_catalog_toml
 from gigastep.maps import builtin_maps, map_set_names
-from gigastep.types import EnvConfig, MapSpec, closest
+from gigastep.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
     "AgentType",
@@ -62,7 +62,6 @@ _TYPE_TO_CONFIG = {
     "thrust": "thrust",
     "idle_reward": "idle_reward",
 }
-_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(EnvConfig))
 # Fields a scenario sets through its agents, map and map size rather than its `env` table.
 _STRUCTURAL = {
     **{f: "list agents with add/add_type (team0/team1 in a file)"
@@ -72,23 +71,6 @@ _STRUCTURAL = {
     "limit_x": "set the world size with set_map(size=...) (`map_size` in a file)",
     "limit_y": "set the world size with set_map(size=...) (`map_size` in a file)",
 }  # fmt: skip
-# Keyword names of the 2023 library that this project renamed.
-_RENAMED = {
-    "use_stochastic_obs": "stochastic_obs",
-    "use_stochastic_comm": "stochastic_comm",
-    "max_agent_in_vec_obs": "max_agents_in_vec_obs",
-    "min_tracking_time": "min_tracking_steps",
-    "max_tracking_time": "max_tracking_steps",
-    "very_close_cone_depth": "very_close_depth",
-    "per_agent_sprites": "sprites",
-    "per_agent_thrust": "thrust",
-    "per_agent_max_health": "max_health",
-    "per_agent_range": "detection_range",
-    "per_agent_damage_range": "damage_range",
-    "per_agent_team": "teams",
-    "per_agent_idle_reward": "idle_reward",
-    "n_agents": "teams",
-}
 _SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env")
 
 
@@ -329,7 +311,13 @@ def _builder_from_table(catalog: _Catalog, name: str) -> ScenarioBuilder:
         builder._where = where
         builder._types = dict(catalog.types)
         for team, key in enumerate(("team0", "team1")):
-            for type_name in _team_members(table.get(key, {}), f"{key}"):
+            members = _team_members(table.get(key, {}), key)
+            if not members:
+                raise ValueError(
+                    f"{key} has no agents (got {table.get(key, 'nothing')!r}); a scenario "
+                    f"needs at least one agent in each team, e.g. {key} = {{ default = 1 }}"
+                )
+            for type_name in members:
                 builder.add_type(team, type_name)
         _select_map(builder, catalog, table.get("map", "all"))
         if "map_size" in table:
@@ -397,18 +385,8 @@ def _builtin_base(base: str) -> tuple[int, EnvConfig]:
 
 
 def _check_config_keys(fields: dict[str, Any], where: str) -> None:
-    """Unknown EnvConfig keys fail with the closest valid key and the list of valid keys."""
-    for key in fields:
-        if key in _CONFIG_FIELDS:
-            continue
-        if key in _RENAMED:
-            hint = f"it is called {_RENAMED[key]!r} in this library"
-        else:
-            hint = f"closest: {closest(key, _CONFIG_FIELDS, 1)[0]!r}"
-        raise TypeError(
-            f"{where}: unknown EnvConfig field {key!r} ({hint}); "
-            f"valid fields: {', '.join(_CONFIG_FIELDS)}"
-        )
+    """Unknown EnvConfig keys fail with their new name or the closest fields (`check_fields`)."""
+    check_fields(fields, where)
     maps = fields.get("maps")
     if isinstance(maps, str):
         raise TypeError(

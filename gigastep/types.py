@@ -26,6 +26,7 @@ __all__ = [
     "MapSpec",
     "StepInfo",
     "StepNoise",
+    "check_fields",
     "closest",
 ]
 
@@ -40,6 +41,47 @@ def closest(name: str, choices, n: int = 3) -> list[str]:
     choices = list(choices)
     found = difflib.get_close_matches(name, choices, n=n, cutoff=0.0)
     return found or choices[:n]
+
+
+# Keyword names of the 2023 library that this project renamed (old name -> new name).
+RENAMED_FIELDS = {
+    "range": "detection_range",
+    "use_stochastic_obs": "stochastic_obs",
+    "use_stochastic_comm": "stochastic_comm",
+    "max_agent_in_vec_obs": "max_agents_in_vec_obs",
+    "min_tracking_time": "min_tracking_steps",
+    "max_tracking_time": "max_tracking_steps",
+    "very_close_cone_depth": "very_close_depth",
+    "per_agent_sprites": "sprites",
+    "per_agent_thrust": "thrust",
+    "per_agent_max_health": "max_health",
+    "per_agent_range": "detection_range",
+    "per_agent_damage_range": "damage_range",
+    "per_agent_team": "teams",
+    "per_agent_idle_reward": "idle_reward",
+    "n_agents": "teams",
+}
+
+
+def check_fields(names, where: str = "") -> None:
+    """Raise a TypeError for the first name in `names` that is not an `EnvConfig` field.
+
+    The message names the field, and either its new name (a keyword of the 2023 library that
+    was renamed, `RENAMED_FIELDS`) or the three closest fields. `where` prefixes it.
+    """
+    valid = EnvConfig.__dataclass_fields__
+    for key in names:
+        if key in valid:
+            continue
+        prefix = f"{where}: " if where else ""
+        if key in RENAMED_FIELDS:
+            hint = f"the 2023 name {key!r} is called {RENAMED_FIELDS[key]!r} in this library"
+        else:
+            hint = "closest: " + ", ".join(repr(c) for c in closest(str(key), valid))
+        raise TypeError(
+            f"{prefix}unknown EnvConfig field {key!r} ({hint}); "
+            f"help(gigastep.EnvConfig) documents all {len(valid)} fields"
+        )
 
 
 @dataclass(frozen=True)
@@ -387,11 +429,7 @@ class EnvConfig:
 
     def replace(self, **changes) -> EnvConfig:
         """A copy with some fields changed (validated like a new config)."""
-        valid = {f.name for f in dataclasses.fields(self)}
-        unknown = [k for k in changes if k not in valid]
-        if unknown:
-            k = unknown[0]
-            raise TypeError(f"unknown EnvConfig field {k!r}; closest: {closest(k, sorted(valid))}")
+        check_fields(changes)
         if "map_set" in changes and "maps" not in changes:
             changes["maps"] = ()
         return dataclasses.replace(self, **changes)
