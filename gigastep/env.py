@@ -23,7 +23,7 @@ from gigastep.observations.vector import (
     vector_observations,
 )
 from gigastep.observations.visibility import visibility
-from gigastep.spaces import Box, Discrete, Tuple
+from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
     AgentState,
     EnvConfig,
@@ -735,7 +735,7 @@ class GigastepEnv:
         """Per-agent observation space."""
         c = self.config
         rgb = Box.create(0, 255, (c.resolution_x, c.resolution_y, 3), np.uint8)
-        vec = Box.create(-np.inf, np.inf, (c.vector_size,), np.float32)
+        vec = Box.create(*vector_bounds(c), (c.vector_size,), np.float32)  # finite, derived
         return {"rgb": rgb, "vector": vec, "rgb_vector": Tuple((rgb, vec))}[c.obs_type]
 
     @property

@@ -5,7 +5,7 @@ opponent (`gigastep.opponents`) inside the same compiled step.
 
 - Action: the joint action of the team, `MultiDiscrete([27] * m)` (discrete scenarios) or
   `Box(-1, 1, (m, 3), float32)` (continuous; heading, dive, throttle per agent).
-- Observation: the team's per-agent observations stacked, `Box(-inf, inf, (m, L), float32)`
+- Observation: the team's per-agent observations stacked, `Box(low, high, (m, L), float32)`
   (vector), `Box(0, 255, (m, res_x, res_y, 3), uint8)` (rgb) or a `Tuple` of both
   (rgb_vector). A dead agent's rows are zeros.
 - Reward: the sum of the team's agents' rewards. `terminated`: the game ended by elimination;
@@ -42,6 +42,7 @@ from gymnasium.vector.utils import batch_space
 from gigastep import env as _env
 from gigastep.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import VersusEnv, resolve_env, team_outcome
+from gigastep.spaces import vector_bounds
 
 __all__ = ["ENV_ID", "TeamEnv", "TeamVectorEnv", "team_spaces"]
 
@@ -56,7 +57,8 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     else:
         action = gymnasium.spaces.Box(-1.0, 1.0, (m, 3), np.float32)
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
-    vec = gymnasium.spaces.Box(-np.inf, np.inf, (m, config.vector_size), np.float32)
+    low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
+    vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)
     obs = {"rgb": rgb, "vector": vec, "rgb_vector": gymnasium.spaces.Tuple((rgb, vec))}
     return obs[config.obs_type], action
 

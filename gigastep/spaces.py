@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Box", "Discrete", "Tuple"]
+__all__ = ["Box", "Discrete", "Tuple", "vector_bounds"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,3 +108,114 @@ class Tuple:
 
     def __len__(self):
         return len(self.spaces)
+
+
+# ------------------------------------------------------------------------------------------
+# Bounds of the vector observation
+# ------------------------------------------------------------------------------------------
+
+# Relative margin on the speed bound: it absorbs the float32 rounding of the speed update,
+# which a contracting recursion keeps below a few ulps (1e-4 of the bound is ~800 ulps).
+_SPEED_MARGIN = 1e-4
+
+
+def _speed_range(config) -> tuple[float, float]:
+    """[lo, hi] of every agent's speed over any game of `config` (hi is inf when unbounded).
+
+    Reset speeds are 1 and a step's speed is at least `min_speed`, so lo = min(1, min_speed).
+    For hi, bound one step (SPEC §3): v1 = v + a u (|u| <= 1, a = dt throttle_rate max thrust),
+    v2 = v1 - b v1^2 (b = dt drag), v'^2 = max(v2^2 + k g (z - z'), min_speed^2) with
+    |z - z'| <= dt dive_rate: so v' <= M(S) = sqrt(max(G(S)^2 + c, min_speed^2)) where S bounds
+    v, G(S) = max |v1 - b v1^2| over v1 in [lo - a, S + a] and c = |k g| dt dive_rate. M is
+    non-decreasing, so any S >= 1 with M(S) <= S bounds every speed; iterating M from the
+    reset speed converges to the least such S (if the speed cannot grow without bound, e.g.
+    when drag = 0). Continuous diving is over-counted (altitude runs out), so this bounds from
+    above rather than being reached.
+    """
+    lo = min(1.0, config.min_speed)
+    a = config.dt * config.throttle_rate * max(config.thrust)
+    b = config.dt * config.drag
+    z_span = max(config.z_max, *(m.height[1] for m in config.maps))
+    c = abs(config.dive_speed_exchange * config.gravity) * min(config.dt * config.dive_rate, z_span)
+
+    def g(v1):
+        return abs(v1 - b * v1 * v1)
+
+    def bound(s):
+        lo1, hi1 = lo - a, s + a
+        top = max(g(lo1), g(hi1))
+        if b > 0 and lo1 <= 1.0 / (2.0 * b) <= hi1:
+            top = max(top, 1.0 / (4.0 * b))
+        return math.sqrt(max(top * top + c, config.min_speed**2))
+
+    s = max(1.0, config.min_speed)
+    for _ in range(100_000):
+        nxt = max(s, bound(s))
+        if nxt > 1e6:
+            return lo, math.inf
+        if nxt - s <= 1e-12 * nxt:
+            break
+        s = nxt
+    s *= 1.0 + _SPEED_MARGIN
+    return lo, (s if bound(s) <= s else math.inf)
+
+
+def _up(x) -> np.float32:
+    """The float32 next above the float32 nearest to `x` (one ulp of rounding room)."""
+    return np.nextafter(np.float32(x), np.float32(np.inf))
+
+
+def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
+    """Element-wise bounds (low, high), float32 (L,), of the vector observation of `config`.
+
+    Derived from the game (SPEC §5.2), not measured; a dead agent's observation (all zeros)
+    and unseen rows (zeros) are inside them. Per row of 9 features, ego row (slot 0) / others:
+    seen and same-team flags in [0, 1]; x / limit_x and y / limit_y in [0, 1] / [-1, 1]
+    (alive agents are inside the map: leaving it kills); z / z_max in [0, r] / [-r, r] with
+    r = max(z_max, highest start altitude) / z_max; heading in [-pi, pi] (wrapped); speed /
+    diagonal in [0, hi] / [-(hi - lo), hi - lo] (`_speed_range`); health in [0, max of
+    max_health]; sprite in [0, max sprite]. Waypoint corners: (w - x) / limit in [-1, 1]
+    shortened by the waypoint size on the side it cannot reach, flag in [0, 1]. Boxes: the
+    range over the config's maps of each box coordinate (0 for padding). Bounds that come
+    out of float32 products and quotients are widened by one float32 ulp.
+    """
+    m = config.vec_agents
+    lx, ly = config.limit_x, config.limit_y
+    diag = math.sqrt(lx * lx + ly * ly)
+    r = max(config.z_max, *(mp.height[1] for mp in config.maps)) / config.z_max
+    v_lo, v_hi = _speed_range(config)
+    pi = np.float32(math.pi)
+    ego_hi = [1.0, 1.0, _up(1.0), _up(1.0), _up(r), pi, _up(v_hi / diag),
+              max(config.max_health), max(config.sprites)]  # fmt: skip
+    ego_lo = [0.0, 0.0, 0.0, 0.0, 0.0, -pi, 0.0, 0.0, 0.0]
+    dv = _up((v_hi - v_lo) / diag)
+    other_hi = [1.0, 1.0, _up(1.0), _up(1.0), _up(r), pi, dv, ego_hi[7], ego_hi[8]]
+    other_lo = [0.0, 0.0, -_up(1.0), -_up(1.0), -_up(r), -pi, -dv, 0.0, 0.0]
+    low = [ego_lo] + [other_lo] * (m - 1)
+    high = [ego_hi] + [other_hi] * (m - 1)
+    low, high = [np.ravel(np.asarray(low, np.float32))], [np.ravel(np.asarray(high, np.float32))]
+    if config.enable_waypoints:
+        # the square's low corner w0 lies in [0, limit - size] (a size above the world makes
+        # that interval [limit - size, 0]), its high corner at w0 + size; the ego in [0, limit]
+        size = config.waypoint_size
+        corners = []
+        for limit in (lx, ly):
+            w0 = (min(0.0, limit - size), max(0.0, limit - size))
+            corners.append(((w0[0] - limit) / limit, w0[1] / limit))
+        for limit in (lx, ly):
+            w2 = (min(size, limit), max(size, limit))
+            corners.append(((w2[0] - limit) / limit, w2[1] / limit))
+        low.append(np.array([*(-_up(-c[0]) for c in corners), 0.0], np.float32))
+        high.append(np.array([*(_up(c[1]) for c in corners), 1.0], np.float32))
+    if config.max_boxes:
+        scale = np.array([lx, ly, lx, ly], np.float32)
+        per_map = np.zeros((len(config.maps), config.max_boxes, 4), np.float32)
+        for i, mp in enumerate(config.maps):
+            for j, box in enumerate(mp.boxes):
+                per_map[i, j] = (np.asarray(box, np.float64) * scale / 10.0).astype(np.float32)
+        values = (per_map / scale).reshape(len(config.maps), -1)
+        lo, hi = np.minimum(values.min(0), 0.0), np.maximum(values.max(0), 0.0)
+        # zeros (padding, dead egos) are exact; other values get one ulp of rounding room
+        low.append(np.where(lo < 0, np.nextafter(lo, np.float32(-np.inf)), lo))
+        high.append(np.where(hi > 0, np.nextafter(hi, np.float32(np.inf)), hi))
+    return np.concatenate(low), np.concatenate(high)
