@@ -64,7 +64,7 @@ class FrameStack:
 
     def _stack_space(self, space: Box) -> Box:
         shape = (self.num_frames, *space.shape)
-        return Box.create(space.low.flat[0], space.high.flat[0], shape, space.dtype)
+        return Box.create(space.low, space.high, shape, space.dtype)  # bounds per element
 
     def reset(self, key):
         obs, state = self.env.reset(key)
