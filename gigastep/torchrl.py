@@ -37,6 +37,8 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import numpy as np
 import torch
@@ -65,6 +67,12 @@ def _team_slices(teams: np.ndarray) -> dict[str, slice | torch.Tensor]:
         contiguous = idx[-1] - idx[0] + 1 == idx.size
         out[f"team{team}"] = slice(idx[0], idx[-1] + 1) if contiguous else torch.as_tensor(idx)
     return out
+
+
+@partial(jax.jit, static_argnums=0)
+def _fresh_states(config, keys):
+    """Fresh game states, one per key (the states of `jax.vmap(reset)`)."""
+    return jax.vmap(partial(_env.reset, config))(keys)[1]
 
 
 def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -243,10 +251,8 @@ class GigastepTorchRLEnv(EnvBase):
     def _reset_running(self, mask: torch.Tensor) -> None:
         """Really reset the games of `mask` that have not ended (their states are replaced)."""
         self._reset_key, sub = jax.random.split(self._reset_key)
-        _, fresh = self._venv_reset_states(sub)
-        current = jax.tree_util.tree_map(lambda x: x.copy(), self._venv.states)
-        keep = jax.numpy.asarray(mask.cpu().numpy())
-        states = _env._select(keep, fresh, current)
+        fresh = _fresh_states(self.config, jax.random.split(sub, self.num_envs))
+        states = _env._select(jax.numpy.asarray(mask.cpu().numpy()), fresh, self._venv.states)
         fresh_obs = self._venv.reset_to(states)  # observes every game as at a reset
         fresh_alive = jax_to_torch(states.agents.alive)
         if isinstance(self._venv.game, VersusEnv):
@@ -257,10 +263,6 @@ class GigastepTorchRLEnv(EnvBase):
             jax.tree_util.tree_map(lambda new, old: _where(mask, new, old), fresh_obs, obs),
             _where(mask, fresh_alive, alive),
         )
-
-    def _venv_reset_states(self, key):
-        keys = jax.random.split(key, self.num_envs)
-        return jax.vmap(_env.GigastepEnv(self.config).reset)(keys)
 
     def _set_seed(self, seed: int | None) -> None:
         self._seed = 0 if seed is None else int(seed)

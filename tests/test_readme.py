@@ -148,27 +148,31 @@ def bash_commands(code: str) -> list[str]:
     return commands
 
 
-def missing_extras(code: str) -> list[str]:
-    """Optional extras that `code` imports and that are not installed here."""
+def imported_names(code: str) -> set[str]:
+    """Top-level modules that `code` imports, and the submodules of gigastep it uses."""
+
+    def parts(module: str) -> set[str]:  # "gigastep.torch" needs torch as well
+        head, _, rest = module.partition(".")
+        return {head, rest.split(".")[0]} if head == "gigastep" and rest else {head}
+
     names = set()
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= set().union(*(parts(alias.name) for alias in node.names))
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= parts(node.module)
             if node.module == "gigastep":  # from gigastep import torch, ...
                 names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "gigastep":  # gigastep.torch.TorchVecEnv(...) after an import
                 names.add(node.attr)
-    needed = {"torch": "torch", "torchrl": "torchrl", "gymnasium": "gymnasium",
-              "pettingzoo": "pettingzoo", "tensordict": "tensordict",
-              "matplotlib": "matplotlib"}  # fmt: skip
-    return sorted(
-        module
-        for name, module in needed.items()
-        if name in names and importlib.util.find_spec(module) is None
-    )
+    return names
+
+
+def missing_extras(code: str) -> list[str]:
+    """Optional extras that `code` imports and that are not installed here."""
+    names = imported_names(code)
+    return sorted(e for e in EXTRAS if e in names and importlib.util.find_spec(e) is None)
 
 
 def _environment(devices: int | None) -> dict[str, str]:
@@ -217,6 +221,11 @@ def test_continuations_join_the_group_before_them():
     text = "```python\na = 1\n```\ntext\n```python continue\nb = a\n```\n```python\nc = 1\n```\n"
     groups = python_groups(parse_blocks(text))
     assert [(g.line, [c.line for c in g.continuations]) for g in groups] == [(2, [6]), (9, [])]
+
+
+def test_examples_that_import_an_extra_name_it():
+    code = "import gigastep.gymnasium\nfrom gigastep.pettingzoo import parallel_env\n"
+    assert set(EXTRAS) & imported_names(code) == {"gymnasium", "pettingzoo"}
 
 
 def test_shell_commands_join_backslash_lines_and_drop_comments():
