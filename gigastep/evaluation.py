@@ -217,7 +217,7 @@ def _read_checkpoint(path: str) -> dict:
             f"refusing to load {path!r}: it holds pickled Python objects beyond tensors and "
             f"plain containers, and checkpoints are loaded without running code ({first})"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:  # torch.load fails in many ways on files it does not know
         raise ValueError(
             f"{path!r} is not a Gigastep checkpoint (torch.load failed: {err})"
         ) from None
@@ -305,7 +305,10 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     scale = 1 + z * z / n
-    return (max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale))
+    # The bounds at k = 0 and k = n are exactly 0 and 1 (the formula leaves rounding there).
+    lo = 0.0 if successes == 0 else max(0.0, (centre - half) / scale)
+    hi = 1.0 if successes == trials else min(1.0, (centre + half) / scale)
+    return (lo, hi)
 
 
 def _rate(k: int, n: int) -> float:
@@ -604,37 +607,38 @@ def _check_player(player, config: EnvConfig, team: int, which: str) -> None:
         raise ValueError(f"player {which} ({player.name}) cannot play team {team}: {err}") from None
 
 
+def _slots(plan, batch_size: int) -> int:
+    """Game slots per seat and round: the largest seat's games rounded up to a power of two
+    (so that evaluations of different sizes share compiled loops), at most batch_size over
+    the seats. Every round has the same slots; those of the last round that are not needed
+    play along uncounted."""
+    most = max(count for _, count in plan)
+    return max(1, min(1 << (most - 1).bit_length(), batch_size // len(plan)))
+
+
 def _play_rounds(config, a, b, plan, steps, seed, batch_size, device, progress):
     """Play the seat plan in rounds of at most `batch_size` games; one SeatResult per seat."""
     totals = {team: SeatResult(team, 0, 0, 0, 0, 0.0, 0.0, 0) for team, _ in plan}
-    remaining = {team: count for team, count in plan}
-    done_before = 0
-    per_seat = max(1, batch_size // len(plan))
-    round_index = 0
+    remaining = dict(plan)
+    size = _slots(plan, batch_size)
+    groups = [(team, size) for team, _ in plan]
+    done, round_index = 0, 0
     while any(remaining.values()):
-        # Every round has the same slot counts (the last one's extra slots are not counted),
-        # so one compiled loop serves all rounds.
-        sizes = tuple(min(per_seat, max(c for _, c in plan)) for _ in plan)
-        want = [min(remaining[team], size) for (team, _), size in zip(plan, sizes, strict=True)]
-        groups = [(team, size) for (team, _), size in zip(plan, sizes, strict=True)]
-        round_seed = seed + 7919 * round_index
+        want = [min(remaining[team], size) for team, _ in plan]
 
-        def report(n, base=done_before, cap=sum(want)):  # noqa: B008 (bound per round)
+        def report(n, base=done, cap=sum(want)):  # noqa: B008 (bound per round)
             if progress is not None:
                 progress(base + min(n, cap))
 
-        tally = _play(config, a, b, groups, steps, round_seed, device, report)
-        offset = 0
-        for (team, size), count in zip(groups, want, strict=True):
-            rows = slice(offset, offset + count)
-            seat = _seat_result(config, team, tally, rows)
-            _add(totals[team], seat)
+        tally = _play(config, a, b, groups, steps, seed + 7919 * round_index, device, report)
+        for g, ((team, _), count) in enumerate(zip(plan, want, strict=True)):
+            rows = slice(g * size, g * size + count)
+            _add(totals[team], _seat_result(config, team, tally, rows))
             remaining[team] -= count
-            done_before += count
-            offset += size
+            done += count
         round_index += 1
         if progress is not None:
-            progress(done_before)
+            progress(done)
     return [totals[team] for team, _ in plan]
 
 

@@ -179,6 +179,11 @@ class GameRunner:
         out = self._actors[team](jax_to_torch(obs), first)
         return out[0].detach().cpu().numpy()
 
+    def replay(self, agents=()) -> Replay:
+        """The replay of the game so far (needs a scenario name)."""
+        return _replay_of(self.env, self.scenario, self.overrides, self.seed, self.names,
+                          agents, self.actions, self.state)  # fmt: skip
+
     def step(self, actions=None, overrides: dict | None = None):
         """Advance one step; returns (rewards (n,), dones (n,), episode_done) as NumPy.
 
@@ -239,19 +244,27 @@ class Recording:
 
     def replay(self) -> Replay:
         """The replay of this game (needs a scenario name)."""
-        final = jax.tree_util.tree_map(lambda x: np.asarray(x[-1]), self.states)
-        return Replay(
-            scenario=_scenario_name(self.env, self.scenario),
-            overrides=self.overrides,
-            config_hash=_config_hash(self.env),
-            seed=self.seed,
-            players=self.players,
-            agents=self.agents,
-            actions=self.actions,
-            final_returns=final.episode.returns,
-            final_step=int(final.episode.step),
-            platform=_platform(),
-        )
+        final = jax.tree_util.tree_map(lambda x: x[-1], self.states)
+        return _replay_of(self.env, self.scenario, self.overrides, self.seed, self.players,
+                          self.agents, self.actions, final)  # fmt: skip
+
+
+def _replay_of(env, scenario, overrides, seed, players, agents, actions, final) -> Replay:
+    n = env.n_agents
+    empty = (0, n) if env.discrete_actions else (0, n, 3)
+    dtype = np.int32 if env.discrete_actions else np.float32
+    return Replay(
+        scenario=_scenario_name(env, scenario),
+        overrides=dict(overrides),
+        config_hash=_config_hash(env),
+        seed=seed,
+        players=tuple(players),
+        agents=tuple(agents),
+        actions=np.stack(actions).astype(dtype) if len(actions) else np.zeros(empty, dtype),
+        final_returns=np.asarray(final.episode.returns, np.float32),
+        final_step=int(final.episode.step),
+        platform=_platform(),
+    )
 
 
 def _ego(env: GigastepEnv, obs, agents) -> np.ndarray | None:
@@ -356,6 +369,7 @@ class Replay:
     final_returns: np.ndarray | None = None  # (n,) float32 at the end of the recording
     final_step: int | None = None
     platform: str = ""
+    render_options: dict = field(default_factory=dict)  # how it was shown (scale, fps)
     version: int = FORMAT_VERSION
 
     @property
@@ -368,7 +382,7 @@ class Replay:
             "scenario": self.scenario, "config_hash": self.config_hash, "seed": self.seed,
             "players": list(self.players), "agents": list(self.agents),
             "overrides": self.overrides, "final_step": self.final_step,
-            "platform": self.platform,
+            "platform": self.platform, "render_options": self.render_options,
         }  # fmt: skip
         arrays = {
             "format": np.asarray("gigastep-replay"),
@@ -410,6 +424,7 @@ class Replay:
             agents=tuple(meta["agents"]), overrides=meta["overrides"],
             final_returns=arrays.get("final_returns"), final_step=meta["final_step"],
             platform=meta.get("platform", ""), version=version,
+            render_options=meta.get("render_options", {}),
         )  # fmt: skip
 
     def env(self) -> GigastepEnv:
