@@ -147,6 +147,15 @@ class _Progress:
             self.bar.close()
 
 
+def _with_progress(total: int, desc: str, unit: str, run):
+    """`run(progress)` with a progress bar that is closed however `run` ends."""
+    bar = _Progress(total, desc, unit)
+    try:
+        return run(bar)
+    finally:
+        bar.close()
+
+
 def _default_agents(env, agents):
     """The ego views to show: those asked for, or one agent per team in RGB games."""
     if agents is not None:
@@ -258,20 +267,10 @@ def _cmd_render(args) -> int:
     env = _env(args.name, args.set)
     agents = _default_agents(env, args.agents)
     players = (resolve_player(args.policy, args.device), resolve_player(args.opponent, args.device))
-    bar = _Progress(args.steps, "playing", "step")
-    try:
-        rec = record_game(
-            args.name,
-            players,
-            args.steps,
-            args.seed,
-            agents,
-            _overrides(args.set),
-            args.device,
-            bar,
-        )
-    finally:
-        bar.close()
+    overrides = _overrides(args.set)
+    rec = _with_progress(args.steps, "playing", "step",
+                         lambda bar: record_game(args.name, players, args.steps, args.seed, agents,
+                                                 overrides, args.device, bar))  # fmt: skip
     frames = recording_frames(rec, args.scale)
     save_video(frames, out, args.fps)
     print(
@@ -339,20 +338,10 @@ def _cmd_eval(args) -> int:
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
     _check_name(scenario)
-    bar = _Progress(args.games, f"{a.name} vs {b.name}", "game")
-    try:
-        result = evaluate(
-            a,
-            b,
-            scenario,
-            args.games,
-            seed=args.seed,
-            a_team=args.a_team,
-            progress=bar,
-            **_match_options(args),
-        )
-    finally:
-        bar.close()
+    options = dict(seed=args.seed, a_team=args.a_team, **_match_options(args))
+    result = _with_progress(args.games, f"{a.name} vs {b.name}", "game",
+                            lambda bar: evaluate(a, b, scenario, args.games, progress=bar,
+                                                 **options))  # fmt: skip
     print(result.summary())
     if args.json:
         write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
@@ -371,19 +360,10 @@ def _cmd_league(args) -> int:
     _check_name(scenario)
     k = len(players)
     pairs = k * (k - 1) // 2 + (k if args.self_play else 0)
-    bar = _Progress(pairs * args.games, "league", "game")
-    try:
-        league = play_league(
-            players,
-            scenario,
-            args.games,
-            seed=args.seed,
-            self_play=args.self_play,
-            progress=bar,
-            **_match_options(args),
-        )
-    finally:
-        bar.close()
+    options = dict(seed=args.seed, self_play=args.self_play, **_match_options(args))
+    league = _with_progress(pairs * args.games, "league", "game",
+                            lambda bar: play_league(players, scenario, args.games, progress=bar,
+                                                    **options))  # fmt: skip
     paths = league.write(args.out)
     print(league.summary())
     print(f"wrote {', '.join(os.path.basename(p) for p in paths.values())} to {args.out}")

@@ -400,15 +400,7 @@ class Replay:
     def load(cls, path) -> Replay:
         """Read a replay file (no pickle); see `env` for the scenario check."""
         path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no replay file {path!r}")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except ValueError as err:
-            raise ReplayError(f"{path!r} is not a Gigastep replay: {err}") from None
-        except (OSError, EOFError) as err:
-            raise ReplayError(f"{path!r} is not a Gigastep replay (not an .npz: {err})") from None
+        arrays = _read_npz(path, "replay file", ReplayError)
         if str(arrays.get("format", "")) != "gigastep-replay" or "meta" not in arrays:
             raise ReplayError(f"{path!r} is not a Gigastep replay (arrays: {sorted(arrays)})")
         version = int(arrays["version"])
@@ -489,6 +481,17 @@ class Replay:
             )
 
 
+def _read_npz(path: str, what: str, error) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, read without pickle; `error` if it is not one."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {what} {path!r}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as err:
+        raise error(f"{path!r} is not a Gigastep {what} (not a plain .npz: {err})") from None
+
+
 def load_replay(path) -> Replay:
     """`Replay.load(path)`."""
     return Replay.load(path)
@@ -520,13 +523,7 @@ def save_state(state: EnvState, path) -> None:
 def load_state(path) -> EnvState:
     """Read an `EnvState` written by `save_state` (no pickle); arrays come back as JAX arrays."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no state file {path!r}")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as err:
-        raise ValueError(f"{path!r} is not a Gigastep state file: {err}") from None
+    arrays = _read_npz(path, "state file", ValueError)
     if str(arrays.pop("__format__", "")) != STATE_FORMAT:
         raise ValueError(f"{path!r} is not a Gigastep state file (format {STATE_FORMAT!r})")
     parts = {}
