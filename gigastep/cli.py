@@ -546,21 +546,16 @@ def _version() -> str:
         return __version__
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="gigastep", description="Gigastep: scenarios, games, videos, evaluation and ratings."
-    )
-    parser.add_argument("--version", action="version", version=f"gigastep {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _add_catalogue(commands) -> None:
     p = commands.add_parser("list", help="list the base scenarios (--all: every name)")
     p.add_argument("--all", action="store_true", help="print all 288 scenario names")
     p.set_defaults(run=_cmd_list)
-
     p = commands.add_parser("info", help="describe one scenario")
     p.add_argument("name", help="a scenario name, a .toml file, or file.toml#name")
     p.set_defaults(run=_cmd_info)
 
+
+def _add_videos(commands) -> None:
     p = commands.add_parser("render", help="play one episode and write a GIF or MP4")
     p.add_argument("name", help="scenario name (gigastep list --all)")
     p.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
@@ -570,13 +565,12 @@ def _parser() -> argparse.ArgumentParser:
         "--agents",
         type=int,
         nargs="*",
-        help="agents whose ego views are shown (default: one per team in RGB scenarios)",
+        help="agents whose ego views are shown (default: one per team, RGB games)",
     )
     p.add_argument("--save-replay", metavar="FILE", help="also write the game's replay file")
     _add_game_options(p, steps=True)
     _add_view_options(p, 4)
     p.set_defaults(run=_cmd_render)
-
     p = commands.add_parser("replay", help="re-simulate a replay file and write its video")
     p.add_argument("file", help="a replay file (gigastep render --save-replay)")
     p.add_argument("--out", required=True, help="video file, .gif or .mp4")
@@ -584,58 +578,58 @@ def _parser() -> argparse.ArgumentParser:
     _add_view_options(p, None)
     p.set_defaults(run=_cmd_replay)
 
+
+def _add_matches(commands) -> None:
     p = commands.add_parser("eval", help="play A against B and report win rates")
     p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
     p.add_argument("b", help="player B (the same kinds)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
-    p.add_argument(
-        "--a-team",
-        type=int,
-        choices=(0, 1),
-        help="A plays only this team "
-        "(default: both teams, half the games each, in symmetric scenarios)",
-    )
+    p.add_argument("--a-team", type=int, choices=(0, 1),
+                   help="A plays only this team (default: both, half the games each, in "
+                   "symmetric scenarios)")  # fmt: skip
     _add_match_options(p, 256)
     p.set_defaults(run=_cmd_eval)
-
     p = commands.add_parser("league", help="every pair of players: matrix, ratings, heat map")
     p.add_argument("players", nargs="+", help="two or more players (names or checkpoints)")
-    p.add_argument(
-        "--out",
-        required=True,
-        help="folder for matrix.csv, results.csv, ratings.csv, league.json, heatmap.png",
-    )
+    p.add_argument("--out", required=True,
+                   help="folder for matrix.csv, results.csv, ratings.csv, league.json, "
+                   "heatmap.png")  # fmt: skip
     p.add_argument("--self-play", action="store_true", help="also play each against itself")
     _add_match_options(p, 64)
     p.set_defaults(run=_cmd_league)
 
+
+def _add_windows(commands) -> None:
     p = commands.add_parser("play", help="fly one agent yourself (keyboard or joystick)")
     p.add_argument("name", help="scenario name (gigastep list --all)")
     p.add_argument("--agent", type=int, default=0, help="the agent you fly (default 0)")
     p.add_argument("--teammates", default="pursuit", help="player of your team's other agents")
     p.add_argument("--opponent", default="pursuit", help="the other team's player")
-    p.add_argument("--max-frames", type=_positive, help="close after this many frames")
     p.add_argument("--save-replay", metavar="FILE", help="write your game's replay on quitting")
-    _add_game_options(p)
-    _add_view_options(p, 3)
     p.set_defaults(run=_cmd_play)
+    v = commands.add_parser("view", help="watch a game or a replay file")
+    v.add_argument("source", help="scenario name or replay file")
+    v.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
+    v.add_argument("--opponent", default="random", help="team 1's player (default random)")
+    v.add_argument("--agents", type=int, nargs="*", help="agents whose ego views are shown")
+    v.set_defaults(run=_cmd_view)
+    for window in (p, v):
+        window.add_argument("--max-frames", type=_positive, help="close after this many frames")
+        _add_game_options(window)
+        _add_view_options(window, 3)
 
-    p = commands.add_parser("view", help="watch a game or a replay file")
-    p.add_argument("source", help="scenario name or replay file")
-    p.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
-    p.add_argument("--opponent", default="random", help="team 1's player (default random)")
-    p.add_argument("--agents", type=int, nargs="*", help="agents whose ego views are shown")
-    p.add_argument("--max-frames", type=_positive, help="close after this many frames")
-    _add_game_options(p)
-    _add_view_options(p, 3)
-    p.set_defaults(run=_cmd_view)
 
-    for name, module in FORWARD.items():
-        p = commands.add_parser(
-            name, help=f"run python -m {module} (arguments passed on)", add_help=False
-        )
+def _parser() -> argparse.ArgumentParser:
+    about = "Gigastep: scenarios, games, videos, evaluation and ratings."
+    parser = _Parser(prog="gigastep", description=about)
+    parser.add_argument("--version", action="version", version=f"gigastep {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_catalogue, _add_videos, _add_matches, _add_windows):
+        add(commands)
+    for name, module in FORWARD.items():  # parsed by main: listed here for --help
+        p = commands.add_parser(name, help=f"run python -m {module} (arguments passed on)",
+                                add_help=False)  # fmt: skip
         p.add_argument("args", nargs=argparse.REMAINDER, help=f"arguments of {module}")
-        p.set_defaults(run=None)
     return parser
 
 

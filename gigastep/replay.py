@@ -174,9 +174,10 @@ class GameRunner:
         from gigastep.torch import jax_to_torch
 
         rows = jnp.asarray(self._rows[team])
-        obs = jax.tree_util.tree_map(lambda x: x[rows][None], self.obs)
+        obs = jax.tree_util.tree_map(lambda x: jax_to_torch(x[rows][None]).to(self.device),
+                                     self.obs)  # fmt: skip
         first = torch.tensor([self.t == 0], device=self.device)
-        out = self._actors[team](jax_to_torch(obs), first)
+        out = self._actors[team](obs, first)
         return out[0].detach().cpu().numpy()
 
     def replay(self, agents=()) -> Replay:
