@@ -205,7 +205,7 @@ class FrameRenderer:
             y = 40 + 18 * team
             draw.rectangle((8, y, 20, y + 12), fill=TEAM_RGB[team])
             left = int(np.sum(alive[teams == team]))
-            label = f"{self.names[team][:16]}  {left}/{int(np.sum(teams == team))} alive"
+            label = f"{self.names[team][:15]}  {left}/{int(np.sum(teams == team))} alive"
             draw.text((26, y), label, fill=TEXT, font=font)
         self._agent_rows(draw, teams, health, alive, font)
         captions = ["global view"] + [f"agent {a} (team {teams[a]})" for a in self.agents]

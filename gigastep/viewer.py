@@ -75,7 +75,7 @@ class Viewer:
         names = list(game.names if names is None else names)
         if human is not None:
             team = game.config.teams[human]
-            names[team] = f"you (agent {human}) + {names[team]}"[:16]
+            names[team] = f"you + {names[team]}"
         self.renderer = FrameRenderer(game.env, agents, names, scale, title)
         self.fps, self.paused, self.running = float(fps), False, True
         self._held: set[int] = set()
