@@ -24,7 +24,16 @@ from typing import Any
 
 from benchmarks._common import Column, fixed, format_number, latex_table, markdown_table
 
-__all__ = ["TABLES", "Field", "TableSpec", "family", "read_section", "table_rows"]
+__all__ = [
+    "SUMMARY",
+    "TABLES",
+    "Field",
+    "TableSpec",
+    "best_rows",
+    "family",
+    "read_section",
+    "table_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class TableSpec:
         out = []
         for f in self.fields:
             if f.header is not None:
-                unit = f" [{f.unit}]" if f.unit and f.unit != f.header else ""
+                unit = f" [{f.unit}]" if f.unit and not f.header.startswith(f.unit) else ""
                 out.append(Column(f.key, f.header + unit, f.fmt))
         return out
 
@@ -175,6 +184,42 @@ _TESTS = TableSpec(
     key=("test",),
 )  # fmt: skip
 
+
+def _rate_range(row: dict[str, Any]) -> str:
+    lo, hi = row.get("agent_steps_per_s_min"), row.get("agent_steps_per_s_max")
+    return "–" if lo is None or hi is None else f"{format_number(lo)}–{format_number(hi)}"
+
+
+# The summary of a throughput table: each configuration at its fastest batch size.
+SUMMARY = TableSpec(
+    "summary", "Peak throughput of each configuration",
+    (
+        Field("family", None, "family"), Field("scenario", None, "scenario"),
+        Field("obs_type", None, "obs"), Field("policy", None, "policy"),
+        Field("driver", None, "driver"), Field("devices", "devices", "devices"),
+        Field("batch", "games", "best batch", _int_commas),
+        Field("agent_steps_per_s", "agent-steps/s", "agent-steps/s (median)", format_number),
+        Field("range", None, "agent-steps/s (min–max)"),
+        Field("env_steps_per_s", "env-steps/s", "env-steps/s", format_number),
+        Field("time_to_1e9_s", "s", "time to 10⁹ agent-steps", format_number),
+        Field("compile_s", "s", "compile", fixed(1)),
+        Field("peak_rss_mb", "MiB", "peak RSS", fixed(0)),
+    ),
+)  # fmt: skip
+
+
+def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fastest row (median agent-steps/s) of each configuration (scenario, observation,
+    policy, driver; any batch size and device count), vector first, fastest first."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = tuple(r.get(k) for k in ("scenario", "obs_type", "policy", "driver"))
+        if key not in best or r["agent_steps_per_s"] > best[key]["agent_steps_per_s"]:
+            best[key] = r
+    out = sorted(best.values(), key=lambda r: (r["obs_type"] != "vector", -r["agent_steps_per_s"]))
+    return [{**r, "range": _rate_range(r)} for r in out]
+
+
 # The ratings columns are those of the league's ratings.csv; these are the units of the
 # names it is expected to use (others are shown as written, without a unit).
 _RATING_UNITS = {
@@ -250,6 +295,7 @@ def _read_throughput(path: Path, section: str, machine) -> tuple[dict, list]:
             continue
         timing = raw.get("timing") or {}
         rows.append({
+            "driver": "scan",  # rows written before the loop driver existed
             **raw, "section": section, "family": family(raw["scenario"]),
             "median_s": timing.get("median_s"),
             "time_to_1e9_s": 1e9 / raw["agent_steps_per_s"],

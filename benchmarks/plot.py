@@ -120,7 +120,10 @@ def plot_throughput(rows: list[dict], out: str | os.PathLike, obs_type: str | No
         (line,) = ax.plot(batch, median, marker="o", label=_line_label(key))
         low = [r.get("agent_steps_per_s_min", m) for r, m in zip(group, median, strict=True)]
         high = [r.get("agent_steps_per_s_max", m) for r, m in zip(group, median, strict=True)]
-        ax.fill_between(batch, low, high, color=line.get_color(), alpha=0.2)
+        if len(group) > 1:
+            ax.fill_between(batch, low, high, color=line.get_color(), alpha=0.2)
+        else:  # one batch size: the range as an error bar
+            ax.vlines(batch, low, high, color=line.get_color(), alpha=0.5, linewidth=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("parallel games (batch)")

@@ -71,7 +71,8 @@ class Section:
     module: str
     """The module run with `python -m`; if it cannot be found the section is not available."""
     args: str
-    """Its command-line arguments; {raw} is its raw output file, {out} the report folder."""
+    """Its command-line arguments; {raw} is its raw output file, {out} the report folder,
+    {cores} the number of CPU cores this process may use."""
     timeout_s: float
     """Seconds it may run before it is stopped (what it wrote so far is kept)."""
     env: tuple[tuple[str, str], ...] = ()
@@ -82,6 +83,15 @@ class Section:
     @property
     def needs(self) -> str:
         return self.requires or self.module
+
+    def argv(self, raw, out) -> list[str]:
+        """Its arguments with {raw}, {out} and {cores} (the CPU cores this process may use)
+        filled in."""
+        return shlex.split(self.args.format(raw=raw, out=out, cores=usable_cores()))
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,10 @@ def _s(name, kind, module, args, timeout_s, env=(), requires=""):
 # and hide_and_seek_5_vs_5. learning, league and collectives come from other modules
 # (benchmarks.learning, gigastep.cli league, benchmarks.collectives).
 SECTIONS: dict[str, tuple[Section, ...]] = {
-    # ~5-6 min on 2 CPU cores for the sections of this package, the rest for the optional ones
-    # (the 570 s budget keeps the whole run, probe and rendering included, under 10 minutes).
+    # ~5 min on 2 quiet CPU cores for the sections of this package (8 min 45 s, two sections
+    # cut by their limits, at load average 8), the rest for the optional ones. Each limit is
+    # ~3x the section's quiet time; the 570 s budget keeps the whole run, probe and rendering
+    # included, under 10 minutes however loaded the machine is.
     "quick": (
         _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
            f"--batch 1 16 256 4096 131072 --work 2e5 --repeats 3 {_T}", 120),
@@ -132,12 +144,14 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         _s("throughput_families_rgb", "throughput", TP, f"--scenario {_FAMILIES} --obs pobs_rgb "
            f"--batch 32 --work 5e4 --repeats 3 {_T}", 90),
         _s("throughput_policy", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"pobs_rgb --batch 256 --work 1e5 --repeats 3 --policy mlp {_T}", 45),
+           f"pobs_rgb --batch 256 --work 1e5 --repeats 3 --policy mlp {_T}", 75),
         _s("throughput_loop", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"--batch 16 4096 --work 2e5 --repeats 3 --driver loop {_T}", 45),
-        _s("bridge", "bridge", BR, "--quick --gym-duration 0.5 --json {raw}", 90, _BRIDGE_ENV),
+           f"--batch 16 4096 --work 2e5 --repeats 3 --driver loop {_T}", 75),
+        _s("throughput_sharded", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
+           f"--batch 4096 --work 2e5 --repeats 3 --devices {{cores}} {_T}", 45),
+        _s("bridge", "bridge", BR, "--quick --gym-duration 0.5 --json {raw}", 150, _BRIDGE_ENV),
         _s("scan", "scan", SC, "--quick --omp-wait-policy PASSIVE --format none --json {raw}",
-           90),
+           120),
         _s("learning", "learning", "benchmarks.learning",
            "--preset quick --out {out}/learning --json {raw}", 150),
         _s("league", "league", "gigastep.cli", _LEAGUE.format(games=64), 60, (), _EVAL),
@@ -162,6 +176,9 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
            f"pobs_rgb --batch 64 512 4096 --work 1e6 --repeats 5 --policy mlp {_T}", 1800),
         _s("throughput_loop", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
            "--batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 --driver loop "
+           f"{_T}", 1800),
+        _s("throughput_sharded", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
+           "fobs_vec pobs_rgb --batch 128 2048 32768 --work 1e6 --repeats 5 --devices {cores} "
            f"{_T}", 1800),
         _s("bridge", "bridge", BR, "--json {raw}", 1800, _BRIDGE_ENV),
         _s("scan", "scan", SC, "--T 128 --batch 1024 --state-dim 64 128 --omp-wait-policy "
@@ -324,7 +341,7 @@ def _bridge_plan(args: list[str], cost: dict) -> tuple[list[str], float]:
 
 def _section_plan(section: Section, cost: dict) -> tuple[list[str], float | None]:
     """(configurations, estimated seconds; None: unknown, bounded by its time limit)."""
-    args = shlex.split(section.args.format(raw="RAW", out="OUT"))
+    args = section.argv("RAW", "OUT")
     planners = {"throughput": _throughput_plan, "scan": _scan_plan, "bridge": _bridge_plan}
     if section.kind in planners:
         return planners[section.kind](args, cost)
@@ -384,7 +401,8 @@ def format_plan(preset: Preset, planned: list[PlannedSection]) -> str:
         known += bound
         lines.append(f"\n{s.name}: {len(p.configurations)} configuration(s), estimated {est} "
                      f"(limit {s.timeout_s:.0f} s)")  # fmt: skip
-        lines.append(f"  python -m {s.module} {s.args}")
+        lines.append(f"  python -m {s.module} "
+                     + s.args.format(raw="{raw}", out="{out}", cores=usable_cores()))  # fmt: skip
         lines += [f"    {c}" for c in p.configurations]
     limit = sum(p.section.timeout_s for p in planned if p.available)
     budget = f", {preset.budget_s:.0f} s by the budget." if preset.budget_s else "."
@@ -487,7 +505,7 @@ def run_section(section: Section, out: Path, timeout: float, on_progress=None) -
     raw = _raw_path(out, section)
     remove_stale(raw)  # an earlier run's output must not pass as this one's
     raw.parent.mkdir(parents=True, exist_ok=True)
-    args = shlex.split(section.args.format(raw=raw, out=out))
+    args = section.argv(raw, out)
     cmd = [sys.executable, "-m", section.module, *args]
     log_path = out / "logs" / f"{section.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -600,7 +618,7 @@ def _league_scenarios(planned: list[PlannedSection]) -> list[str]:
     names = []
     for p in planned:
         if p.section.kind == "league" and p.available:
-            args = shlex.split(p.section.args.format(raw="", out=""))
+            args = p.section.argv("", "")
             if "--scenario" in args:
                 names.append(args[args.index("--scenario") + 1])
     return names
@@ -620,6 +638,23 @@ def _gpu_problem(info: dict[str, Any]) -> str | None:
             + (f" (probe failed: {info['error'][-300:]})" if info.get("error") else "")
             + ". Install jax[cuda12] and a CUDA build of torch, or run --preset quick. "
             "Nothing was run.")  # fmt: skip
+
+
+def summary(path: Path) -> str:
+    """The peak-throughput table (each configuration at its fastest batch) of a report.json
+    or a benchmarks.throughput JSON, as Markdown, with the machine it ran on."""
+    from benchmarks import _report_tables as rt
+
+    data = json.loads(path.read_text())
+    if isinstance(data, dict) and "tables" in data:
+        rows = data["tables"].get("throughput", {}).get("rows", [])
+    else:
+        rows = rt.read_section("throughput", path, "throughput", None)[0]["throughput"]
+    if not rows:
+        raise ValueError(f"{path} holds no measured throughput rows")
+    machines = sorted({f"{r['device']}; {r['versions']}" for r in rows})
+    return "\n".join([rt.markdown(rt.SUMMARY, rt.best_rows(rows)), "",
+                      *(f"Measured on {m}." for m in machines)])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -642,10 +677,19 @@ def main(argv: list[str] | None = None) -> int:
                         "nothing")  # fmt: skip
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar")  # fmt: skip
+    parser.add_argument("--summary", type=Path, default=None, metavar="JSON",
+                        help="print the peak-throughput table of a report.json (or of a "
+                        "benchmarks.throughput JSON) and exit")  # fmt: skip
     parser.add_argument("--probe", nargs="*", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe is not None:
         return _probe_main(args.probe)
+    if args.summary is not None:
+        try:
+            print(summary(args.summary))
+        except (OSError, ValueError, KeyError) as e:
+            parser.error(f"cannot summarise {args.summary}: {e}")
+        return 0
     preset = PRESETS[args.preset]
     try:
         planned = plan(preset, args.sections, args.skip)
