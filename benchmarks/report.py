@@ -157,7 +157,8 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         _s("league", "league", "gigastep.cli", _LEAGUE.format(games=64), 60, (), _EVAL),
         _s("collectives", "collectives", "benchmarks.collectives", "--quick --json {raw}", 60),
     ),
-    # The full sweep on the machine at hand (~40 min on 2 CPU cores; --dry-run estimates it).
+    # The full sweep on the machine at hand (~25 min on 2 quiet CPU cores; --dry-run estimates
+    # it; the optional sections add their own time).
     "paper": (
         _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
            "fobs_vec --batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 "
@@ -249,7 +250,7 @@ PRESETS: dict[str, Preset] = {
 # loop costs `seq_factor` times more, plus `seq_step_ms` per step). "cpu": from runs of the
 # quick preset on a 2-core EPYC VM; "gpu": an H100-class guess (see the "gpu" preset above).
 COSTS = {
-    "cpu": {"process_s": 3.5, "compile_s": 2.5, "dispatch_s": 1e-3,
+    "cpu": {"process_s": 4.5, "compile_s": 2.5, "dispatch_s": 1e-3,
             "rate": {"vector": 4e6, "rgb": 3.5e5}, "scan_ms_per_elem": 8e-5, "seq_factor": 5.0,
             "seq_step_ms": 0.0, "tests_s": 30.0, "bridge_compiles": 2.0},
     "gpu": {"process_s": 6.0, "compile_s": 6.0, "dispatch_s": 2e-4,
