@@ -402,8 +402,10 @@ def league_spec(rows: list[dict[str, Any]]) -> TableSpec:
     fields = []
     for k in keys:
         unit = _RATING_UNITS.get(k.lower())
-        numeric = any(isinstance(r.get(k), (int, float)) for r in rows)
-        fmt = fixed(3) if k.lower() == "win_rate" else (fixed(1) if numeric else str)
+        values = [r.get(k) for r in rows]
+        numeric = any(isinstance(v, (int, float)) for v in values)
+        floats = any(isinstance(v, float) for v in values)
+        fmt = fixed(3) if k.lower() == "win_rate" else (fixed(1) if floats else str)
         fields.append(Field(k, unit if numeric else None, k, fmt))
     return TableSpec("league_ratings", "Evaluation league: ratings",
                      (*fields, Field("scenario_hash"), *_COMMON), key=tuple(keys[:1]))  # fmt: skip

@@ -198,8 +198,11 @@ def plot_learning_curves(runs: list[dict], out: str | os.PathLike, footer: str =
     ax_win.set_ylim(-0.02, 1.02)
     ax_win.set_ylabel("win rate (wins / games)")
     ax_ret.set_ylabel("mean episode return")
+    from matplotlib.ticker import EngFormatter
+
     for ax in (ax_win, ax_ret):
         ax.set_xlabel("agent-steps of training")
+        ax.xaxis.set_major_formatter(EngFormatter())  # 100 k, 1 M: no overlapping digits
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="x-small")

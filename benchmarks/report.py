@@ -554,8 +554,9 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, unit="config", disable=not enabled, dynamic_ncols=True,
-                        mininterval=0.5, file=sys.stderr)  # fmt: skip
+        # disable=None: no bar when stderr is not a terminal (a log keeps the section lines).
+        self.bar = tqdm(total=total, unit="config", disable=None if enabled else True,
+                        dynamic_ncols=True, mininterval=0.5, file=sys.stderr)  # fmt: skip
         self.base = 0
 
     def start(self, name: str) -> None:
