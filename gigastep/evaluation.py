@@ -18,8 +18,9 @@ loader itself; the repository's PPO baseline declares one.
 
 `evaluate(a, b, scenario, games)` plays `games` complete episodes, fully batched: games between
 scripted players run as one compiled JAX loop (segments of `lax.scan` over
-`gigastep.env.batched_step_autoreset` until every game has finished), games with a
-`TorchPlayer` run over `gigastep.torch.TorchVecEnv` with the actor in the loop. In a symmetric
+`gigastep.env.batched_step` until every game has finished), games with a `TorchPlayer` run
+over `gigastep.torch.TorchVecEnv` with the actor in the loop and a scripted side, if any,
+inside its compiled step (`gigastep.torch.ScriptedTeam`). In a symmetric
 scenario (both teams have the same agent types in the same order) A plays team 0 in
 ceil(games / 2) games and team 1 in the rest, from the same start positions. Each batch slot
 counts only its first episode: counting the first `games` episodes to finish instead would
@@ -752,31 +753,18 @@ def _play_scripted(config, a, b, groups, steps, seed, report) -> _Tally:
     return _Tally(*(np.asarray(x) for x in rec))
 
 
-@lru_cache(maxsize=32)
-def _scripted_actions(config: EnvConfig, table: tuple):
-    """Compiled (states, key, index) -> every agent's actions by policy table[index] (B, n...)."""
-
-    def act(states, key, index):
-        keys = jax.random.split(key, jax.tree_util.tree_leaves(states)[0].shape[0])
-        branches = [partial(p, config) for p in table]
-        return jax.vmap(lambda s, k: jax.lax.switch(index, branches, s, k))(states, keys)
-
-    return jax.jit(act)
-
-
 class _Side:
-    """One team of one group of games, played by an actor (torch) or a policy (JAX)."""
+    """One team of one group of games, played by an actor (torch) or, inside TorchVecEnv's
+    compiled step, by a scripted policy."""
 
-    def __init__(self, player, config, team, rows: slice, device, seed, table):
+    def __init__(self, player, config, team, rows: slice, device, seed):
         self.player, self.team, self.rows = player, team, rows
         self.index = np.flatnonzero(np.asarray(config.teams) == team)
         lo, hi = int(self.index[0]), int(self.index[-1]) + 1
         self.agents = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
         self.discrete = config.discrete_actions
         self.actor = None
-        if isinstance(player, ScriptedPlayer):
-            self.policy_index = table.index(player.policy)
-        else:
+        if not isinstance(player, ScriptedPlayer):
             self.actor = player.actor(config, team, rows.stop - rows.start, device, seed)
 
     def observe(self, obs):
@@ -823,42 +811,34 @@ def _groups_from_one_start(config: EnvConfig, groups, seed: int):
 def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
     import torch
 
-    from gigastep.torch import TorchVecEnv, jax_to_torch
+    from gigastep.torch import ScriptedTeam, TorchVecEnv
 
-    table, _ = _policy_table(*[p for p in (a, b) if isinstance(p, ScriptedPlayer)])
     total = sum(size for _, size in groups)
-    venv = TorchVecEnv(config, num_envs=total, seed=seed, device=device, final_obs=False)
-    obs = venv.reset_to(_groups_from_one_start(config, groups, seed))
     sides, start = [], 0
     for team_a, size in groups:
         rows = slice(start, start + size)
         for player, team in ((a, team_a), (b, 1 - team_a)):
-            sides.append(_Side(player, config, team, rows, venv.device, seed + len(sides), table))
+            sides.append(_Side(player, config, team, rows, device, seed + len(sides)))
         start += size
-    scripted = _scripted_actions(config, table)
-    key = jax.device_put(jax.random.PRNGKey(seed + 1), venv.jax_device)
+    # Scripted sides play inside the compiled step; the actors' rows come from the caller.
+    scripted = [ScriptedTeam(s.rows.start, s.rows.stop, s.team, s.player.policy)
+                for s in sides if s.actor is None]  # fmt: skip
+    venv = TorchVecEnv(config, num_envs=total, seed=seed, device=device, final_obs=False,
+                       scripted=scripted)  # fmt: skip
+    obs = venv.reset_to(_groups_from_one_start(config, groups, seed))
     dev = venv.device
     dtype = torch.int32 if config.discrete_actions else torch.float32
     shape = (total, config.n_agents) + (() if config.discrete_actions else (3,))
+    actions = torch.zeros(shape, dtype=dtype, device=dev)  # scripted rows stay ignored zeros
     first = torch.ones(total, dtype=torch.bool, device=dev)
     finished = torch.zeros(total, dtype=torch.bool, device=dev)
     winner = torch.full((total,), -1, dtype=torch.int32, device=dev)
     returns = torch.zeros(total, config.n_agents, device=dev)
     length = torch.zeros(total, dtype=torch.int32, device=dev)
     for t in range(steps):
-        actions = torch.empty(shape, dtype=dtype, device=dev)
-        by_policy = {}
         for side in sides:
             if side.actor is not None:
-                chosen = side.act(obs, first, check=t == 0)
-            else:
-                if side.policy_index not in by_policy:  # once per policy and step
-                    key, sub = jax.random.split(key)
-                    by_policy[side.policy_index] = jax_to_torch(
-                        scripted(venv.states, sub, side.policy_index)
-                    )
-                chosen = by_policy[side.policy_index][side.rows][:, side.agents]
-            actions[side.rows, side.agents] = chosen.to(dtype)
+                actions[side.rows, side.agents] = side.act(obs, first, check=t == 0).to(dtype)
         obs, _, _, ep_dones, info = venv.step(actions)
         new = ep_dones & ~finished
         finished |= new
