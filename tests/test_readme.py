@@ -278,7 +278,7 @@ def _section_commands(title: str) -> list[str]:
 
 def test_ci_installs_lints_and_tests_as_the_readme_says():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    (install,) = _section_commands("Install")
+    install = _section_commands("Install")[0]  # the install command comes first
     assert install.startswith("pip install ")
     arguments = install.removeprefix("pip install ")
     assert any(line.startswith("python -m pip install") and line.endswith(arguments) for line in ci)
