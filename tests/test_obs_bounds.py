@@ -24,9 +24,8 @@ from gigastep.maps import builtin_maps
 from gigastep.spaces import _speed_range, vector_bounds
 
 ROLLOUT_SCENARIOS = [
-    "identical_5_vs_5_fobs_vec_maps_cont",  # boxes
-    "special_5_vs_5_pobs_vec_maps_disc",  # faster (thrust 2), more_health (3), sprites 1..7
-    "waypoint_5_vs_3_fobs_vec_maps_cont",  # waypoints and boxes
+    "special_5_vs_5_pobs_vec_maps_disc",  # boxes; faster (thrust 2), more_health (3), sprites
+    "waypoint_5_vs_3_fobs_vec_maps_cont",  # waypoints and boxes, continuous actions
 ]
 GAMES, STEPS = 8, 100
 

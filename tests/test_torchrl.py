@@ -112,7 +112,9 @@ def test_a_partial_reset_of_a_running_game_restarts_only_that_game():
 
 
 def test_a_scripted_opponent_leaves_one_group():
-    env = _env("identical_2_vs_2_fobs_vec_void_disc", opponent="pursuit")
-    assert list(env.group_map) == ["team0"]
-    data = env.rollout(2)
-    assert data["next", "team0", "reward"].shape == (B, 2, 2, 1)
+    # built, not stepped (TorchVecEnv's own tests step scripted opponents)
+    env = GigastepTorchRLEnv("identical_5_vs_1_fobs_vec_void_disc", num_envs=B,
+                             opponent="pursuit", team=1)  # fmt: skip
+    assert env.group_map == {"team1": ["team1_agent0"]}
+    assert env.action_spec["team1", "action"].shape == (B, 1)
+    assert env.observation_spec["team1", "observation"].shape == (B, 1, env.config.vector_size)
