@@ -112,8 +112,11 @@ def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajecto
                                                 NamedSharding(mesh, games))  # fmt: skip
         return sharded(keys)
 
-    return jax.jit(run, in_shardings=NamedSharding(mesh, PartitionSpec()),
-                   compiler_options=compiler_options(platform))
+    return jax.jit(
+        run,
+        in_shardings=NamedSharding(mesh, PartitionSpec()),
+        compiler_options=compiler_options(platform),
+    )
 
 
 def _same_everywhere(key_data, num_envs: int, num_steps: int) -> None:
@@ -128,8 +131,10 @@ def _same_everywhere(key_data, num_envs: int, num_steps: int) -> None:
     )
 
 
-def sharded_rollout(env, num_envs: int, num_steps: int, key, policy=None,
-                    trajectory: bool = False, mesh: Mesh | None = None) -> RolloutResult:  # fmt: skip
+def sharded_rollout(
+    env, num_envs: int, num_steps: int, key, policy=None, trajectory: bool = False,
+    mesh: Mesh | None = None,
+) -> RolloutResult:  # fmt: skip
     """`gigastep.rollout` with the games split over the devices of `mesh`.
 
     Args:

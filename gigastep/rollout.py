@@ -37,7 +37,7 @@ import sys
 import types
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 from typing import Any
 
 import chex
@@ -352,7 +352,7 @@ def play_games(config: EnvConfig, policy, num_steps: int, trajectory: bool,
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiler_options(platform: str) -> dict[str, Any] | None:
     """The XLA options the rollouts compile with on `platform` (None: XLA's defaults).
 
@@ -365,7 +365,6 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
     except Exception:  # the option was removed: XLA's defaults (equal up to FMA rounding)
         return None
     return dict(_CPU_OPTIONS)
-
 
 
 @lru_cache(maxsize=32)
