@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import resource
@@ -32,6 +33,7 @@ __all__ = [
     "config_hash",
     "cpu_model",
     "device_info",
+    "fixed",
     "format_number",
     "hardware_info",
     "latex_table",
@@ -45,6 +47,7 @@ __all__ = [
     "time_repeats",
     "versions",
     "write_json",
+    "write_text",
 ]
 
 
@@ -342,18 +345,42 @@ class Column:
 
 
 def format_number(x: Any, digits: int = 3) -> str:
-    """Numbers with SI suffixes (1.23 M, 456 k); None and NaN as an en dash."""
+    """A number with an SI suffix and exactly `digits` significant digits, trailing zeros kept
+    and never an exponent, so that one column reads alike: 6.00 M, 8.07 M, 938 k, 0.0412.
+
+    Integers below 1000 print as they are; None and NaN as an en dash.
+    """
     if x is None or (isinstance(x, float) and x != x):
         return "–"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
-    a = abs(x)
-    for scale, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if a >= scale:
-            return f"{x / scale:.{digits}g}{suffix}"
-    if isinstance(x, int):
+    if isinstance(x, int) and abs(x) < 1000:
         return str(x)
-    return f"{x:.{digits}g}"
+    scales = ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k"), (1.0, ""))
+    i = next((j for j, (s, _) in enumerate(scales) if abs(x) >= s), len(scales) - 1)
+    while True:
+        scale, suffix = scales[i]
+        text = _significant(x / scale, digits)
+        # 999.7 rounds to "1000": show it as 1.00 k instead.
+        if abs(float(text)) < 1000 or i == 0:
+            return text + suffix
+        i -= 1
+
+
+def _significant(v: float, digits: int) -> str:
+    """`v` with `digits` significant digits in fixed notation (trailing zeros kept)."""
+    if v == 0 or math.isinf(v):
+        return f"{v:.{max(digits - 1, 0)}f}"
+    exponent = math.floor(math.log10(abs(v)))
+    text = f"{v:.{max(0, digits - 1 - exponent)}f}"
+    if abs(float(text)) >= 10 ** (exponent + 1):  # rounding carried (0.9997 -> 1.00)
+        text = f"{v:.{max(0, digits - 2 - exponent)}f}"
+    return text
+
+
+def fixed(decimals: int) -> Callable[[Any], str]:
+    """A column format with a fixed number of decimals (one format for the whole column)."""
+    return lambda x: f"{x:.{decimals}f}"
 
 
 def _cell(row: dict[str, Any], col: Column) -> str:
@@ -369,7 +396,11 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) ->
     return "\n".join([header, rule, *body])
 
 
-_LATEX_ESCAPES = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$"}
+_LATEX_ESCAPES = {
+    "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
+    "\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\^{}", "–": "--", "—": "---",
+    "×": r"$\times$", "µ": r"$\mu$", "≤": r"$\leq$", "≥": r"$\geq$", "⁹": r"$^9$",
+}  # fmt: skip
 
 
 def _latex(text: str) -> str:
@@ -392,20 +423,24 @@ def latex_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], capti
     return "\n".join(lines)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented JSON atomically (temporary file in the same folder, then
-    rename), creating the folder if needed."""
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` atomically (temporary file in the same folder, then rename), creating
+    the folder if needed: a reader never sees a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write `obj` as indented JSON atomically (see `write_text`)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
 def _json_default(obj: Any) -> Any:

@@ -13,11 +13,12 @@ Rows (per batch size B, scenario with n agents):
     from the action space, counting only environments that really stepped).
 
 Counting: env_steps_per_s = games advanced per second; agent_steps_per_s = env_steps_per_s x n
-(every agent of both teams is simulated). Timed figures are medians over `repeats`; compile
-(or warm-up) time is reported apart in `compile_s`.
+(every agent of both teams is simulated). Timed figures are medians over `repeats` (with the
+slowest and fastest repeat as `_min` / `_max`); compile (or warm-up) time is reported apart in
+`compile_s`.
 
 Usage:
-    python -m benchmarks.bridge --quick --json bridge.json    # ~2 min on 2 CPU cores
+    python -m benchmarks.bridge --quick --json results/bridge.json    # ~1-2 min on 2 CPU cores
     python -m benchmarks.bridge --batch 1024 8192 --steps 200 --repeats 5
     python -m benchmarks.bridge --device cuda                  # TorchVecEnv on the GPU
 """
@@ -35,6 +36,8 @@ from typing import Any
 from benchmarks._common import (
     Column,
     add_options,
+    config_hash,
+    fixed,
     format_number,
     markdown_table,
     option,
@@ -75,14 +78,24 @@ class Options:
 # ------------------------------------------------------------------------------------------
 
 
-def _row(impl: str, batch: int, n_agents: int, steps: int, seconds: list[float],
-         compile_s: float) -> dict[str, Any]:  # fmt: skip
-    median = statistics.median(seconds)
-    env_rate = batch * steps / median
+def _rates(env_rates: list[float], n_agents: int) -> dict[str, float]:
+    """Median, min and max env-steps/s and agent-steps/s (= env-steps/s x agents)."""
+    med, lo, hi = statistics.median(env_rates), min(env_rates), max(env_rates)
     return {
-        "impl": impl, "batch": batch, "steps": steps, "n_agents": n_agents,
-        "median_s": median, "times_s": seconds, "compile_s": compile_s,
-        "env_steps_per_s": env_rate, "agent_steps_per_s": env_rate * n_agents,
+        "env_steps_per_s": med, "env_steps_per_s_min": lo, "env_steps_per_s_max": hi,
+        "agent_steps_per_s": med * n_agents, "agent_steps_per_s_min": lo * n_agents,
+        "agent_steps_per_s_max": hi * n_agents,
+    }  # fmt: skip
+
+
+def _row(impl: str, scenario: str, config, batch: int, steps: int, seconds: list[float],
+         compile_s: float) -> dict[str, Any]:  # fmt: skip
+    n_agents = config.n_agents
+    return {
+        "impl": impl, "scenario": scenario, "scenario_hash": config_hash(config),
+        "batch": batch, "steps": steps, "n_agents": n_agents,
+        "median_s": statistics.median(seconds), "times_s": seconds, "compile_s": compile_s,
+        **_rates([batch * steps / t for t in seconds], n_agents),
     }  # fmt: skip
 
 
@@ -137,7 +150,7 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
         return total
 
     timing = time_repeats(run, repeats=repeats, warmup=1)
-    return _row("jax_scan", batch, n, steps, list(timing.times), compile_s)
+    return _row("jax_scan", scenario, config, batch, steps, list(timing.times), compile_s)
 
 
 def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: int,
@@ -176,7 +189,7 @@ def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: in
             out = venv.step(actions())
         sync(out)
         seconds.append(time.perf_counter() - t0)
-    return _row("torch_loop", batch, n, steps, seconds, compile_s)
+    return _row("torch_loop", scenario, venv.config, batch, steps, seconds, compile_s)
 
 
 def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int,
@@ -187,18 +200,17 @@ def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int,
     from gigastep.gymnasium import TeamVectorEnv
 
     envs = TeamVectorEnv(scenario, batch, team=0, opponent="random")
-    n = envs.versus.config.n_agents
+    config = envs.versus.config
     t0 = time.perf_counter()
     envs.reset(seed=seed)
     envs.step(envs.action_space.sample())
     compile_s = time.perf_counter() - t0
     rates = [benchmark_vector_step(envs, target_duration=duration, seed=seed + i)
              for i in range(repeats)]  # fmt: skip
-    rate = statistics.median(rates)
     return {
-        "impl": "gym_vector", "batch": batch, "steps": None, "n_agents": n,
-        "median_s": None, "rates": rates, "compile_s": compile_s,
-        "env_steps_per_s": rate, "agent_steps_per_s": rate * n,
+        "impl": "gym_vector", "scenario": scenario, "scenario_hash": config_hash(config),
+        "batch": batch, "steps": None, "n_agents": config.n_agents, "median_s": None,
+        "rates": rates, "compile_s": compile_s, **_rates(rates, config.n_agents),
     }  # fmt: skip
 
 
@@ -212,29 +224,51 @@ COLUMNS = [
     Column("steps", "steps per rollout"),
     Column("env_steps_per_s", "env-steps/s", format_number),
     Column("agent_steps_per_s", "agent-steps/s", format_number),
-    Column("vs_jax", "vs jax_scan [ratio]", lambda x: f"{x:.2f}"),
-    Column("compile_s", "compile/warm-up [s]", lambda x: f"{x:.1f}"),
+    Column("vs_jax", "vs jax_scan [ratio]", fixed(2)),
+    Column("compile_s", "compile/warm-up [s]", fixed(1)),
 ]
 
 
-def run(opts: Options) -> list[dict]:
+def _plan(opts: Options) -> list[tuple[str, int]]:
+    """(driver, batch) of every row, in the order they run."""
+    plan = [(impl, b) for b in opts.batch for impl in ("jax_scan", "torch_loop")]
+    return plan + [("gym_vector", b) for b in opts.gym_batch]
+
+
+def _measure(opts: Options, impl: str, batch: int) -> dict[str, Any]:
+    if impl == "jax_scan":
+        return jax_scan_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed)
+    if impl == "torch_loop":
+        return torch_loop_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed,
+                              opts.device)  # fmt: skip
+    return gym_vector_row(opts.scenario, batch, opts.gym_duration, opts.repeats, opts.seed)
+
+
+def run(opts: Options, on_row=None, log=sys.stderr) -> list[dict]:
+    """Measure every row of the plan; a row that fails holds `error` and the others go on.
+    `on_row(rows)` is called after each row (to save partial results)."""
     if opts.quick:
         for name, value in QUICK.items():
             setattr(opts, name, value)
-    rows = []
-    for batch in opts.batch:
-        ref = jax_scan_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed)
-        loop = torch_loop_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed,
-                              opts.device)  # fmt: skip
-        loop["vs_jax"] = loop["env_steps_per_s"] / ref["env_steps_per_s"]
-        rows += [ref, loop]
-        print(f"batch {batch}: torch loop / jax scan = {loop['vs_jax']:.2f}", file=sys.stderr)
-    for batch in opts.gym_batch:
-        row = gym_vector_row(opts.scenario, batch, opts.gym_duration, opts.repeats, opts.seed)
+    plan = _plan(opts)
+    rows: list[dict] = []
+    for i, (impl, batch) in enumerate(plan):
+        print(f"[{i + 1}/{len(plan)}] {impl} batch={batch} ...", file=log, flush=True)
+        try:
+            row = _measure(opts, impl, batch)
+        except Exception as e:  # one failing driver does not lose the others
+            row = {"impl": impl, "scenario": opts.scenario, "batch": batch,
+                   "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+            print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
         refs = [r for r in rows if r["impl"] == "jax_scan" and r["batch"] == batch]
-        if refs:
+        if impl != "jax_scan" and refs and "error" not in row and "error" not in refs[0]:
             row["vs_jax"] = row["env_steps_per_s"] / refs[0]["env_steps_per_s"]
+        if "error" not in row:
+            print(f"    {format_number(row['agent_steps_per_s'])} agent-steps/s", file=log,
+                  flush=True)  # fmt: skip
         rows.append(row)
+        if on_row is not None:
+            on_row(rows)
     return rows
 
 
@@ -248,12 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     import gigastep.torch  # noqa: F401  (sets JAX's GPU memory policy before JAX starts)
 
     info = run_info()
-    rows = run(opts)
-    print(f"\nScenario {opts.scenario}; medians over {opts.repeats} repeats.\n")
-    print(markdown_table(rows, COLUMNS))
-    if opts.json:
+
+    def save(rows):
         write_json(opts.json, {"run_info": info, "options": vars(opts), "rows": rows})
-    return 0
+
+    rows = run(opts, on_row=save if opts.json else None)
+    print(f"\nScenario {opts.scenario}; medians over {opts.repeats} repeats.\n")
+    print(markdown_table([r for r in rows if "error" not in r], COLUMNS))
+    return 1 if any("error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":

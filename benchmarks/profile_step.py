@@ -35,6 +35,7 @@ from benchmarks._common import (
     Column,
     add_options,
     config_hash,
+    format_number,
     markdown_table,
     option,
     options_from_args,
@@ -542,7 +543,7 @@ ABLATION_COLUMNS = (
     _CPU,
     _WALL,
     Column("pct_of_step", "% of v_step (CPU)", lambda x: f"{x:.0f}"),
-    Column("agent_steps_per_s", "agent-steps/s at wall min [M/s]", lambda x: f"{x / 1e6:.3g}"),
+    Column("agent_steps_per_s", "agent-steps/s at wall min", format_number),
 )
 PRNG_COLUMNS = (
     Column("variant", "how the step's random numbers are drawn"),

@@ -30,8 +30,8 @@ after the timed ones:
     before the call ("jax_peak_bytes_in_use_delta"; a process-lifetime peak).
 
 Usage:
-    python -m benchmarks.scan --quick --json scan.json        # ~1-2 min on 2 CPU cores
-    python -m benchmarks.scan --json scan_full.json           # full preset (GPU-sized)
+    python -m benchmarks.scan --quick --json results/scan.json  # ~1-2 min on 2 CPU cores
+    python -m benchmarks.scan --json results/scan_full.json     # full preset (GPU-sized)
     python -m benchmarks.scan --quick --format latex
     python -m benchmarks.scan --T 128 --batch 64 --state-dim 32 --impl torch_parallel jax
     python -m benchmarks.scan --quick --part scan             # the recurrence alone
@@ -54,6 +54,9 @@ from typing import Any
 
 from benchmarks._common import (
     Column,
+    fixed,
+    format_number,
+    hardware_info,
     latex_table,
     markdown_table,
     option,
@@ -97,6 +100,8 @@ class Options:
                                   "busy CPUs; empty: inherited",
                                   choices=("", "PASSIVE", "ACTIVE"))  # fmt: skip
     timeout: float = option(1800.0, "seconds allowed per row")
+    isolate: bool = option(True, "a fresh process per row (its own memory peak); "
+                           "--no-isolate runs all rows in this process")  # fmt: skip
     seed: int = option(0, "seed of parameters and inputs")
     json: str = option(None, "write the rows as a JSON list to this path")
     format: str = option("markdown", "table format printed",
@@ -332,7 +337,7 @@ def run_case(case: Case) -> dict[str, Any]:
         "fwd_bwd_ms_max": timing.max * 1e3, "fwd_bwd_ms_iqr": timing.iqr * 1e3,
         "spread": timing.spread, "fwd_bwd_cpu_ms": statistics.median(cpu_ms[2:]),
         "peak_mb": peak_mb, "peak_mb_method": method, **extras,
-        **_environment(case, load), "case": dataclasses.asdict(case),
+        **_environment(case, load), "case": dataclasses.asdict(case), "machine": run_info(),
     }  # fmt: skip
 
 
@@ -388,29 +393,37 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                 r["speedup_vs_sequential"] = seq["fwd_bwd_ms"] / r["fwd_bwd_ms"]
 
 
-def run_sweep(
-    cases: list[Case], timeout: float, env: dict[str, str] | None = None, log=sys.stderr
-) -> list[dict[str, Any]]:
-    """Measure every case in a fresh process (with `env` added to its environment); failures
-    give rows with an `error` field."""
+def _measure(case: Case, timeout: float, env: dict[str, str] | None, isolate: bool) -> dict:
+    if isolate:
+        return run_worker("benchmarks.scan", dataclasses.asdict(case), timeout=timeout, env=env)
+    try:
+        return run_case(case)
+    except Exception as e:  # a sweep goes on past one failing row
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def run_sweep(cases: list[Case], timeout: float, env: dict[str, str] | None = None,
+              log=sys.stderr, isolate: bool = True,
+              on_row=None) -> list[dict[str, Any]]:  # fmt: skip
+    """Measure every case, each in a fresh process (with `env` added to its environment)
+    when `isolate`; failures give rows with an `error` field. `on_row(rows)` is called after
+    each row (to save partial results)."""
     rows = []
     for i, case in enumerate(cases):
         print(f"[{i + 1}/{len(cases)}] {case.impl} T={case.T} batch={case.batch} "
               f"P={case.state_dim} ...", file=log, flush=True)  # fmt: skip
-        row = run_worker("benchmarks.scan", dataclasses.asdict(case), timeout=timeout, env=env)
+        row = _measure(case, timeout, env, isolate)
         if "error" in row:
-            row = {**dataclasses.asdict(case), **row}
+            row = {**dataclasses.asdict(case), **row, "machine": {"hardware": hardware_info()}}
             print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
         else:
             print(f"    {row['fwd_bwd_ms']:.1f} ms, peak {row['peak_mb']:.0f} MiB",
                   file=log, flush=True)  # fmt: skip
         rows.append(row)
-    add_ratios(rows)
+        add_ratios(rows)
+        if on_row is not None:
+            on_row(rows)
     return rows
-
-
-def _f(digits: int):
-    return lambda x: f"{x:.{digits}f}"
 
 
 TABLE_COLUMNS = (
@@ -419,15 +432,15 @@ TABLE_COLUMNS = (
     Column("T", "T [steps]"),
     Column("batch", "batch [seqs]"),
     Column("state_dim", "P [states]"),
-    Column("fwd_bwd_ms", "fwd+bwd median [ms]", _f(1)),
-    Column("fwd_bwd_ms_iqr", "IQR [ms]", _f(1)),
-    Column("fwd_bwd_cpu_ms", "CPU time median [ms]", _f(1)),
-    Column("peak_mb", "peak mem [MiB]", _f(1)),
-    Column("xla_temp_mb", "XLA buffers [MiB]", _f(1)),
-    Column("compile_s", "JAX compile [s]", _f(1)),
-    Column("time_vs_jax", "time / JAX [×]", _f(2)),
-    Column("speedup_vs_sequential", "speed-up vs sequential [×]", _f(1)),
-    Column("memory_vs_jax", "mem / JAX [×]", _f(2)),
+    Column("fwd_bwd_ms", "fwd+bwd median [ms]", format_number),
+    Column("fwd_bwd_ms_iqr", "IQR [ms]", format_number),
+    Column("fwd_bwd_cpu_ms", "CPU time median [ms]", format_number),
+    Column("peak_mb", "peak mem [MiB]", fixed(1)),
+    Column("xla_temp_mb", "XLA buffers [MiB]", fixed(1)),
+    Column("compile_s", "JAX compile [s]", fixed(1)),
+    Column("time_vs_jax", "time / JAX [×]", fixed(2)),
+    Column("speedup_vs_sequential", "speed-up vs sequential [×]", fixed(1)),
+    Column("memory_vs_jax", "mem / JAX [×]", fixed(2)),
 )
 
 
@@ -440,20 +453,33 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
     return markdown_table(shown, TABLE_COLUMNS)
 
 
-def goal_lines(rows: list[dict[str, Any]], t: int = 128) -> list[str]:
-    """The issue's targets at T = `t`, checked against the parallel rows."""
-    out = []
-    for r in rows:
-        if r.get("impl") != "torch_parallel" or r.get("T") != t or "error" in r:
-            continue
-        checks = [("time / JAX <= 1.5", r.get("time_vs_jax"), lambda x: x <= 1.5),
-                  ("speed-up vs sequential >= 5", r.get("speedup_vs_sequential"),
-                   lambda x: x >= 5), ("mem / JAX <= 1.5", r.get("memory_vs_jax"),
-                   lambda x: x <= 1.5)]  # fmt: skip
-        for name, value, ok in checks:
+# The S5 targets and the size they are defined at (the sizes of the S5 issue: batch 1024,
+# T 128, any state size P); at other sizes the ratios mean something else (at batch 256 the
+# projections both PyTorch versions share dominate the block), so they are not judged there.
+GOAL_SIZE = {"T": 128, "batch": 1024}
+GOALS = (
+    ("time / JAX <= 1.5", "time_vs_jax", lambda x: x <= 1.5),
+    ("speed-up vs sequential >= 5", "speedup_vs_sequential", lambda x: x >= 5),
+    ("mem / JAX <= 1.5", "memory_vs_jax", lambda x: x <= 1.5),
+)
+
+
+def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The S5 targets, checked against the parallel-scan block rows at `GOAL_SIZE` only."""
+    size = ", ".join(f"{k} = {v}" for k, v in GOAL_SIZE.items())
+    at_size = [r for r in rows if r.get("impl") == "torch_parallel" and "error" not in r
+               and r.get("part", "block") == "block"
+               and all(r.get(k) == v for k, v in GOAL_SIZE.items())]  # fmt: skip
+    if not at_size:
+        return [f"Goals are defined at {size} (`--T 128 --batch 1024`); this run has no row "
+                "at that size, so none is evaluated."]  # fmt: skip
+    out = [f"Goals (defined at {size}):"]
+    for r in at_size:
+        for name, key, ok in GOALS:
+            value = r.get(key)
             if value is not None:
                 verdict = "met" if ok(value) else "MISSED"
-                out.append(f"P={r['state_dim']} T={t}: {name}: {value:.2f} ({verdict})")
+                out.append(f"  P={r['state_dim']}: {name}: {value:.2f} ({verdict})")
     return out
 
 
@@ -464,15 +490,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if worker_rows is not None:
         return worker_rows
     env = {"OMP_WAIT_POLICY": opts.omp_wait_policy} if opts.omp_wait_policy else None
-    rows = run_sweep(cases_from_options(opts), timeout=opts.timeout, env=env)
-    info = run_info()
-    for r in rows:
-        r["machine"] = info
-    if opts.json:
+    try:
+        cases = cases_from_options(opts)
+    except ValueError as e:
+        parser.error(str(e))
+
+    def save(rows):  # after every row, so a run stopped part-way keeps what it measured
         write_json(opts.json, rows)
+
+    # Each row carries the `machine` block of the process that measured it: this one never
+    # starts JAX (on a GPU it would take the memory the JAX rows need).
+    rows = run_sweep(cases, timeout=opts.timeout, env=env, isolate=opts.isolate,
+                     on_row=save if opts.json else None)  # fmt: skip
+    if opts.json:
         print(f"wrote {len(rows)} rows to {opts.json}", file=sys.stderr)
     if opts.format != "none":
-        hw = info["hardware"]
+        hw = hardware_info()
         print(f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
               f"{hw.get('load_average_1m')} at the end)\n")  # fmt: skip
         print(render(rows, opts.format))

@@ -4,7 +4,12 @@ Sweeps scenarios x observation modes x batch sizes. Each configuration runs in a
 process (so its peak RSS is its own), compiles one rollout function — a `lax.scan` over
 `steps` batched environment steps, with actions drawn inside the scan (uniform random, or a
 small policy network applied to the previous observation) — reports the compile time apart,
-then times `repeats` calls and reports the median and the spread.
+then times `repeats` calls and reports the median and the spread. `--driver loop` times the
+same batched step driven by a Python loop instead (one compiled call per step, `steps` calls
+per timed repeat): what a training script that steps from Python gets.
+
+A configuration whose estimated peak memory exceeds `--memory-fraction` of the memory
+available to its device is skipped (a row with `skipped` says why) instead of being run.
 
 Usage:
     python -m benchmarks.throughput --quick                 # ~2 min on 2 CPU cores
@@ -13,10 +18,12 @@ Usage:
         --batch 256 1024 --steps 50 --repeats 5 --policy mlp
     python -m benchmarks.throughput --baseline-frames       # memory-bandwidth bound only
     python -m benchmarks.throughput --quick --devices 2     # the batch sharded over 2 devices
+    python -m benchmarks.throughput --batch 16 4096 --driver scan loop  # scan vs Python loop
 
 Counting (as in the Gigastep paper): one agent-step is one agent of one environment advanced
 by one step; agent_steps_per_s = steps x batch x n_agents / seconds, and
-env_steps_per_s = steps x batch / seconds.
+env_steps_per_s = steps x batch / seconds, where seconds is the median wall time of one timed
+call (`steps` steps; compile and warm-up excluded, compile reported as `compile_s`).
 
 Devices: with `--devices N` each batch is split over N devices (`shard_map`: each device rolls
 out its own games with its own keys and reward sum; nothing is communicated). On CPU each
@@ -41,7 +48,9 @@ from benchmarks._common import (
     Column,
     config_hash,
     current_rss_mb,
+    fixed,
     format_number,
+    hardware_info,
     latex_table,
     markdown_table,
     option,
@@ -56,6 +65,7 @@ from benchmarks._common import (
 __all__ = ["Case", "Options", "cases_from_options", "main", "resolve_config", "run_case"]
 
 OBS_MODES = ("pobs_vec", "fobs_vec", "pobs_rgb", "fobs_rgb")
+DRIVERS = ("scan", "loop")
 PAPER_BATCHES = (1, 8, 32, 128, 512, 2048, 8192, 32768, 131072)
 
 
@@ -78,6 +88,12 @@ class Options:
                          "on RGB obs)", choices=("none", "mlp", "cnn"))  # fmt: skip
     step_fn: str = option("step", "step (v_step, no reset) or autoreset (v_step_autoreset)",
                           choices=("step", "autoreset"))  # fmt: skip
+    driver: list = option(["scan"], "drivers of the step: scan (one compiled lax.scan per "
+                          "timed call) and/or loop (a Python loop of the compiled step)",
+                          type=str)  # fmt: skip
+    memory_fraction: float = option(0.8, "skip a configuration whose estimated peak memory "
+                                    "exceeds this fraction of the device's available memory "
+                                    "(0: never skip)")  # fmt: skip
     discrete: bool = option(False, "discrete actions (the _disc suffix) instead of continuous")
     resolution: int = option(84, "RGB resolution (square)")
     baseline_frames: bool = option(False, "also measure the cost of only writing the "
@@ -116,6 +132,12 @@ class Case:
     """Free text shown in the table (e.g. "1 M agents")."""
     devices: int = 1
     """Devices the batch is sharded over (see the module docstring)."""
+    driver: str = "scan"
+    """"scan" (one compiled `lax.scan` of `steps` steps) or "loop" (a Python loop of `steps`
+    calls of the compiled step)."""
+    memory_fraction: float = 0.8
+    """Skip the case if its estimated peak memory exceeds this fraction of what is available
+    (0: never skip)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -258,17 +280,13 @@ def make_policy(kind: str, config, key):
 # ------------------------------------------------------------------------------------------
 
 
-def build_rollout(config, case: Case, steps: int, env_step=None):
-    """(rollout, initial carry): `rollout(carry, key) -> carry` runs `steps` batched steps.
+def _step_body(config, case: Case, env_step=None):
+    """(body, initial carry): `body(carry, key) -> carry` advances every game one step.
 
     The carry is (states, last obs, return sum). Carrying the last observation forces every
     step's observation buffer to be written to memory (a loop-carried value cannot be fused
     away), and the summed rewards keep the reward computation alive, so XLA cannot
     dead-code-eliminate any part of the step.
-
-    Args:
-        env_step: optional `(states, actions, keys) -> (obs, states, rewards)` replacing the
-            batched step chosen by `case.step_fn` (used by the profiler's ablations).
     """
     import jax
     import jax.numpy as jnp
@@ -291,17 +309,49 @@ def build_rollout(config, case: Case, steps: int, env_step=None):
     if env_step is None:
         env_step = plain_step if case.step_fn == "step" else autoreset_step
 
-    def rollout(carry, key):
-        def body(c, k):
-            states, obs, ret = c
-            k_act, k_env = jax.random.split(k)
-            obs, states, rewards = env_step(states, act(obs, k_act), jax.random.split(k_env, b))
-            return (states, obs, ret + jnp.sum(rewards)), None
+    def body(c, k):
+        states, obs, ret = c
+        k_act, k_env = jax.random.split(k)
+        obs, states, rewards = env_step(states, act(obs, k_act), jax.random.split(k_env, b))
+        return states, obs, ret + jnp.sum(rewards)
 
-        carry, _ = jax.lax.scan(body, carry, jax.random.split(key, steps))
+    return body, (states, obs, jnp.zeros((), jnp.float32))
+
+
+def build_rollout(config, case: Case, steps: int, env_step=None):
+    """(rollout, initial carry): `rollout(carry, key) -> carry` runs `steps` batched steps in
+    one `lax.scan` (see `_step_body` for the carry).
+
+    Args:
+        env_step: optional `(states, actions, keys) -> (obs, states, rewards)` replacing the
+            batched step chosen by `case.step_fn` (used by the profiler's ablations).
+    """
+    import jax
+
+    body, carry = _step_body(config, case, env_step)
+
+    def rollout(carry, key):
+        carry, _ = jax.lax.scan(lambda c, k: (body(c, k), None), carry,
+                                jax.random.split(key, steps))  # fmt: skip
         return carry
 
-    return rollout, (states, obs, jnp.zeros((), jnp.float32))
+    return rollout, carry
+
+
+def build_loop_step(config, case: Case):
+    """(step, initial carry) of the Python-loop driver: `step(carry) -> carry` is one batched
+    step; the PRNG key travels in the carry, so a loop of compiled calls moves nothing
+    between host and device (the best case for a Python driver)."""
+    import jax
+
+    body, carry = _step_body(config, case)
+
+    def step(carry):
+        *inner, key = carry
+        key, sub = jax.random.split(key)
+        return (*body(tuple(inner), sub), key)
+
+    return step, (*carry, jax.random.PRNGKey(case.seed + 1))
 
 
 def build_write_baseline(config, case: Case, steps: int):
@@ -411,96 +461,183 @@ def _obs_kernel(config) -> str:
     return "native" if config.obs_type == "vector" and cpu and native_supported(config) else "jax"
 
 
-def run_case(case: Case) -> dict[str, Any]:
-    """Measure one case in this process; returns its result row."""
+# Peak memory of a case ~ MEMORY_FACTOR x (bytes of the reset's states and observations) +
+# MEMORY_BASE_MB: XLA's own buffer count for a compiled rollout is 1.1-1.35x the reset's
+# bytes (5v5 and 20v20 vector, 5v5 RGB); the factor 2 leaves room for the reset's
+# temporaries and the allocator, and the base is the process (Python, JAX, compiled code).
+MEMORY_FACTOR = 2.0
+MEMORY_BASE_MB = 500.0
+
+
+def estimate_peak_mb(config, batch: int) -> float:
+    """Estimated peak memory (MiB) of a rollout of `batch` games, from the shapes of one
+    game's reset (no memory is allocated)."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import env as genv
+
+    shapes = jax.eval_shape(partial(genv.batched_reset, config),
+                            jax.ShapeDtypeStruct((1, 2), jnp.uint32))  # fmt: skip
+    per_game = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
+    return MEMORY_FACTOR * per_game * batch / 2**20 + MEMORY_BASE_MB
+
+
+def available_memory_mb() -> float | None:
+    """Memory this process can still use on its default device (MiB): the GPU's free bytes
+    under JAX's limit, or the host's MemAvailable on CPU; None if unknown."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() if jax.default_backend() != "cpu" else None
+    if stats and "bytes_limit" in stats:
+        return (stats["bytes_limit"] - stats.get("bytes_in_use", 0)) / 2**20
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _memory_skip(config, case: Case) -> tuple[float, str | None]:
+    """(estimated peak MiB, reason to skip the case or None)."""
+    estimate = estimate_peak_mb(config, case.batch)
+    available = available_memory_mb()
+    if case.memory_fraction <= 0 or available is None:
+        return estimate, None
+    if estimate > case.memory_fraction * available:
+        return estimate, (f"estimated peak {estimate / 1024:.1f} GiB > "
+                          f"{case.memory_fraction:.0%} of the {available / 1024:.1f} GiB "
+                          "available")  # fmt: skip
+    return estimate, None
+
+
+def _program(config, case: Case, steps: int):
+    """(program, carry): the function that one compile covers and its initial carry.
+
+    scan: `program(carry, key)` runs all `steps` steps; loop: `program(carry)` runs one.
+    """
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
+
+    if case.kind in ("write_rgb", "write_vector"):
+        rollout, carry = build_write_baseline(config, case, steps)
+        if case.devices > 1:
+            carry = jax.device_put(carry, NamedSharding(_mesh(case), PartitionSpec("batch")))
+        return rollout, carry
+    if case.kind != "env":
+        raise ValueError(f"unknown case kind {case.kind!r}")
+    if case.driver == "loop":
+        return build_loop_step(config, case)
+    if case.driver != "scan":
+        raise ValueError(f"unknown driver {case.driver!r}; expected scan or loop")
+    return _shard(*build_rollout(config, case, steps), case)
+
+
+def _compile_and_time(program, carry, case: Case, steps: int):
+    """(timing, compile seconds dict): compile `program` once, then time `case.repeats` calls
+    of `steps` steps each (one scan call, or `steps` loop calls)."""
+    import jax
+
+    # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.
+    args = (carry,) if case.driver == "loop" and case.kind == "env" else (
+        carry, jax.random.PRNGKey(case.seed + 1))  # fmt: skip
+    c0, t0 = time.process_time(), time.perf_counter()
+    lowered = jax.jit(program, donate_argnums=0).lower(*args)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2, c2 = time.perf_counter(), time.process_time()
+    state = {"carry": carry}
+
+    def call(i):
+        if len(args) == 1:
+            for _ in range(steps):
+                state["carry"] = compiled(state["carry"])
+        else:
+            state["carry"] = compiled(state["carry"], jax.random.PRNGKey(case.seed + 100 + i))
+        return state["carry"]
+
+    timing = time_repeats(call, repeats=case.repeats, warmup=1)
+    return timing, {"compile_s": t2 - t0, "compile_cpu_s": c2 - c0, "lower_s": t1 - t0,
+                    "xla_compile_s": t2 - t1}  # fmt: skip
+
+
+def _device_peak_mb() -> float | None:
+    """Peak bytes in use on the default accelerator so far (MiB); None on CPU."""
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return None
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Measure one case in this process; returns its result row (or a `skipped` row when
+    its estimated memory does not fit)."""
+    import jax
 
     rss_start = current_rss_mb()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     name, config = resolve_config(case)
+    estimate, skip = _memory_skip(config, case)
+    if skip:
+        return {"scenario": name, "batch": case.batch, "skipped": skip,
+                "estimated_peak_mb": estimate, "scenario_hash": config_hash(config),
+                "case": dataclasses.asdict(case), "machine": run_info()}  # fmt: skip
     # The native observation kernel is compiled (or loaded from its cache) here, before the
     # timed compile, and reported on its own.
     t_native = time.perf_counter()
     kernel = _obs_kernel(config) if case.kind == "env" else None
     native_build_s = time.perf_counter() - t_native
-    n = config.n_agents
-    steps = _auto_steps(case, n)
-    if case.kind == "env":
-        rollout, carry = build_rollout(config, case, steps)
-    elif case.kind in ("write_rgb", "write_vector"):
-        rollout, carry = build_write_baseline(config, case, steps)
+    steps = _auto_steps(case, config.n_agents)
+    program, carry = _program(config, case, steps)
+    if case.kind != "env":
         name = f"{case.kind}:{name}"
-    else:
-        raise ValueError(f"unknown case kind {case.kind!r}")
-    if case.kind == "env":
-        rollout, carry = _shard(rollout, carry, case)
-    elif case.devices > 1:
-        carry = jax.device_put(carry, NamedSharding(_mesh(case), PartitionSpec("batch")))
     jax.block_until_ready(carry)
     rss_ready, peak_ready = current_rss_mb(), peak_rss_mb()
-    # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.
-    key0 = jax.random.PRNGKey(case.seed + 1)
-    jitted = jax.jit(rollout, donate_argnums=0)
-    c0, t0 = time.process_time(), time.perf_counter()
-    lowered = jitted.lower(carry, key0)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2, c2 = time.perf_counter(), time.process_time()
+    timing, compile_times = _compile_and_time(program, carry, case, steps)
+    row = _result_row(name, config, case, steps, timing)
+    row.update(compile_times)
+    row.update({
+        "obs_kernel": kernel, "native_build_s": native_build_s,
+        "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
+        "peak_rss_mb": peak_rss_mb(), "rss_start_mb": rss_start,
+        "rss_after_reset_mb": rss_ready, "peak_rss_after_reset_mb": peak_ready,
+        "device_peak_mb": _device_peak_mb(), "estimated_peak_mb": estimate,
+        "scenario_hash": config_hash(config), "load_1m_before": load_before,
+        "load_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "case": dataclasses.asdict(case), "machine": run_info(),
+    })  # fmt: skip
+    row["obs_gb_per_s"] = row["agent_steps_per_s"] * row["obs_bytes_per_agent_step"] / 1e9
+    return row
 
-    state = {"carry": carry}
 
-    def call(i):
-        state["carry"] = compiled(state["carry"], jax.random.PRNGKey(case.seed + 100 + i))
-        return state["carry"]
-
-    timing = time_repeats(call, repeats=case.repeats, warmup=1)
+def _result_row(name: str, config, case: Case, steps: int, timing) -> dict[str, Any]:
+    """The measured part of a row: what ran and its rates (medians; min/max over repeats)."""
     env_steps = steps * case.batch
-    agent_steps = env_steps * n
-    row: dict[str, Any] = {
-        "scenario": name,
-        "label": case.label,
-        "kind": case.kind,
-        "obs_type": config.obs_type,
-        "observability": "fobs"
-        if not config.stochastic_obs and config.cone_angle > math.pi
-        else "pobs",
+    agent_steps = env_steps * config.n_agents
+    fobs = not config.stochastic_obs and config.cone_angle > math.pi
+    return {
+        "scenario": name, "label": case.label, "kind": case.kind,
+        "obs_type": config.obs_type, "observability": "fobs" if fobs else "pobs",
         "resolution": case.resolution if config.obs_type != "vector" else None,
-        "batch": case.batch,
-        "devices": case.devices,
-        "n_agents": n,
-        "agents_total": n * case.batch,
-        "steps": steps,
-        "repeats": case.repeats,
-        "policy": case.policy,
-        "step_fn": case.step_fn,
-        "discrete": config.discrete_actions,
+        "batch": case.batch, "devices": case.devices, "n_agents": config.n_agents,
+        "agents_total": config.n_agents * case.batch, "steps": steps,
+        "repeats": case.repeats, "policy": case.policy, "step_fn": case.step_fn,
+        "driver": case.driver, "discrete": config.discrete_actions,
         "agent_steps_per_s": agent_steps / timing.median,
         "agent_steps_per_s_min": agent_steps / timing.max,
         "agent_steps_per_s_max": agent_steps / timing.min,
         "env_steps_per_s": env_steps / timing.median,
+        "env_steps_per_s_min": env_steps / timing.max,
+        "env_steps_per_s_max": env_steps / timing.min,
         "agent_steps_per_cpu_s": agent_steps / timing.cpu_median,
         "time_per_step_us": timing.median / steps * 1e6,
-        "spread": timing.spread,
-        "timing": timing.as_dict(),
-        "obs_kernel": kernel,
-        "native_build_s": native_build_s,
-        "compile_s": t2 - t0,
-        "compile_cpu_s": c2 - c0,
-        "lower_s": t1 - t0,
-        "xla_compile_s": t2 - t1,
-        "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
-        "peak_rss_mb": peak_rss_mb(),
-        "rss_start_mb": rss_start,
-        "rss_after_reset_mb": rss_ready,
-        "peak_rss_after_reset_mb": peak_ready,
-        "scenario_hash": config_hash(config),
-        "load_1m_before": load_before,
-        "load_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "case": dataclasses.asdict(case),
-    }
-    row["obs_gb_per_s"] = row["agent_steps_per_s"] * row["obs_bytes_per_agent_step"] / 1e9
-    return row
+        "spread": timing.spread, "timing": timing.as_dict(),
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -565,8 +702,16 @@ def _policy_for(policy: str, obs: str) -> str:
 
 
 def cases_from_options(opts: Options) -> list[Case]:
+    """Every case the options ask for, each driver innermost (so compared rows run close in
+    time); a clear error for a bad option before anything runs."""
     if opts.devices < 1:
         raise ValueError(f"--devices must be >= 1, got {opts.devices}")
+    for driver in opts.driver:
+        if driver not in DRIVERS:
+            raise ValueError(f"unknown --driver {driver!r}; expected some of {DRIVERS}")
+    if "loop" in opts.driver and opts.devices > 1:
+        raise ValueError("--driver loop runs the step on one device; drop --devices "
+                         f"{opts.devices} or use --driver scan")  # fmt: skip
     if opts.quick:
         cases = quick_cases(opts)
     elif opts.paper:
@@ -584,24 +729,36 @@ def cases_from_options(opts: Options) -> list[Case]:
         ]  # fmt: skip
     # A batch that does not split evenly runs on one device (e.g. batch 1 of the paper sweep).
     cases = [c if c.batch % c.devices == 0 else dataclasses.replace(c, devices=1) for c in cases]
+    cases = [dataclasses.replace(c, memory_fraction=opts.memory_fraction) for c in cases]
     if opts.baseline_only:
         return baseline_cases(opts, cases)
-    if opts.baseline_frames:
-        cases += baseline_cases(opts, cases)
-    return cases
+    baselines = baseline_cases(opts, cases) if opts.baseline_frames else []
+    cases = [dataclasses.replace(c, driver=d) for c in cases for d in opts.driver]
+    return cases + baselines
 
 
 def _case_id(c: Case) -> str:
-    what = c.kind if c.kind != "env" else f"{c.obs} policy={c.policy} {c.step_fn}"
+    what = c.kind if c.kind != "env" else f"{c.obs} policy={c.policy} {c.step_fn} {c.driver}"
     where = f" devices={c.devices}" if c.devices > 1 else ""
     return f"{c.scenario} {what} batch={c.batch}{where}"
 
 
+def _failed_row(case: Case, row: dict[str, Any]) -> dict[str, Any]:
+    """A row for a case whose worker failed: the case and the error (no JAX needed here)."""
+    return {"scenario": case.scenario, "batch": case.batch, "case": dataclasses.asdict(case),
+            **row, "machine": row.get("machine") or {"hardware": hardware_info()}}  # fmt: skip
+
+
 def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = None,
-              log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
-    """Measure every case (each in a fresh process when `isolate`); failed cases give rows
-    with an `error` field. Every row carries the `machine` block of `run_info()`."""
-    info = run_info()
+              log=sys.stderr, on_row=None) -> list[dict[str, Any]]:  # fmt: skip
+    """Measure every case (each in a fresh process when `isolate`).
+
+    Failed cases give rows with an `error` field, cases too large for the memory rows with
+    `skipped`. Every row carries the `machine` block (`run_info()`) of the process that
+    measured it; with `isolate` this process never starts JAX (on a GPU it would take the
+    device memory the workers need). `on_row(rows)` is called after each row (to save
+    partial results).
+    """
     rows = []
     for i, case in enumerate(cases):
         print(f"[{i + 1}/{len(cases)}] {_case_id(case)} ...", file=log, flush=True)
@@ -615,25 +772,28 @@ def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = N
             except Exception as e:  # a sweep goes on past one failing configuration
                 row = {"error": f"{type(e).__name__}: {e}"}
         if "error" in row:
-            row = {"scenario": case.scenario, "batch": case.batch, "case": dataclasses.asdict(case),
-                   **row}  # fmt: skip
+            row = _failed_row(case, row)
             print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
+        elif "skipped" in row:
+            print(f"    skipped: {row['skipped']}", file=log, flush=True)
         else:
             print(f"    {format_number(row['agent_steps_per_s'])} agent-steps/s, compile "
                   f"{row['compile_s']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MiB "
                   f"({time.perf_counter() - t0:.0f} s)", file=log, flush=True)  # fmt: skip
-        row["machine"] = info
         rows.append(row)
+        if on_row is not None:
+            on_row(rows)
     return rows
 
 
-def _millions(x: float) -> str:
-    return f"{x / 1e6:.3g}"
+def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that hold a measurement (neither failed nor skipped)."""
+    return [r for r in rows if "error" not in r and "skipped" not in r]
 
 
 def _rate_range(row: dict[str, Any]) -> str:
     lo, hi = row.get("agent_steps_per_s_min"), row.get("agent_steps_per_s_max")
-    return "–" if lo is None else f"{lo / 1e6:.3g}–{hi / 1e6:.3g}"
+    return "–" if lo is None else f"{format_number(lo)}–{format_number(hi)}"
 
 
 TABLE_COLUMNS = (
@@ -641,36 +801,38 @@ TABLE_COLUMNS = (
     Column("label", "note"),
     Column("obs_type", "obs"),
     Column("obs_kernel", "obs kernel", lambda x: x or "–"),
-    Column("batch", "batch", str),
+    Column("batch", "batch [games]", str),
     Column("devices", "devices", str),
     Column("agents_total", "agents", str),
     Column("policy", "policy"),
+    Column("driver", "driver"),
     Column("steps", "steps/call", str),
-    Column("agent_steps_per_s", "agent-steps/s [M/s] (median)", _millions),
-    Column("_range", "agent-steps/s [M/s] (min–max)"),
-    Column("env_steps_per_s", "env-steps/s [k/s]", lambda x: f"{x / 1e3:.3g}"),
-    Column("obs_gb_per_s", "obs written [GB/s]", lambda x: f"{x:.3g}"),
-    Column("compile_s", "compile [s]", lambda x: f"{x:.1f}"),
-    Column("peak_rss_mb", "peak RSS [MiB]", lambda x: f"{x:.0f}"),
+    Column("agent_steps_per_s", "agent-steps/s (median)", format_number),
+    Column("_range", "agent-steps/s (min–max)"),
+    Column("env_steps_per_s", "env-steps/s", format_number),
+    Column("obs_gb_per_s", "obs written [GB/s]", format_number),
+    Column("compile_s", "compile [s]", fixed(1)),
+    Column("peak_rss_mb", "peak RSS [MiB]", fixed(0)),
 )
 
 LATEX_COLUMNS = (
     Column("scenario", "Scenario"),
     Column("obs_type", "Obs."),
-    Column("batch", "Batch", lambda x: f"{x:,}"),
+    Column("batch", "Batch [games]", lambda x: f"{x:,}"),
     Column("devices", "Dev.", str),
     Column("agents_total", "Agents", lambda x: f"{x:,}"),
-    Column("agent_steps_per_s", "Agent-steps/s [M/s]", _millions),
-    Column("env_steps_per_s", "Env-steps/s [k/s]", lambda x: f"{x / 1e3:.3g}"),
-    Column("compile_s", "Compile [s]", lambda x: f"{x:.1f}"),
-    Column("peak_rss_mb", "Peak RSS [MiB]", lambda x: f"{x:.0f}"),
+    Column("driver", "Driver"),
+    Column("agent_steps_per_s", "Agent-steps/s", format_number),
+    Column("env_steps_per_s", "Env-steps/s", format_number),
+    Column("compile_s", "Compile [s]", fixed(1)),
+    Column("peak_rss_mb", "Peak RSS [MiB]", fixed(0)),
 )
 
 
 def render(rows: list[dict[str, Any]], fmt: str) -> str:
-    shown = [{**r, "_range": _rate_range(r)} for r in rows if "error" not in r]
+    shown = [{**r, "_range": _rate_range(r)} for r in measured(rows)]
     if fmt == "latex":
-        info = rows[0]["machine"] if rows else {}
+        info = shown[0]["machine"] if shown else {}
         hw = info.get("hardware", {})
         caption = (f"Gigastep throughput on {hw.get('cpu_model', '?')} "
                    f"({hw.get('cpu_cores_usable', '?')} cores, "
@@ -688,10 +850,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     opts, worker_rows = parse_command_line(parser, Options, Case, run_case, argv)
     if worker_rows is not None:
         return worker_rows
-    cases = cases_from_options(opts)
-    rows = run_sweep(cases, isolate=opts.isolate, timeout=opts.timeout)
+    try:
+        cases = cases_from_options(opts)
+    except ValueError as e:
+        parser.error(str(e))
+    # The JSON is rewritten after every row, so a sweep stopped part-way keeps what it measured.
+    save = (lambda rows: write_json(opts.json, rows)) if opts.json else None
+    rows = run_sweep(cases, isolate=opts.isolate, timeout=opts.timeout, on_row=save)
     if opts.json:
-        write_json(opts.json, rows)
         print(f"wrote {len(rows)} rows to {opts.json}", file=sys.stderr)
     if opts.format != "none":
         hw = rows[0]["machine"]["hardware"] if rows else {}

@@ -17,6 +17,7 @@ import numpy as np
 from gigastep import dynamics, interactions, rewards, waypoints
 from gigastep import random as grandom
 from gigastep.maps import MapArrays, prerender
+from gigastep.observations.global_state import state_vector, state_vector_size
 from gigastep.observations.vector import (
     native_supported,
     native_vector_observations,
@@ -419,13 +420,15 @@ def _select(done, a, b):
         if done.ndim else jnp.where(done, x, y), a, b)  # fmt: skip
 
 
-def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: bool = True):
+def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: bool = True,
+                   final_state: bool = False):  # fmt: skip
     """A step that replaces a finished game by a fresh one inside the same call.
 
     Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
     game's where `episode_done`; rewards, dones and episode_done are the finished step's.
     `info.final_obs` holds the last observation of the finished game (computed only when
-    `final_obs` is True, else it repeats `obs`).
+    `final_obs` is True, else it repeats `obs`); with `final_state`, `info.final_state` is
+    the state the step ended in before any reset (else None).
     """
     _check_key(key)
     k_step, k_reset = jax.random.split(key)
@@ -434,11 +437,12 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = _reset_state_streamed(config, k_reset)
     return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs,
-                             (step_stream, fresh_stream))  # fmt: skip
+                             (step_stream, fresh_stream), final_state)  # fmt: skip
 
 
 def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh: EnvState,
-                      fresh_comm, done, final_obs: bool, streams=(None, None)):  # fmt: skip
+                      fresh_comm, done, final_obs: bool, streams=(None, None),
+                      final_state: bool = False):  # fmt: skip
     """Take the fresh game where `done`, observe the result once (and the finished game's
     last observation when `final_obs`), and assemble the auto-reset step's outputs.
     `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
@@ -461,6 +465,7 @@ def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh
         episode_return=adv.state.episode.returns,
         episode_length=adv.state.episode.step,
         winner=episode_winner(config, adv.state.agents.alive, done),
+        final_state=adv.state if final_state else None,
     )
     return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
 
@@ -468,6 +473,11 @@ def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh
 # ------------------------------------------------------------------------------------------
 # Compiled batched forms (config static; shared by every env with an equal config)
 # ------------------------------------------------------------------------------------------
+
+
+def _check_team(team) -> None:
+    if isinstance(team, bool) or team not in (0, 1):
+        raise ValueError(f"team must be 0 or 1, got {team!r}")
 
 
 def _check_batch(keys, what="keys"):
@@ -558,7 +568,7 @@ def _reset_finished(config: EnvConfig, done, keys):
 
 
 def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
-                           final_obs: bool = True):  # fmt: skip
+                           final_obs: bool = True, final_state: bool = False):  # fmt: skip
     """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)`,
     bit for bit, without resetting the games that go on.
 
@@ -579,7 +589,7 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = _reset_finished(config, done, k_reset)
 
-    finish = partial(_finish_autoreset, config, final_obs=final_obs)
+    finish = partial(_finish_autoreset, config, final_obs=final_obs, final_state=final_state)
     return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done,
                             streams=(step_stream, fresh_stream))  # fmt: skip
 
@@ -599,6 +609,16 @@ def _reset_done_episodes(config, obs, states, ep_dones, key):
 @partial(jax.jit, static_argnums=0)
 def _v_global_view(config, states):
     return jax.vmap(partial(global_view, config))(states)
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def _state_vector(config, state, team):
+    return state_vector(config, state, team)
+
+
+@partial(jax.jit, static_argnums=(0, 2))
+def _v_state_vector(config, states, team):
+    return jax.vmap(partial(state_vector, config, team=team))(states)
 
 
 class GigastepEnv:
@@ -740,6 +760,23 @@ class GigastepEnv:
 
     def v_global_view(self, states):
         return _v_global_view(self.config, states)
+
+    @property
+    def state_vector_size(self) -> int:
+        """Length S of `state_vector` (layout: `gigastep.observations.global_state`)."""
+        return state_vector_size(self.config)
+
+    def state_vector(self, state, team: int = 0):
+        """The global state of one game as a float32 (S,) vector seen from `team` (its
+        agents first), for centralised critics; layout in
+        `gigastep.observations.global_state`."""
+        _check_team(team)
+        return _state_vector(self.config, state, team)
+
+    def v_state_vector(self, states, team: int = 0):
+        """`state_vector` of every game of a batch: (B, S) float32."""
+        _check_team(team)
+        return _v_state_vector(self.config, states, team)
 
     @staticmethod
     def set_aux_reward_factor(state: EnvState, factor) -> EnvState:

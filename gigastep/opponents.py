@@ -349,12 +349,14 @@ class VersusEnv:
         obs, state, rewards, dones, done = _env.step(self.config, state, actions, k_env)
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done
 
-    def step_autoreset(self, state: EnvState, team_actions, key, final_obs: bool = True):
-        """As `GigastepEnv.step_autoreset`, restricted to the learner team (info included)."""
+    def step_autoreset(self, state: EnvState, team_actions, key, final_obs: bool = True,
+                       final_state: bool = False):  # fmt: skip
+        """As `GigastepEnv.step_autoreset`, restricted to the learner team (info included;
+        `info.final_state` is the whole game's state)."""
         k_opponent, k_env = jax.random.split(key)
         actions = self.joint_actions(state, team_actions, k_opponent)
         obs, state, rewards, dones, done, info = _env.step_autoreset(
-            self.config, state, actions, k_env, final_obs
+            self.config, state, actions, k_env, final_obs, final_state
         )
         info = StepInfo(
             terminated=info.terminated,
@@ -363,10 +365,12 @@ class VersusEnv:
             episode_return=self._take(info.episode_return),
             episode_length=info.episode_length,
             winner=info.winner,
+            final_state=info.final_state,
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
-    def batched_step_autoreset(self, states: EnvState, team_actions, keys, final_obs=True):
+    def batched_step_autoreset(self, states: EnvState, team_actions, keys, final_obs=True,
+                               final_state=False):  # fmt: skip
         """`jax.vmap(step_autoreset)` over a batch (leading axis B on every argument), with
         the finished games reset by `env.batched_step_autoreset` instead of every game.
 
@@ -376,7 +380,7 @@ class VersusEnv:
         split = jax.vmap(jax.random.split)(keys)
         actions = jax.vmap(self.joint_actions)(states, team_actions, split[:, 0])
         obs, states, rewards, dones, done, info = _env.batched_step_autoreset(
-            self.config, states, actions, split[:, 1], final_obs
+            self.config, states, actions, split[:, 1], final_obs, final_state
         )
         team = jax.vmap(self.team_view)
         info = StepInfo(
@@ -386,6 +390,7 @@ class VersusEnv:
             episode_return=team(info.episode_return),
             episode_length=info.episode_length,
             winner=info.winner,
+            final_state=info.final_state,
         )
         return team(obs), states, team(rewards), team(dones), done, info
 

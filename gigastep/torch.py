@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache, partial
 
 import jax
@@ -30,11 +31,13 @@ import numpy as np
 import torch
 
 from gigastep import env as _env
-from gigastep.opponents import VersusEnv, observe_state, resolve_env
+from gigastep.observations.global_state import state_vector
+from gigastep.opponents import VersusEnv, get_policy, observe_state, resolve_env
 from gigastep.types import EnvConfig, EnvState
 
 __all__ = [
     "JAX_MEMORY_SETTING",
+    "ScriptedTeam",
     "TorchVecEnv",
     "jax2torch",
     "jax_to_torch",
@@ -199,11 +202,57 @@ def _state_treedef(game: Game):
     return jax.tree_util.tree_structure(shapes[1])
 
 
+@dataclass(frozen=True)
+class ScriptedTeam:
+    """Games `[start, stop)` of a `TorchVecEnv` batch in which team `team` is played by a
+    scripted policy inside the compiled step (the caller's actions for those rows are
+    ignored). `policy` is a name of `gigastep.opponents.POLICIES` or a pure
+    `policy(config, state, key) -> actions of all agents`; it acts on the state before the
+    step, i.e. on the same information as the observations the caller acted on."""
+
+    start: int
+    stop: int
+    team: int
+    policy: object = "random"
+
+    def __post_init__(self):
+        for name in ("start", "stop", "team"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"ScriptedTeam.{name} must be an int, got {value!r}")
+        if not 0 <= self.start < self.stop:
+            raise ValueError(f"ScriptedTeam needs 0 <= start < stop, got [{self.start}, "
+                             f"{self.stop})")  # fmt: skip
+        if self.team not in (0, 1):
+            raise ValueError(f"ScriptedTeam.team must be 0 or 1, got {self.team}")
+        object.__setattr__(self, "policy", get_policy(self.policy))
+
+
+def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], states, actions,
+                    key):  # fmt: skip
+    """`actions` (B, n, ...) with the rows of every scripted team replaced by its policy's
+    actions on its slice of games (each slice draws from its own fold of `key`)."""
+    teams = np.asarray(config.teams)
+    for i, entry in enumerate(scripted):
+        games = jax.tree_util.tree_map(lambda x, e=entry: x[e.start : e.stop], states)
+        keys = jax.random.split(jax.random.fold_in(key, i), entry.stop - entry.start)
+        acts = jax.vmap(partial(entry.policy, config))(games, keys).astype(actions.dtype)
+        rows = np.flatnonzero(teams == entry.team)
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        if hi - lo == len(rows):
+            actions = actions.at[entry.start : entry.stop, lo:hi].set(acts[:, lo:hi])
+        else:
+            actions = actions.at[entry.start : entry.stop, rows].set(acts[:, rows])
+    return actions
+
+
 @lru_cache(maxsize=64)
-def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
+def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
+                   scripted: tuple = (), state_vectors: bool = False):  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
-    episode_return, episode_length, winner, final_obs)); state leaves and key are donated.
+    episode_return, episode_length, winner, final_obs[, state_vector, final_state_vector]));
+    state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
     list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
     four per step.
@@ -212,26 +261,49 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool):
     on CPU about half the cost of a step that resets every game and keeps the results of
     the finished ones). Its conditional needs the branch index on the host where XLA runs
     conditionals from the host (GPU), so there the vmapped step, which has none, is used.
+    `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
+    global state vectors (B, 2, S) of the next and of the finished states are returned too
+    (`gigastep.observations.global_state`, seen from team 0 and from team 1).
     """
+    config = _game_config(game)
     if reset_finished_only:
         step = partial(_batched_autoreset_fn(game), final_obs=final_obs)
     else:
         step = jax.vmap(partial(_autoreset_fn(game), final_obs=final_obs))
+    if state_vectors:
+        step = partial(step, final_state=True)
 
     treedef = _state_treedef(game)
 
     def run(leaves, key, actions):
         key, sub = jax.random.split(key)
         states = jax.tree_util.tree_unflatten(treedef, leaves)
+        if scripted:  # its own stream: the env's keys stay those of an unscripted batch
+            actions = _apply_scripted(config, scripted, states, actions,
+                                      jax.random.fold_in(sub, 1))  # fmt: skip
         obs, states, rewards, dones, ep_dones, info = step(
             states, actions, jax.random.split(sub, actions.shape[0])
         )
         outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
                    info.episode_return, info.episode_length, info.winner,
                    info.final_obs)  # fmt: skip
+        if state_vectors:
+            outputs += (_both_state_vectors(config, states),
+                        _both_state_vectors(config, info.final_state))  # fmt: skip
         return key, jax.tree_util.tree_leaves(states), outputs
 
     return jax.jit(run, donate_argnums=(0, 1))
+
+
+def _both_state_vectors(config: EnvConfig, states):
+    """(B, 2, S) float32: every game's state vector seen from team 0 and from team 1."""
+    return jnp.stack([jax.vmap(partial(state_vector, config, team=t))(states)
+                      for t in (0, 1)], axis=1)  # fmt: skip
+
+
+@partial(jax.jit, static_argnums=0)
+def _v_both_state_vectors(config: EnvConfig, states):
+    return _both_state_vectors(config, states)
 
 
 # ------------------------------------------------------------------------------------------
@@ -286,6 +358,13 @@ class TorchVecEnv:
             float32 and `episode_length` (B,) int32 (of the finished episode where ep_dones,
             else running values), `winner` (B,) int32 (the team left alone at the end of a
             finished episode, else -1: see `gigastep.env.episode_winner`).
+            With `state_vectors=True` also `state_vector` and `final_state_vector`, (B, 2, S)
+            float32: the global state vector (`gigastep.observations.global_state`) of the
+            next state and of the state the step ended in, seen from team 0 and team 1.
+
+    `scripted` (a sequence of `ScriptedTeam`) lets the compiled step play one team of chosen
+    slices of the batch with scripted policies while the caller acts for every other row
+    (e.g. a learner against a mix of opponents); it cannot be combined with `opponent`.
 
     Every step is one compiled call: the PRNG key advances on the device, finished games are
     reset in the same call, the game states are donated (updated in place), and nothing is
@@ -300,20 +379,24 @@ class TorchVecEnv:
     """
 
     def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
-                 final_obs: bool = True, opponent=None, team: int = 0):  # fmt: skip
+                 final_obs: bool = True, opponent=None, team: int = 0, scripted=(),
+                 state_vectors: bool = False):  # fmt: skip
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
         self.num_envs = num_envs
         self.final_obs = bool(final_obs)
+        self.scripted = _check_scripted(scripted, num_envs, self.game)
+        self.state_vectors = bool(state_vectors)
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
         self._leaves = None  # the batched states as a flat list (see _compiled_step)
         self._treedef = _state_treedef(self.game)
         self.last_obs = None
-        self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu")
+        self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
+                                    self.scripted, self.state_vectors)  # fmt: skip
 
     @classmethod
     def from_states(cls, name_or_env, states: EnvState, seed: int = 0, **kwargs) -> TorchVecEnv:
@@ -397,7 +480,47 @@ class TorchVecEnv:
             "episode_length": ep_length,
             "winner": winner,
         }
+        if self.state_vectors:
+            info["state_vector"], info["final_state_vector"] = jax_to_torch(out[10:12])
         return obs, rewards, dones, ep_dones, info
+
+    def state_vector(self) -> torch.Tensor:
+        """(B, 2, S) float32: the global state vector of the current states, seen from team
+        0 and from team 1 (`gigastep.observations.global_state`)."""
+        return jax_to_torch(_v_both_state_vectors(self.config, self.states))
+
+    def snapshot(self) -> dict:
+        """Everything the next steps depend on, as torch tensors (copies): the PRNG key, the
+        game states (flat list of leaves) and the last observation. `restore` continues from
+        it exactly (same key, same states: the same future steps, bit for bit)."""
+        if self._leaves is None:
+            raise RuntimeError("call reset() first")
+        copy = partial(jax.tree_util.tree_map, lambda t: t.clone())
+        return {
+            "key": copy(jax_to_torch(self._key)),
+            "states": [copy(jax_to_torch(leaf)) for leaf in self._leaves],
+            "last_obs": copy(self.last_obs),
+        }
+
+    def restore(self, snapshot: dict) -> None:
+        """Continue from a `snapshot()` (of a TorchVecEnv of the same game and batch size)."""
+        missing = {"key", "states", "last_obs"} - set(snapshot)
+        if missing:
+            raise ValueError(f"not a TorchVecEnv snapshot: missing {sorted(missing)}")
+        shapes = jax.eval_shape(lambda: _reset(self.game, self.num_envs, self._key)[2])
+        want = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(shapes)]
+        got = [(tuple(t.shape), _numpy_dtype(t)) for t in snapshot["states"]]
+        if got != want:
+            raise ValueError(
+                f"the snapshot's states do not fit this TorchVecEnv ({self.num_envs} games of "
+                f"{self.config.n_agents} agents): got leaves {got[:3]}..., expected {want[:3]}..."
+            )
+        put = partial(jax.device_put, device=self.jax_device)
+        self._key = put(jnp.array(np.asarray(snapshot["key"].cpu()), dtype=jnp.uint32))
+        self._leaves = [put(jnp.array(t.cpu().numpy())) for t in snapshot["states"]]
+        self.last_obs = jax.tree_util.tree_map(
+            lambda t: t.to(self.device).clone(), snapshot["last_obs"]
+        )
 
     def close(self) -> None:
         self._leaves = None
@@ -426,6 +549,31 @@ class TorchVecEnv:
             )
         want = torch.int32 if discrete else torch.float32
         return actions if actions.dtype == want else actions.to(want)
+
+
+def _numpy_dtype(t: torch.Tensor) -> np.dtype:
+    return np.dtype(str(t.dtype).removeprefix("torch."))
+
+
+def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, ...]:
+    """The scripted teams as a tuple, checked: inside the batch, no game and team twice."""
+    scripted = tuple(scripted)
+    if not all(isinstance(s, ScriptedTeam) for s in scripted):
+        raise TypeError("scripted must be a sequence of gigastep.torch.ScriptedTeam")
+    if scripted and isinstance(game, VersusEnv):
+        raise ValueError("scripted teams cannot be combined with opponent=...: pass one")
+    taken: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for s in scripted:
+        if s.stop > num_envs:
+            raise ValueError(f"{s} reaches past the batch of {num_envs} games")
+        if not np.any(np.asarray(game.teams) == s.team):
+            raise ValueError(f"{s}: team {s.team} has no agents in this game")
+        for lo, hi in taken[s.team]:
+            if s.start < hi and lo < s.stop:
+                raise ValueError(f"{s} overlaps games [{lo}, {hi}) already scripted for team "
+                                 f"{s.team}")  # fmt: skip
+        taken[s.team].append((s.start, s.stop))
+    return scripted
 
 
 def _as_game(name_or_env, opponent, team) -> Game:

@@ -505,3 +505,4 @@ class StepInfo:
     episode_length: chex.Array  # () int32, the finished episode's length (else running length)
     winner: chex.Array  # () int32, the team left alone at the end (0 or 1), else -1 (draw, or
     # the episode goes on); see `gigastep.env.episode_winner`
+    final_state: Any = None  # the EnvState the step ended in, before any reset (when asked)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import jax
 import pytest
 
-from benchmarks import _common, throughput
+from benchmarks import _common, scan, throughput
 from benchmarks.profile_step import hlo_census
 
 ROW_KEYS = {
@@ -67,10 +68,95 @@ def test_rows_round_trip_through_json(env_row, tmp_path):
 
 def test_tables_show_every_row_with_units_in_headers(env_row):
     md = throughput.render([env_row], "markdown")
-    assert "agent-steps/s [M/s]" in md and "env-steps/s [k/s]" in md
+    assert "agent-steps/s (median)" in md and "| env-steps/s |" in md and "compile [s]" in md
     assert md.count("\n") == 2  # header, rule, one row
     tex = throughput.render([env_row], "latex")
     assert r"\begin{tabular}" in tex and r"identical\_1\_vs\_1" in tex
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(6e6, "6.00 M"), (8.07e6, "8.07 M"), (3300.0, "3.30 k"), (999.7, "1.00 k"),
+     (131072, "131 k"), (0.0412, "0.0412"), (12, "12"), (-2500.0, "-2.50 k"), (None, "–")],
+)  # fmt: skip
+def test_numbers_keep_three_significant_digits_and_never_an_exponent(value, text):
+    assert _common.format_number(value) == text
+
+
+@pytest.fixture(scope="module")
+def loop_row():
+    case = throughput.dataclasses.replace(TINY, driver="loop")
+    rows = throughput.run_sweep([case], isolate=False, log=io.StringIO())
+    assert "error" not in rows[0], rows
+    return rows[0]
+
+
+def test_python_loop_driver_counts_like_the_scan(loop_row):
+    assert loop_row["driver"] == "loop" and loop_row["steps"] == 3
+    median = loop_row["timing"]["median_s"]
+    assert loop_row["agent_steps_per_s"] == pytest.approx(3 * 2 * 2 / median)
+    assert len(loop_row["timing"]["times_s"]) == 2
+
+
+def test_drivers_multiply_the_cases_and_loop_refuses_several_devices():
+    opts = throughput.Options(batch=[8], driver=["scan", "loop"])
+    assert [c.driver for c in throughput.cases_from_options(opts)] == ["scan", "loop"]
+    with pytest.raises(ValueError, match="--driver loop runs the step on one device"):
+        throughput.cases_from_options(throughput.Options(driver=["loop"], devices=2))
+    with pytest.raises(ValueError, match="unknown --driver 'jit'"):
+        throughput.cases_from_options(throughput.Options(driver=["jit"]))
+
+
+def test_a_case_whose_memory_estimate_does_not_fit_is_skipped_with_the_reason():
+    case = throughput.dataclasses.replace(TINY, batch=2**40)
+    row = throughput.run_case(case)
+    assert "timing" not in row and row["batch"] == 2**40
+    assert re.fullmatch(r"estimated peak [\d.]+ GiB > 80% of the [\d.]+ GiB available",
+                        row["skipped"])  # fmt: skip
+
+
+def test_the_sweep_reports_rows_as_they_finish():
+    seen = []
+    cases = [throughput.Case("no_such_scenario", batch=2), throughput.Case("nor_this", batch=2)]
+    rows = throughput.run_sweep(cases, isolate=False, log=io.StringIO(),
+                                on_row=lambda rows: seen.append(len(rows)))  # fmt: skip
+    assert seen == [1, 2]
+    assert "no_such_scenario" in rows[0]["error"] and "nor_this" in rows[1]["error"]
+
+
+def test_scan_goals_are_judged_only_at_the_size_they_are_defined_at():
+    quick = {"impl": "torch_parallel", "part": "block", "T": 128, "batch": 256, "state_dim": 64,
+             "speedup_vs_sequential": 2.2, "time_vs_jax": 0.5}  # fmt: skip
+    lines = scan.goal_lines([quick])
+    assert len(lines) == 1 and "MISSED" not in lines[0]
+    assert "defined at T = 128, batch = 1024" in lines[0]
+    at_size = {**quick, "batch": 1024}
+    lines = scan.goal_lines([at_size])
+    assert "  P=64: speed-up vs sequential >= 5: 2.20 (MISSED)" in lines
+    assert "  P=64: time / JAX <= 1.5: 0.50 (met)" in lines
+
+
+def test_plot_without_its_input_says_how_to_make_it(tmp_path, capsys):
+    from benchmarks import plot
+
+    missing = tmp_path / "results" / "throughput.json"
+    assert plot.main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing} does not exist" in err
+    assert f"python -m benchmarks.throughput --paper --json {missing}" in err
+
+
+@pytest.mark.parametrize(
+    "name", ["throughput", "bridge", "scan", "plot", "profile_step", "report", "compare"]
+)
+def test_every_benchmark_help_names_python_m_as_its_program(name, capsys):
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{name}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m benchmarks.{name}")
 
 
 def test_observation_write_baseline_runs_in_a_fresh_process():

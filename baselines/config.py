@@ -1,0 +1,322 @@
+"""The whole configuration of a PPO run: one dataclass, its presets, and its checks.
+
+`PPOConfig` is the command line of `python -m baselines.ppo` (every field is a `--flag`, its
+docstring is the help text); a preset (`--preset smoke|cpu|million|gpu`) picks other
+defaults, and any flag after it overrides them. The resolved config is saved with the run
+(`config.json`) and in every checkpoint.
+
+Costs of the presets on the 2-core reference machine (CPU only; measured, see README):
+    smoke    4 updates of 32 games of 5 vs 5: about 30 s with start-up and compilation.
+    cpu      the learning preset: 256 games x 32 steps per update, ~2-4 s per update.
+    million  100,000 games of 5 vs 5 (1 M agents, all played by the S5 learner) x 8 steps
+             per update; minutes per update, ~9 GiB peak RSS.
+    gpu      16,384 games x 64 steps per update on one GPU (not measured here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["PRESETS", "PPOConfig", "OpponentSpec", "parse_opponents", "preset", "validate"]
+
+
+@dataclass
+class PPOConfig:
+    """PPO with S5 (or GRU, MLP) recurrent policies on Gigastep, through the PyTorch bridge.
+
+    IPPO shares one policy among the agents of each trained team (the agent type is a
+    one-hot input); MAPPO adds a centralised critic on the global state vector.
+    """
+
+    # --- run -------------------------------------------------------------------------------
+    scenario: str = "identical_5_vs_5_fobs_vec_void_disc"
+    """Gigastep scenario name (`gigastep list --all`) or scenario file (file.toml#name)."""
+    out: str = "runs/ppo"
+    """Run folder: metrics.csv/jsonl, config.json, checkpoints, curves, TensorBoard events."""
+    seed: int = 0
+    """Seed of torch, numpy and the environment's JAX key."""
+    device: str = "cpu"
+    """Torch and JAX device: cpu or cuda[:k]."""
+    updates: int = 200
+    """Number of PPO updates (each: one rollout, then `epochs` passes over it)."""
+    resume: bool = False
+    """Continue the run in `out` from its latest checkpoint (the other flags must match)."""
+    threads: int = 0
+    """torch.set_num_threads (0: leave torch's default)."""
+
+    # --- batch -----------------------------------------------------------------------------
+    num_envs: int = 256
+    """Games stepped together (every rollout holds num_envs x agents agents)."""
+    rollout_steps: int = 32
+    """Steps per rollout (the length of every replayed sequence)."""
+
+    # --- algorithm and policy ---------------------------------------------------------------
+    algo: Literal["ippo", "mappo"] = "ippo"
+    """ippo: value head on the policy's core; mappo: a centralised critic on the state vector."""
+    policy: Literal["s5", "gru", "mlp"] = "s5"
+    """Recurrent core: s5 (S5 block, parallel scan in the update), gru, or mlp (no memory)."""
+    encoder: Literal["auto", "mlp", "cnn", "both"] = "auto"
+    """Observation encoder: mlp (vector obs), cnn (rgb obs), both (rgb_vector), auto: by obs."""
+    hidden: int = 64
+    """Width of the encoder, the core and the heads."""
+    s5_state_dim: int = 32
+    """S5 state size P per layer (P / 2 complex states)."""
+    s5_layers: int = 1
+    """Stacked S5 layers."""
+    critic_hidden: int = 128
+    """Width of the MAPPO critic's MLP."""
+
+    # --- opponents -------------------------------------------------------------------------
+    team: int = 0
+    """The trained team (ignored with --train-both)."""
+    train_both: bool = False
+    """Train both teams at once, each with its own policy, playing each other in every game."""
+    opponent: str = "auto"
+    """Opponent mix for the trained team, `kind[:weight],...`: self (the latest policy; symmetric
+    scenarios), pool (past snapshots), random, circle, pursuit, evade, or a checkpoint path.
+    auto: self:0.5,pool:0.25,pursuit:0.25 (symmetric), pursuit:0.5,random:0.5 (asymmetric)."""
+    pool_size: int = 8
+    """Snapshots kept in the opponent pool (oldest dropped first)."""
+    pool_every: int = 10
+    """Updates between two snapshots of the learner added to the pool."""
+    pool_players: int = 2
+    """Snapshots sampled (uniformly, per rollout) to play the pool's share of the batch."""
+
+    # --- PPO -------------------------------------------------------------------------------
+    epochs: int = 4
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per pass; each holds whole sequences of a random subset of the agents."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip: float = 0.2
+    """PPO ratio clip."""
+    clip_value: bool = False
+    """Also clip the value update around the rollout's values (by `clip`)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over `updates`."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping (global L2 norm) per minibatch; 0 disables it."""
+    target_kl: float | None = None
+    """Stop an update's epochs early once the approximate KL exceeds this."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch (over alive agents)."""
+    norm_obs: bool = True
+    """Running mean/variance normalisation of vector observations (and state vectors)."""
+    scale_rewards: bool = True
+    """Divide rewards by the running std of the discounted return (return-based scaling)."""
+
+    # --- outputs ---------------------------------------------------------------------------
+    checkpoint_every: int = 10
+    """Updates between checkpoints (one is always written at the end)."""
+    keep_checkpoints: int = 3
+    """Numbered checkpoints kept besides checkpoint.pt (0: keep all)."""
+    tensorboard: bool = True
+    """Write TensorBoard events when the tensorboard package is installed."""
+    plots: bool = True
+    """Write learning-curve PNGs (matplotlib) at every checkpoint."""
+    progress: bool = True
+    """Show a progress bar with the live agent-steps/s and win rate."""
+
+
+@dataclass(frozen=True)
+class OpponentSpec:
+    """One entry of the opponent mix: a kind and its share of the batch."""
+
+    kind: str
+    """self, pool, a scripted policy name, or "file"."""
+    weight: float
+    path: str | None = None
+    """The checkpoint of a "file" opponent."""
+
+    @property
+    def label(self) -> str:
+        """Name used in metrics (win_rate/<label>)."""
+        if self.kind != "file":
+            return self.kind
+        return "file:" + os.path.splitext(os.path.basename(str(self.path)))[0]
+
+
+SCRIPTED = ("random", "circle", "pursuit", "evade")
+_KINDS = ("self", "pool", *SCRIPTED)
+
+
+def parse_opponents(text: str, symmetric: bool) -> tuple[OpponentSpec, ...]:
+    """Parse `kind[:weight],...` (see `PPOConfig.opponent`); weights are normalised to 1.
+
+    Raises:
+        ValueError: an unknown kind (with the closest names), a bad weight, `self`/`pool` in
+            an asymmetric scenario, or a checkpoint path that does not exist.
+    """
+    from gigastep.types import closest
+
+    if text == "auto":
+        text = "self:0.5,pool:0.25,pursuit:0.25" if symmetric else "pursuit:0.5,random:0.5"
+    specs = []
+    for token in filter(None, (t.strip() for t in text.split(","))):
+        name, weight = token, 1.0
+        head, sep, tail = token.rpartition(":")
+        if sep:
+            try:
+                name, weight = head, float(tail)
+            except ValueError:
+                pass  # a path with a colon and no weight
+        if not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"opponent weight must be a positive number, got {token!r}")
+        if name in _KINDS:
+            if name in ("self", "pool") and not symmetric:
+                raise ValueError(
+                    f"opponent {name!r} needs a symmetric scenario (both teams of the same "
+                    "agent types); use scripted or checkpoint opponents, or --train-both"
+                )
+            specs.append(OpponentSpec(name, weight))
+        elif name.endswith(".pt") or os.sep in name or os.path.exists(name):
+            if not os.path.isfile(name):
+                raise ValueError(f"opponent checkpoint {name!r} does not exist")
+            specs.append(OpponentSpec("file", weight, name))
+        else:
+            raise ValueError(
+                f"unknown opponent {name!r}; expected one of {list(_KINDS)} or a checkpoint "
+                f"path (closest: {closest(name, _KINDS)})"
+            )
+    if not specs:
+        raise ValueError(f"the opponent mix {text!r} is empty")
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"opponent mix {text!r} names a kind twice")
+    total = sum(s.weight for s in specs)
+    return tuple(dataclasses.replace(s, weight=s.weight / total) for s in specs)
+
+
+PRESETS: dict[str, dict] = {
+    "smoke": dict(
+        num_envs=32,
+        rollout_steps=16,
+        updates=4,
+        hidden=32,
+        s5_state_dim=16,
+        epochs=2,
+        minibatches=2,
+        checkpoint_every=2,
+        pool_every=2,
+    ),
+    "cpu": dict(num_envs=256, rollout_steps=32, updates=200),
+    "million": dict(
+        num_envs=100_000,
+        rollout_steps=8,
+        updates=3,
+        epochs=1,
+        minibatches=20,
+        opponent="self",
+        checkpoint_every=1,
+        keep_checkpoints=1,
+        plots=False,
+    ),
+    "gpu": dict(
+        num_envs=16_384,
+        rollout_steps=64,
+        updates=500,
+        device="cuda",
+        epochs=4,
+        minibatches=8,
+        hidden=128,
+        s5_state_dim=64,
+    ),
+}
+"""Named defaults (costs in the module docstring); flags given after --preset override them."""
+
+
+def preset(name: str | None) -> PPOConfig:
+    """The default config of a preset (None: the dataclass defaults)."""
+    if name is None:
+        return PPOConfig()
+    if name not in PRESETS:
+        from gigastep.types import closest
+
+        raise ValueError(
+            f"unknown preset {name!r}; expected one of {sorted(PRESETS)} "
+            f"(closest: {closest(name, PRESETS)})"
+        )
+    return PPOConfig(**PRESETS[name])
+
+
+def _positive(config: PPOConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be a positive integer, got {value!r}"
+            )
+
+
+def validate(config: PPOConfig) -> None:
+    """Check the numbers of a config that do not need the scenario (before any compute).
+
+    Raises:
+        ValueError: naming the flag, the value given and what is expected.
+    """
+    _positive(
+        config,
+        "updates",
+        "num_envs",
+        "rollout_steps",
+        "hidden",
+        "epochs",
+        "minibatches",
+        "s5_layers",
+        "critic_hidden",
+        "pool_size",
+        "pool_every",
+        "pool_players",
+        "checkpoint_every",
+    )
+    if config.policy == "s5" and (config.s5_state_dim < 2 or config.s5_state_dim % 2):
+        raise ValueError(f"--s5-state-dim must be even and >= 2, got {config.s5_state_dim}")
+    for name, lo, hi in (("gamma", 0, 1), ("gae_lambda", 0, 1)):
+        value = getattr(config, name)
+        if not lo <= value <= hi:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+    for name in ("clip", "lr"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"--{name} must be > 0, got {getattr(config, name)}")
+    for name in ("vf_coef", "ent_coef", "max_grad_norm"):
+        if not getattr(config, name) >= 0:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}"
+            )
+    if config.target_kl is not None and not config.target_kl > 0:
+        raise ValueError(f"--target-kl must be > 0 or None, got {config.target_kl}")
+    if config.team not in (0, 1):
+        raise ValueError(f"--team must be 0 or 1, got {config.team}")
+    if config.keep_checkpoints < 0 or config.threads < 0:
+        raise ValueError("--keep-checkpoints and --threads must be >= 0")
+
+
+def to_dict(config: PPOConfig) -> dict:
+    return dataclasses.asdict(config)
+
+
+def from_dict(values: dict) -> PPOConfig:
+    """A config from `to_dict` output (unknown keys are an error: a changed config schema)."""
+    known = {f.name for f in dataclasses.fields(PPOConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"config has unknown fields {unknown}")
+    return PPOConfig(**values)
+
+
+def dumps(config: PPOConfig, **extra) -> str:
+    return json.dumps({**to_dict(config), **extra}, indent=2, sort_keys=True)

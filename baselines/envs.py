@@ -1,0 +1,122 @@
+"""What the trainer needs to know about a game, and how it makes a batch of them.
+
+`GameSpec` describes the agents (teams, types), observations and actions of a game without
+holding it; `gigastep_game(name)` gives the spec of a Gigastep scenario and a factory of
+`gigastep.torch.TorchVecEnv` batches. Any other batched environment with the same step
+interface (e.g. the memory probe of `baselines.probes`) can be trained by passing its own
+spec and factory to the trainer.
+
+The step interface (B games of n agents, torch tensors on one device):
+    reset() -> obs;  step(actions) -> (obs, rewards [B, n], dones [B, n], ep_dones [B],
+    info) with info holding terminated, truncated, final_obs, episode_return, episode_length,
+    winner (and state_vector, final_state_vector [B, 2, S] when asked); snapshot() /
+    restore(snapshot) for exact resumption; state_vector() -> [B, 2, S]; `last_obs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GameSpec", "game_spec_from_config", "gigastep_game"]
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """Agents, observations and actions of a game (static; saved with checkpoints)."""
+
+    name: str
+    """Scenario name."""
+    scenario_hash: str
+    """`gigastep.scenario_hash` of the config (or a probe's own id)."""
+    teams: tuple[int, ...]
+    """Team (0 or 1) of each agent."""
+    type_keys: tuple[str, ...]
+    """Agent type of each agent (its name, or its attributes when unnamed)."""
+    obs_type: str
+    vector_size: int
+    image_shape: tuple[int, int, int] | None
+    discrete: bool
+    state_size: int = 0
+    """Length of the global state vector (0: the game has none)."""
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.teams)
+
+    def team_agents(self, team: int) -> np.ndarray:
+        """Indices of the agents of `team`, in agent order."""
+        return np.flatnonzero(np.asarray(self.teams) == team)
+
+    @property
+    def team_sizes(self) -> tuple[int, int]:
+        return (len(self.team_agents(0)), len(self.team_agents(1)))
+
+    @property
+    def symmetric(self) -> bool:
+        """Both teams have the same agent types in the same order."""
+        a, b = (tuple(self.type_keys[i] for i in self.team_agents(t)) for t in (0, 1))
+        return len(a) > 0 and a == b
+
+    @property
+    def type_vocab(self) -> tuple[str, ...]:
+        """The distinct agent types, sorted: the one-hot positions."""
+        return tuple(sorted(set(self.type_keys)))
+
+
+def _type_key(config, i: int) -> str:
+    if config.type_names:
+        return config.type_names[i]
+    values = (
+        config.sprites[i],
+        config.max_health[i],
+        config.detection_range[i],
+        config.damage_range[i],
+        config.thrust[i],
+        config.idle_reward[i],
+    )
+    return "sprite={}/health={:g}/range={:g}/damage={:g}/thrust={:g}/idle={:g}".format(*values)
+
+
+def game_spec_from_config(config, name: str) -> GameSpec:
+    """The `GameSpec` of a Gigastep `EnvConfig`."""
+    from gigastep.observations.global_state import state_vector_size
+    from gigastep.scenarios import scenario_hash
+
+    image = None
+    if "rgb" in config.obs_type:
+        image = (config.resolution_x, config.resolution_y, 3)
+    return GameSpec(
+        name=name,
+        scenario_hash=scenario_hash(config),
+        teams=tuple(config.teams),
+        type_keys=tuple(_type_key(config, i) for i in range(config.n_agents)),
+        obs_type=config.obs_type,
+        vector_size=config.vector_size if "vector" in config.obs_type else 0,
+        image_shape=image,
+        discrete=config.discrete_actions,
+        state_size=state_vector_size(config),
+    )
+
+
+def gigastep_game(scenario: str) -> tuple[GameSpec, Callable]:
+    """(spec, factory) of a Gigastep scenario; `factory(num_envs, seed, device, scripted,
+    state_vectors)` builds a `TorchVecEnv` (scripted: `ScriptedTeam`s played inside the step).
+
+    Raises:
+        ValueError: unknown scenario name (with the closest names).
+    """
+    import gigastep
+    from gigastep.torch import TorchVecEnv
+
+    env = gigastep.make(scenario)
+    spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
+
+    def factory(num_envs, seed, device, scripted=(), state_vectors=False):
+        return TorchVecEnv(
+            env, num_envs, seed=seed, device=device, scripted=scripted, state_vectors=state_vectors
+        )
+
+    return spec, factory

@@ -1,0 +1,87 @@
+"""The clipped PPO objective over masked [T, N] minibatches (a pure function)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["PPOLoss", "ppo_loss"]
+
+
+@dataclass
+class PPOLoss:
+    """The total loss and its parts (scalar tensors; only `loss` keeps a graph)."""
+
+    loss: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clip_frac: torch.Tensor
+
+
+def ppo_loss(
+    logp,
+    old_logp,
+    advantages,
+    values,
+    old_values,
+    returns,
+    entropy,
+    mask,
+    *,
+    clip: float,
+    vf_coef: float,
+    ent_coef: float,
+    clip_value: bool = False,
+    norm_adv: bool = True,
+) -> PPOLoss:
+    r"""Clipped-surrogate PPO loss, averaged over the entries where `mask` is set.
+
+    .. math::
+
+        L = \overline{\max(-A\rho, -A\,\mathrm{clip}(\rho, 1 \pm \epsilon))}
+            + c_v\,\overline{\tfrac12 (V - R)^2} - c_e\,\overline{H},
+        \qquad \rho = e^{\log\pi - \log\pi_{old}},
+
+    where the bar is the mean over masked entries. Masked-out entries (agents dead before
+    the step) contribute exactly nothing, whatever they hold (NaN included): they are
+    selected away with `torch.where`, not multiplied by zero. With `norm_adv` the advantages
+    are standardised over the masked entries first; with `clip_value` the value loss is the
+    larger of the plain and the clipped (``old + clip(V - old, ±ε)``) squared errors.
+
+    Args:
+        logp, old_logp, advantages, values, old_values, returns, entropy: float [T, N].
+        mask: bool [T, N].
+
+    Returns:
+        A `PPOLoss`; `approx_kl` is the mean of ``(ρ - 1) - log ρ`` (Schulman's estimator),
+        `clip_frac` the fraction of entries with ``|ρ - 1| > ε``.
+    """
+    count = mask.sum().clamp(min=1)
+
+    def mean(x):
+        return torch.where(mask, x, 0.0).sum() / count
+
+    adv = torch.where(mask, advantages, 0.0)
+    if norm_adv:
+        centre = mean(adv)
+        adv = (adv - centre) / (torch.sqrt(mean((adv - centre) ** 2)) + 1e-8)
+    log_ratio = torch.where(mask, logp - old_logp, 0.0)
+    ratio = log_ratio.exp()
+    clipped = ratio.clamp(1 - clip, 1 + clip)
+    policy = mean(torch.maximum(-adv * ratio, -adv * clipped))
+    target = torch.where(mask, returns, 0.0)
+    value_sq = 0.5 * (values - target) ** 2
+    if clip_value:
+        old = torch.where(mask, old_values, 0.0)
+        capped = old + (values - old).clamp(-clip, clip)
+        value_sq = torch.maximum(value_sq, 0.5 * (capped - target) ** 2)
+    value = mean(value_sq)
+    ent = mean(entropy)
+    loss = policy + vf_coef * value - ent_coef * ent
+    with torch.no_grad():
+        approx_kl = mean((ratio - 1) - log_ratio)
+        clip_frac = mean(((ratio - 1).abs() > clip).float())
+    return PPOLoss(loss, policy.detach(), value.detach(), ent.detach(), approx_kl, clip_frac)

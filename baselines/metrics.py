@@ -1,0 +1,182 @@
+"""Metrics of a run: one row per update in metrics.csv and metrics.jsonl (the same columns,
+fixed when the run starts), TensorBoard events when the package is installed, and
+learning-curve PNGs.
+
+Columns (a metric of a learner other than the first carries a `_team1` suffix):
+    update, agent_steps, env_steps, wall_s            progress (wall_s excludes start-up)
+    rollout_s, update_s                               seconds of this update's two phases
+    rollout_agent_steps_per_s, update_agent_steps_per_s
+                                                      agent-steps of the rollout (all agents
+                                                      of all games) per second of each phase
+    episodes, episode_length                          episodes finished in this rollout
+    return_team0, return_team1                        mean episode return of a team's agents
+    win_rate/<kind>, draw_rate/<kind>, loss_rate/<kind>, games/<kind>
+                                                      outcomes of the learner's team per
+                                                      opponent kind (games finished in this
+                                                      rollout; empty when none finished)
+    lr, policy_loss, value_loss, entropy, approx_kl, clip_frac, explained_variance,
+    grad_norm, epochs                                 the update (means over minibatches)
+    rss_mb, peak_rss_mb                               resident memory of the process, MiB
+
+A resumed run first cuts both files back to the rows of the checkpoint it resumes from, so a
+run killed between checkpoints and resumed has each update exactly once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import resource
+import tempfile
+from pathlib import Path
+
+__all__ = ["MetricsLogger", "current_rss_mb", "peak_rss_mb"]
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process, MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    """Resident set size of this process now, MiB (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _clean(value):
+    """JSON/CSV-safe value: floats rounded to 7 significant digits, NaN as None."""
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else float(f"{value:.7g}")
+    return value
+
+
+class MetricsLogger:
+    """Appends one row per update to metrics.csv / metrics.jsonl (see the module doc)."""
+
+    def __init__(
+        self,
+        run_dir,
+        columns: list[str],
+        resume_update: int | None = None,
+        tensorboard: bool = True,
+        plots: bool = True,
+    ):
+        self.dir = Path(run_dir)
+        self.columns = list(columns)
+        self.csv_path = self.dir / "metrics.csv"
+        self.jsonl_path = self.dir / "metrics.jsonl"
+        self.rows: list[dict] = []
+        self.plots = plots
+        if resume_update is None:
+            _atomic_write_text(self.csv_path, ",".join(self.columns) + "\n")
+            _atomic_write_text(self.jsonl_path, "")
+        else:
+            self._cut_back(resume_update)
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is optional
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                purge = None if resume_update is None else resume_update + 1
+                self.writer = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge)
+
+    def _cut_back(self, update: int) -> None:
+        """Keep the rows of updates <= `update` (both files rewritten atomically)."""
+        kept = []
+        if self.jsonl_path.exists():
+            for line in self.jsonl_path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    if row.get("update", math.inf) <= update:
+                        kept.append(row)
+        header = None
+        if self.csv_path.exists():
+            first = self.csv_path.read_text().split("\n", 1)[0]
+            header = first.split(",") if first else None
+        if header is not None and header != self.columns:
+            raise ValueError(
+                f"{self.csv_path} has other columns than this run writes: the "
+                "run's config or the code changed since it started"
+            )
+        self.rows = kept
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, self.columns, lineterminator="\n")
+        w.writeheader()
+        for row in kept:
+            w.writerow({k: "" if row.get(k) is None else row.get(k) for k in self.columns})
+        _atomic_write_text(self.csv_path, buf.getvalue())
+        _atomic_write_text(self.jsonl_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def log(self, row: dict) -> None:
+        unknown = set(row) - set(self.columns)
+        if unknown:
+            raise ValueError(f"metrics row has columns not declared at start: {sorted(unknown)}")
+        row = {k: _clean(row.get(k)) for k in self.columns}
+        self.rows.append(row)
+        with open(self.csv_path, "a", newline="") as f:
+            csv.DictWriter(f, self.columns, lineterminator="\n").writerow(
+                {k: "" if v is None else v for k, v in row.items()}
+            )
+        with open(self.jsonl_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.writer is not None:
+            step = int(row["agent_steps"])
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and k not in ("update", "agent_steps"):
+                    self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+
+    def plot(self) -> None:
+        """learning_curves.png: win rates, returns and losses against agent-steps."""
+        if not self.plots or not self.rows:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps = [r["agent_steps"] for r in self.rows]
+        panels = [
+            ("win rate", [c for c in self.columns if c.startswith("win_rate/")]),
+            ("episode return", ["return_team0", "return_team1"]),
+            ("loss", ["policy_loss", "value_loss", "entropy"]),
+        ]
+        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+        for ax, (title, names) in zip(axes, panels, strict=True):
+            for name in names:
+                ys = [r.get(name) for r in self.rows]
+                pts = [(x, y) for x, y in zip(steps, ys, strict=True) if y is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), label=name.split("/")[-1])
+            ax.set_title(title)
+            ax.set_xlabel("agent-steps")
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=8)
+        fig.tight_layout()
+        fd, tmp = tempfile.mkstemp(prefix=".learning_curves.", suffix=".png", dir=self.dir)
+        os.close(fd)
+        fig.savefig(tmp, dpi=90)
+        plt.close(fig)
+        os.replace(tmp, self.dir / "learning_curves.png")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

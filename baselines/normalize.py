@@ -1,0 +1,148 @@
+"""Running observation normalisation and return-based reward scaling.
+
+Both keep their statistics fixed during a rollout, so that every step of a rollout is seen
+through the same normalisation (the update then replays exactly what the policy saw), and
+merge what the rollout added at its end (`commit`). Sums are accumulated on the device in
+float64, with no host synchronisation per step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ObsNormalizer", "RewardScaler", "RunningMeanStd"]
+
+
+class RunningMeanStd:
+    """Mean and variance of a stream of vectors of length `size` (float64).
+
+    `add(x, mask)` accumulates the rows of x [N, size] where mask [N] is set; `commit()`
+    merges them into the running moments with the parallel update of Chan et al.
+    (mean_ab = mean_a + d n_b / n, M2_ab = M2_a + M2_b + d^2 n_a n_b / n).
+    """
+
+    def __init__(self, size: int, device=None):
+        kw = dict(dtype=torch.float64, device=device)
+        self.count = torch.zeros((), **kw)
+        self.mean = torch.zeros(size, **kw)
+        self.m2 = torch.zeros(size, **kw)
+        self._sum = torch.zeros(size, **kw)
+        self._sumsq = torch.zeros(size, **kw)
+        self._n = torch.zeros((), **kw)
+
+    @property
+    def var(self) -> torch.Tensor:
+        """Population variance (1 before any data)."""
+        return torch.where(self.count > 0, self.m2 / self.count.clamp(min=1), 1.0)
+
+    def add(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        x = x.to(torch.float64)
+        if mask is not None:
+            m = mask.to(torch.float64).unsqueeze(-1)
+            self._sum += (x * m).sum(0)
+            self._sumsq += (x * x * m).sum(0)
+            self._n += m.sum()
+        else:
+            self._sum += x.sum(0)
+            self._sumsq += (x * x).sum(0)
+            self._n += x.shape[0]
+
+    def commit(self) -> None:
+        n_b = self._n
+        mean_b = self._sum / n_b.clamp(min=1)
+        m2_b = (self._sumsq - n_b * mean_b * mean_b).clamp(min=0)
+        n = self.count + n_b
+        delta = mean_b - self.mean
+        w = torch.where(n > 0, n_b / n.clamp(min=1), 0.0)
+        self.mean = self.mean + delta * w
+        self.m2 = self.m2 + m2_b + delta * delta * self.count * w
+        self.count = n
+        for t in (self._sum, self._sumsq, self._n):
+            t.zero_()
+
+    def state_dict(self) -> dict:
+        return {"count": self.count.clone(), "mean": self.mean.clone(), "m2": self.m2.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        device = self.mean.device
+        self.count = state["count"].to(device, torch.float64).clone()
+        self.mean = state["mean"].to(device, torch.float64).clone()
+        self.m2 = state["m2"].to(device, torch.float64).clone()
+
+
+class ObsNormalizer:
+    """(x - mean) / sqrt(var + 1e-8), clipped to [-clip, clip], float32. Disabled: identity."""
+
+    def __init__(self, size: int, device=None, enabled: bool = True, clip: float = 10.0):
+        self.enabled = enabled and size > 0
+        self.stats = RunningMeanStd(max(size, 0), device)
+        self.clip = clip
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._shift = self.stats.mean.float()
+        self._scale = torch.rsqrt(self.stats.var + 1e-8).float()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x
+        return ((x - self._shift) * self._scale).clamp_(-self.clip, self.clip)
+
+    def add(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        if self.enabled:
+            self.stats.add(x, mask)
+
+    def commit(self) -> None:
+        if self.enabled:
+            self.stats.commit()
+            self._refresh()
+
+    def state_dict(self) -> dict:
+        return self.stats.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stats.load_state_dict(state)
+        self._refresh()
+
+
+class RewardScaler:
+    """Rewards divided by the running standard deviation of the discounted return.
+
+    Per agent, G <- gamma G + r along its trajectory (G restarts where the trajectory ends:
+    the agent died or its episode ended); the variance of G over alive agents is tracked,
+    and r / sqrt(var(G) + 1e-8) is returned (no mean is subtracted: the sign of a reward
+    stays). Disabled: identity.
+    """
+
+    def __init__(self, n: int, gamma: float, device=None, enabled: bool = True):
+        self.enabled = enabled
+        self.gamma = gamma
+        self.stats = RunningMeanStd(1, device)
+        self.returns = torch.zeros(n, dtype=torch.float64, device=device)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._scale = float(torch.rsqrt(self.stats.var[0] + 1e-8))
+
+    def __call__(self, rewards: torch.Tensor, alive: torch.Tensor, cont: torch.Tensor):
+        """rewards [N] float32 of agents that acted (`alive`); `cont` [N]: the trajectory goes
+        on after this step. Returns the scaled rewards."""
+        if not self.enabled:
+            return rewards
+        self.returns.mul_(self.gamma).add_(rewards.to(torch.float64))
+        self.stats.add(self.returns.unsqueeze(-1), alive)
+        self.returns.mul_(cont.to(torch.float64))
+        return rewards * self._scale
+
+    def commit(self) -> None:
+        if self.enabled:
+            self.stats.commit()
+            self._refresh()
+
+    def state_dict(self) -> dict:
+        return {"stats": self.stats.state_dict(), "returns": self.returns.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stats.load_state_dict(state["stats"])
+        self.returns = state["returns"].to(self.returns.device, torch.float64).clone()
+        self._refresh()

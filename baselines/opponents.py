@@ -1,0 +1,250 @@
+"""Who plays whom: the batch split into slices by opponent kind, frozen players, the pool.
+
+The B games of a batch are cut into contiguous slices, one per entry of the opponent mix
+(`--opponent self:0.5,pool:0.25,pursuit:0.25`), in proportion to the weights (largest
+remainder; every kind gets at least one game). In each slice the trained team (`--team`) is
+played by the learner and the other team by:
+    self     the learner as well (symmetric scenarios; both teams' rows are training data),
+    pool     past snapshots of the learner, `pool_players` of them per rollout, sampled
+             uniformly from the pool and each playing an equal part of the slice (their
+             recurrent state restarts when they are swapped in, at a rollout's start),
+    a name   a scripted policy of `gigastep.opponents`, played inside the compiled step,
+    file     a frozen policy loaded from a checkpoint.
+With `--train-both` there is one slice: team 0's learner against team 1's learner.
+
+Rows: agent a of game g is row g * n + a of the flattened [B * n] batch; every network
+player (learner or frozen) owns a fixed set of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from baselines.config import OpponentSpec, PPOConfig, parse_opponents
+from baselines.envs import GameSpec
+from baselines.normalize import ObsNormalizer
+from baselines.policies import ActorCritic, PolicySpec
+
+__all__ = ["FrozenPlayer", "MatchPlan", "OpponentPool", "Rows", "Slice", "make_plan"]
+
+
+@dataclass
+class Rows:
+    """The rows of a player in the flattened batch, with per-row game, team, slot and type."""
+
+    index: torch.Tensor
+    """[N] int64: g * n + a."""
+    game: torch.Tensor
+    """[N] int64: the game g."""
+    team: torch.Tensor
+    """[N] int64: the agent's team."""
+    slot: torch.Tensor
+    """[N] int64: the agent's position within its team."""
+    type_id: torch.Tensor
+    """[N] int64: the agent's index in the type vocabulary."""
+
+    @staticmethod
+    def of(blocks, game: GameSpec, vocab: tuple[str, ...], device) -> Rows:
+        """The rows of `blocks`, a list of (start, stop, team): that team's agents in games
+        [start, stop)."""
+        n = game.n_agents
+        cols = {k: [] for k in ("index", "game", "team", "slot", "type_id")}
+        for start, stop, team in blocks:
+            agents = game.team_agents(team)
+            games = np.arange(start, stop)
+            cols["index"].append((games[:, None] * n + agents[None, :]).reshape(-1))
+            cols["game"].append(np.repeat(games, len(agents)))
+            cols["team"].append(np.full(len(games) * len(agents), team))
+            cols["slot"].append(np.tile(np.arange(len(agents)), len(games)))
+            types = [vocab.index(game.type_keys[a]) for a in agents]
+            cols["type_id"].append(np.tile(types, len(games)))
+        out = {
+            k: torch.as_tensor(
+                np.concatenate(v) if v else np.zeros(0, np.int64), dtype=torch.int64, device=device
+            )
+            for k, v in cols.items()
+        }
+        return Rows(**out)
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Games [start, stop) and who plays each team there."""
+
+    start: int
+    stop: int
+    label: str
+    """The opponent kind, for win rates (win_rate/<label>)."""
+    team: int
+    """The team whose result the win rate counts (the learner's)."""
+    players: tuple[str, str]
+    """Controller of team 0 and of team 1: learner0, learner1, frozen<i>, or scripted:<name>."""
+
+
+def _counts(weights, total: int, minimum: int = 1) -> list[int]:
+    """Integer shares of `total` by weight (largest remainder), each >= `minimum`."""
+    weights = np.asarray(weights, np.float64)
+    raw = weights / weights.sum() * total
+    counts = np.maximum(np.floor(raw).astype(int), minimum)
+    while counts.sum() > total:
+        counts[np.argmax(counts)] -= 1
+    order = np.argsort(-(raw - np.floor(raw)), kind="stable")
+    i = 0
+    while counts.sum() < total:
+        counts[order[i % len(order)]] += 1
+        i += 1
+    return counts.tolist()
+
+
+class MatchPlan:
+    """The slices of the batch (see the module doc) and the frozen players they need."""
+
+    def __init__(self, slices: list[Slice], frozen: list[tuple[str, OpponentSpec]], num_envs):
+        self.slices = slices
+        self.frozen = frozen
+        """(name, spec) of each frozen player, in the order of `frozen<i>`."""
+        self.num_envs = num_envs
+        self.labels = list(dict.fromkeys(s.label for s in slices))
+        self.game_label = np.zeros(num_envs, np.int64)
+        self.game_team = np.zeros(num_envs, np.int64)
+        for s in slices:
+            self.game_label[s.start : s.stop] = self.labels.index(s.label)
+            self.game_team[s.start : s.stop] = s.team
+
+    def blocks(self, controller: str) -> list[tuple[int, int, int]]:
+        """(start, stop, team) of every slice team played by `controller`."""
+        return [
+            (s.start, s.stop, t) for s in self.slices for t in (0, 1) if s.players[t] == controller
+        ]
+
+    def scripted(self):
+        """The `ScriptedTeam`s of the plan (for `TorchVecEnv(scripted=...)`)."""
+        from gigastep.torch import ScriptedTeam
+
+        return tuple(
+            ScriptedTeam(s.start, s.stop, t, s.players[t].split(":", 1)[1])
+            for s in self.slices
+            for t in (0, 1)
+            if s.players[t].startswith("scripted:")
+        )
+
+
+def make_plan(config: PPOConfig, game: GameSpec) -> MatchPlan:
+    """The match plan of a run (see the module doc).
+
+    Raises:
+        ValueError: the opponent mix does not fit the scenario or the batch size.
+    """
+    b = config.num_envs
+    if config.train_both:
+        if config.opponent not in ("auto", "learner"):
+            raise ValueError(
+                "--train-both plays the two learners against each other in every "
+                f"game; --opponent {config.opponent!r} cannot be used with it"
+            )
+        if 0 in game.team_sizes:
+            raise ValueError("--train-both needs agents in both teams")
+        return MatchPlan([Slice(0, b, "learner", 0, ("learner0", "learner1"))], [], b)
+    t, other = config.team, 1 - config.team
+    if game.team_sizes[t] == 0:
+        raise ValueError(f"--team {t} has no agents in {game.name}")
+    if game.team_sizes[other] == 0:  # a game without an opponent team (e.g. a probe)
+        return MatchPlan([Slice(0, b, "none", t, _pair(t, "learner0", "none"))], [], b)
+    specs = parse_opponents(config.opponent, game.symmetric)
+    minimum = [config.pool_players if s.kind == "pool" else 1 for s in specs]
+    if b < sum(minimum):
+        raise ValueError(
+            f"--num-envs {b} is too small for the opponent mix {config.opponent!r} "
+            f"(it needs at least {sum(minimum)} games)"
+        )
+    counts = _counts([s.weight for s in specs], b)
+    for s, c, lo in zip(specs, counts, minimum, strict=True):
+        if c < lo:
+            raise ValueError(
+                f"the {s.label!r} share of --num-envs {b} is {c} games, fewer "
+                f"than its {lo} players; raise --num-envs"
+            )
+    slices, frozen, start = [], [], 0
+    for s, c in zip(specs, counts, strict=True):
+        if s.kind == "self":
+            slices.append(Slice(start, start + c, "self", t, ("learner0", "learner0")))
+        elif s.kind in ("pool", "file"):
+            parts = _counts([1.0] * config.pool_players, c) if s.kind == "pool" else [c]
+            lo = start
+            for part in parts:
+                name = f"frozen{len(frozen)}"
+                frozen.append((name, s))
+                slices.append(Slice(lo, lo + part, s.label, t, _pair(t, "learner0", name)))
+                lo += part
+        else:
+            slices.append(
+                Slice(start, start + c, s.label, t, _pair(t, "learner0", f"scripted:{s.kind}"))
+            )
+        start += c
+    return MatchPlan(slices, frozen, b)
+
+
+def _pair(team: int, mine: str, theirs: str) -> tuple[str, str]:
+    return (mine, theirs) if team == 0 else (theirs, mine)
+
+
+# ------------------------------------------------------------------------------------------
+# Frozen players and the pool
+# ------------------------------------------------------------------------------------------
+
+
+class FrozenPlayer:
+    """A policy that plays without learning (pool snapshot or checkpoint file) on its rows."""
+
+    def __init__(
+        self, name: str, spec: PolicySpec, rows: Rows, types: torch.Tensor, device, norm_obs: bool
+    ):
+        self.name = name
+        self.net = ActorCritic(spec).to(device)
+        self.net.requires_grad_(False)
+        self.normalizer = ObsNormalizer(spec.vector_size, device, norm_obs)
+        self.rows = rows
+        self.types = types
+        self.h = self.net.initial_state(len(rows), device)
+        self.source = None
+        """What it plays now: the pool snapshot's update, or the checkpoint path."""
+
+    def load(self, model: dict, obs_norm: dict | None, source) -> None:
+        """Take the weights (and observation statistics) of a snapshot; restart the state."""
+        self.net.load_state_dict(model)
+        if obs_norm is not None:
+            self.normalizer.load_state_dict(obs_norm)
+        self.h = self.net.initial_state(len(self.rows), self.h.device)
+        self.source = source
+
+
+class OpponentPool:
+    """Past snapshots of the learner (model and observation statistics), oldest dropped."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.snapshots: list[dict] = []
+
+    def add(self, update: int, net: torch.nn.Module, normalizer: ObsNormalizer) -> None:
+        model = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        self.snapshots.append(
+            {"update": update, "model": model, "obs_norm": normalizer.state_dict()}
+        )
+        del self.snapshots[: max(0, len(self.snapshots) - self.capacity)]
+
+    def sample(self, rng: np.random.Generator, k: int) -> list[dict]:
+        """k snapshots drawn uniformly with replacement."""
+        return [self.snapshots[i] for i in rng.integers(0, len(self.snapshots), size=k)]
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "snapshots": self.snapshots}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity = int(state["capacity"])
+        self.snapshots = list(state["snapshots"])

@@ -1,0 +1,382 @@
+r"""Actor-critic policies: encoders, recurrent cores, action heads, critics.
+
+One `ActorCritic` serves every agent of a team (parameter sharing); the agent type is a
+one-hot input, so heterogeneous teams share weights. A policy is
+
+    encoder (MLP on vectors, small CNN on RGB, both for rgb_vector; + type one-hot)
+      -> core (S5 block, GRU, or an MLP layer without memory)
+      -> actor head (27-way categorical, or a 3-d Gaussian) and value head,
+
+or, with a centralised critic (MAPPO), the actor above and a separate MLP critic on the game's
+global state vector (`gigastep.observations.global_state`), the agent's slot in its team and
+its type.
+
+Two modes that give the same numbers (tested):
+    `act`      one step for N agents while acting (S5 `step`, a GRU cell), recurrent state in
+               and out;
+    `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan; the GRU and
+               MLP cores loop or batch over time), from the state at the rollout's start.
+`first[t, i]` means "agent i's episode started at step t": the recurrent state restarts from
+zero before that step takes its input, in both modes, so a replayed rollout reproduces the
+acting-time states exactly.
+
+Continuous actions: a Gaussian with a learned, state-independent log-std per action
+dimension. The sampled action is sent to the environment unclipped and unsquashed; the
+environment clips it to [-1, 1] (`gigastep.dynamics.decode_actions`). The log-probability is
+that of the unclipped sample under the Gaussian: the clipping is part of the environment's
+dynamics, so the ratio of two policies' log-probabilities stays exact.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from baselines.s5 import S5Block
+
+__all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything that decides a policy's architecture (saved in checkpoints)."""
+
+    obs_type: str
+    """vector, rgb or rgb_vector."""
+    vector_size: int
+    """Length L of the vector observation (0 without one)."""
+    image_shape: tuple[int, int, int] | None
+    """(res_x, res_y, 3) of the RGB observation (None without one)."""
+    n_types: int
+    """Length K of the agent-type one-hot."""
+    discrete: bool
+    """27-way categorical actions (else 3-d continuous)."""
+    core: str = "s5"
+    """s5, gru or mlp."""
+    hidden: int = 64
+    s5_state_dim: int = 32
+    s5_layers: int = 1
+    central_critic: bool = False
+    """MAPPO: a critic on the state vector instead of a value head on the core."""
+    state_size: int = 0
+    """Length S of the state vector (central critic)."""
+    n_slots: int = 1
+    """Length of the agent-slot one-hot of the central critic (the team size)."""
+    critic_hidden: int = 128
+
+    def __post_init__(self):
+        if self.obs_type not in ("vector", "rgb", "rgb_vector"):
+            raise ValueError(f"obs_type must be vector, rgb or rgb_vector, got {self.obs_type!r}")
+        if self.core not in ("s5", "gru", "mlp"):
+            raise ValueError(f"core must be s5, gru or mlp, got {self.core!r}")
+        if self.image_shape is not None:
+            object.__setattr__(self, "image_shape", tuple(int(v) for v in self.image_shape))
+        if "rgb" in self.obs_type and self.image_shape is None:
+            raise ValueError(f"obs_type {self.obs_type!r} needs image_shape")
+        if "vector" in self.obs_type and self.vector_size < 1:
+            raise ValueError(f"obs_type {self.obs_type!r} needs vector_size >= 1")
+        if self.central_critic and self.state_size < 1:
+            raise ValueError("a central critic needs state_size >= 1")
+
+    @property
+    def n_action_outputs(self) -> int:
+        return 27 if self.discrete else 3
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> PolicySpec:
+        return cls(**values)
+
+
+def _layer(linear: nn.Linear, std: float = math.sqrt(2)) -> nn.Linear:
+    """Orthogonal weights with gain `std` and zero bias (the PPO convention)."""
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+# ------------------------------------------------------------------------------------------
+# Encoders
+# ------------------------------------------------------------------------------------------
+
+
+class Encoder(nn.Module):
+    """Observation (+ type one-hot) -> features [N, hidden].
+
+    Vector observations pass one linear + ReLU layer; RGB images (uint8, converted to float
+    in [0, 1] here) pass two strided convolutions (16 8x8/4, 32 4x4/2) and a linear layer;
+    both parts (for rgb_vector) and the type one-hot are concatenated and fused by a linear
+    + ReLU layer.
+    """
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        h = spec.hidden
+        width = spec.n_types
+        self.vector = None
+        self.image = None
+        if "vector" in spec.obs_type:
+            self.vector = nn.Sequential(_layer(nn.Linear(spec.vector_size, h)), nn.ReLU())
+            width += h
+        if "rgb" in spec.obs_type:
+            x, y, c = spec.image_shape
+            conv = nn.Sequential(
+                _layer(nn.Conv2d(c, 16, 8, stride=4)),
+                nn.ReLU(),
+                _layer(nn.Conv2d(16, 32, 4, stride=2)),
+                nn.ReLU(),
+                nn.Flatten(),
+            )
+            with torch.no_grad():
+                flat = conv(torch.zeros(1, c, x, y)).shape[-1]
+            self.image = nn.Sequential(conv, _layer(nn.Linear(flat, h)), nn.ReLU())
+            width += h
+        self.fuse = nn.Sequential(_layer(nn.Linear(width, h)), nn.ReLU())
+        self.obs_type = spec.obs_type
+
+    def forward(self, obs, types: torch.Tensor) -> torch.Tensor:
+        """obs: [N, L] float32, [N, X, Y, 3] uint8, or the pair (rgb, vector); types [N, K]."""
+        parts = []
+        if self.image is not None:
+            image = obs[0] if isinstance(obs, tuple) else obs
+            parts.append(self.image(image.permute(0, 3, 1, 2).float().div_(255.0)))
+        if self.vector is not None:
+            parts.append(self.vector(obs[1] if isinstance(obs, tuple) else obs))
+        parts.append(types)
+        return self.fuse(torch.cat(parts, dim=-1))
+
+
+# ------------------------------------------------------------------------------------------
+# Cores: a recurrent state per agent, restarted where `first`
+# ------------------------------------------------------------------------------------------
+
+
+class Core(nn.Module, abc.ABC):
+    """Interface of the cores. States are tensors whose agent axis is `batch_dim`."""
+
+    batch_dim = 0
+
+    @abc.abstractmethod
+    def initial_state(self, n: int, device) -> torch.Tensor:
+        """The zero state of n agents."""
+
+    @abc.abstractmethod
+    def step(self, x, first, h):
+        """x [N, H], first [N] bool, h -> (y [N, H], h)."""
+
+    @abc.abstractmethod
+    def sequence(self, x, first, h0):
+        """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step)."""
+
+    def rows(self, h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """The states of agents `index`."""
+        return h.index_select(self.batch_dim, index)
+
+
+class S5Core(Core):
+    """`S5Block`: parallel scan over a rollout, `step` while acting; state complex
+    [layers, N, P / 2]."""
+
+    batch_dim = 1
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        self.block = S5Block(spec.hidden, spec.s5_state_dim, n_layers=spec.s5_layers)
+
+    def initial_state(self, n, device):
+        return self.block.initial_state(n).to(device)
+
+    def step(self, x, first, h):
+        return self.block.step(x, first, h)
+
+    def sequence(self, x, first, h0):
+        return self.block(x, first, h0)
+
+
+class GRUCore(Core):
+    """A GRU cell, looped over time in the update; state [N, H]."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        self.cell = nn.GRUCell(spec.hidden, spec.hidden)
+        self.hidden = spec.hidden
+
+    def initial_state(self, n, device):
+        return torch.zeros(n, self.hidden, device=device)
+
+    def step(self, x, first, h):
+        h = self.cell(x, torch.where(first.unsqueeze(-1), 0.0, h))
+        return h, h
+
+    def sequence(self, x, first, h0):
+        ys, h = [], h0
+        for t in range(x.shape[0]):
+            y, h = self.step(x[t], first[t], h)
+            ys.append(y)
+        return torch.stack(ys), h
+
+
+class MLPCore(Core):
+    """No memory: one linear + ReLU layer; an empty state [N, 0]."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        self.layer = nn.Sequential(_layer(nn.Linear(spec.hidden, spec.hidden)), nn.ReLU())
+
+    def initial_state(self, n, device):
+        return torch.zeros(n, 0, device=device)
+
+    def step(self, x, first, h):
+        return self.layer(x), h
+
+    def sequence(self, x, first, h0):
+        return self.layer(x), h0
+
+
+_CORES = {"s5": S5Core, "gru": GRUCore, "mlp": MLPCore}
+
+
+# ------------------------------------------------------------------------------------------
+# The policy
+# ------------------------------------------------------------------------------------------
+
+
+class ActorCritic(nn.Module):
+    """Encoder, core, actor head and a value head (or a central critic). See module doc.
+
+    Shapes: N agents, T steps, K types, S state-vector length.
+    """
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        self.spec = spec
+        self.encoder = Encoder(spec)
+        self.core = _CORES[spec.core](spec)
+        self.actor = _layer(nn.Linear(spec.hidden, spec.n_action_outputs), std=0.01)
+        if not spec.discrete:
+            self.log_std = nn.Parameter(torch.full((3,), -0.5))
+        if spec.central_critic:
+            width = spec.state_size + spec.n_slots + spec.n_types
+            c = spec.critic_hidden
+            self.critic = nn.Sequential(
+                _layer(nn.Linear(width, c)),
+                nn.ReLU(),
+                _layer(nn.Linear(c, c)),
+                nn.ReLU(),
+                _layer(nn.Linear(c, 1), std=1.0),
+            )
+        else:
+            self.critic = _layer(nn.Linear(spec.hidden, 1), std=1.0)
+
+    # --- pieces -----------------------------------------------------------------------------
+    def initial_state(self, n: int, device=None) -> torch.Tensor:
+        """Zero recurrent state of n agents."""
+        device = device if device is not None else self.actor.weight.device
+        return self.core.initial_state(n, device)
+
+    def _value(self, y, critic_in):
+        if self.spec.central_critic:
+            if critic_in is None:
+                raise ValueError("a central critic needs critic_in (state vector, slot, type)")
+            return self.critic(critic_in).squeeze(-1)
+        return self.critic(y).squeeze(-1)
+
+    def _log_prob(self, out, actions):
+        if self.spec.discrete:
+            logp = F.log_softmax(out, dim=-1)
+            return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), logp
+        z = (actions - out) * torch.exp(-self.log_std)
+        return (-0.5 * z * z - self.log_std - _LOG_SQRT_2PI).sum(-1), None
+
+    def _entropy(self, logp_all):
+        if self.spec.discrete:
+            return -(logp_all.exp() * logp_all).sum(-1)
+        return (0.5 + _LOG_SQRT_2PI + self.log_std).sum()
+
+    def _sample(self, out, generator, deterministic):
+        if self.spec.discrete:
+            if deterministic:
+                return out.argmax(-1)
+            u = torch.rand(out.shape, generator=generator, device=out.device)
+            gumbel = -torch.log(-torch.log(u.clamp_(min=1e-20)))
+            return (out + gumbel).argmax(-1)  # Gumbel-max: a sample of softmax(out)
+        if deterministic:
+            return out
+        noise = torch.randn(out.shape, generator=generator, device=out.device)
+        return out + torch.exp(self.log_std) * noise
+
+    # --- modes ------------------------------------------------------------------------------
+    def act(
+        self, obs, types, first, h, critic_in=None, generator=None, deterministic: bool = False
+    ):
+        """One step of N agents.
+
+        Args:
+            obs: [N, L] float32 (normalised), [N, X, Y, 3] uint8, or (rgb, vector).
+            types: [N, K] float32 one-hot.
+            first: [N] bool, an episode starts at this step (the state restarts first).
+            h: recurrent state of the N agents.
+            critic_in: [N, S + slots + K] float32 for a central critic, else None.
+            generator: torch.Generator of the sampling noise.
+            deterministic: the mode (argmax / mean) instead of a sample.
+
+        Returns:
+            (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
+        """
+        y, h = self.core.step(self.encoder(obs, types), first, h)
+        out = self.actor(y)
+        actions = self._sample(out, generator, deterministic)
+        logp, _ = self._log_prob(out, actions)
+        return actions, logp, self._value(y, critic_in), h
+
+    def value(self, obs, types, first, h, critic_in=None):
+        """[N] values of one step (as `act`, without sampling)."""
+        if self.spec.central_critic:
+            return self._value(None, critic_in)
+        y, _ = self.core.step(self.encoder(obs, types), first, h)
+        return self._value(y, None)
+
+    def evaluate(self, obs, types, first, h0, actions, critic_in=None):
+        """A whole rollout of N agents at once (the update's pass).
+
+        Args:
+            obs: [T, N, ...] as in `act`, stacked over time.
+            types: [N, K].
+            first: [T, N] bool.
+            h0: the state before step 0, for N agents.
+            actions: [T, N] or [T, N, 3], the actions taken.
+            critic_in: [T, N, S + slots + K] for a central critic.
+
+        Returns:
+            (log-prob [T, N], entropy [T, N], value [T, N]).
+        """
+        t, n = first.shape
+        flat = _flatten(obs, t * n)
+        x = self.encoder(flat, types.repeat(t, 1)).view(t, n, -1)
+        y, _ = self.core.sequence(x, first, h0)
+        out = self.actor(y)
+        logp, logp_all = self._log_prob(out, actions)
+        entropy = self._entropy(logp_all)
+        if not self.spec.discrete:
+            entropy = entropy.expand(t, n)
+        return logp, entropy, self._value(y, critic_in)
+
+
+def _flatten(obs, rows: int):
+    if isinstance(obs, tuple):
+        return tuple(o.reshape(rows, *o.shape[2:]) for o in obs)
+    return obs.reshape(rows, *obs.shape[2:])
+
+
+def build_policy(spec: PolicySpec) -> ActorCritic:
+    """The policy of a spec, freshly initialised (seed torch first for reproducibility)."""
+    return ActorCritic(spec)

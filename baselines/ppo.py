@@ -1,0 +1,151 @@
+"""`python -m baselines.ppo`: train PPO with S5 (or GRU, MLP) policies on a Gigastep scenario.
+
+    python -m baselines.ppo --preset smoke --out runs/smoke            # ~1 min on 2 cores
+    python -m baselines.ppo --preset cpu --opponent random --out runs/a
+    python -m baselines.ppo --resume --out runs/a                     # continue the run
+    python -m baselines.ppo --resume --out runs/a --updates 400       # ... and extend it
+    python -m baselines.ppo --help                                    # every flag
+
+`--preset NAME` (smoke, cpu, million, gpu) picks the defaults of `baselines.config.PRESETS`;
+flags after it override them. With `--resume` the run's saved config is used; only
+`--updates`, `--progress`, `--tensorboard`, `--plots`, `--checkpoint-every` and `--out` (a
+moved run folder) may change.
+Exit status: 0 done, 2 bad arguments, 3 the training diverged (non-finite values), 130
+interrupted (the last checkpoint is kept; `--resume` continues from it).
+"""
+
+from __future__ import annotations
+
+import os
+
+# PyTorch's OpenMP threads otherwise busy-wait after every op and take the cores from XLA's
+# threads (see README, "Running JAX and PyTorch on the same CPU cores"); set before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from baselines.config import PRESETS, PPOConfig, from_dict, preset  # noqa: E402
+
+__all__ = ["main", "parse_args"]
+
+RESUMABLE = {"updates", "resume", "out", "progress", "tensorboard", "plots", "checkpoint_every"}
+"""Flags that may differ from the saved config when resuming."""
+
+
+def _pre_parse(argv: list[str]):
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default=None)
+    pre.add_argument("--resume", action="store_true")
+    pre.add_argument("--out", default=None)
+    known, _ = pre.parse_known_args(argv)
+    rest, skip = [], False
+    for i, arg in enumerate(argv):  # --preset is ours, not a PPOConfig field
+        if skip:
+            skip = False
+        elif arg == "--preset":
+            skip = i + 1 < len(argv)
+        elif not arg.startswith("--preset="):
+            rest.append(arg)
+    return known, rest
+
+
+def parse_args(argv: list[str] | None = None) -> PPOConfig:
+    """The run's config from the command line (see the module doc).
+
+    Raises:
+        ValueError: an unknown preset, --preset with --resume, a resumed run whose folder
+            holds no config, or a flag that cannot change on resume.
+    """
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    known, rest = _pre_parse(argv)
+    if known.resume:
+        if known.preset is not None:
+            raise ValueError(
+                "--resume continues the run in --out with its saved config; "
+                "drop --preset (give only the flags to change)"
+            )
+        out = Path(known.out or PPOConfig.out)
+        saved_path = out / "config.json"
+        if not saved_path.exists():
+            raise ValueError(f"--resume: {saved_path} does not exist (no run to continue in {out})")
+        saved = json.loads(saved_path.read_text())
+        fields = {f.name for f in dataclasses.fields(PPOConfig)}
+        default = from_dict({k: v for k, v in saved.items() if k in fields})
+        default = dataclasses.replace(default, resume=True)
+    else:
+        default = preset(known.preset)
+    description = (
+        f"{PPOConfig.__doc__.strip()}\n\nPresets (--preset NAME, before other flags): "
+        + "; ".join(f"{k}: {v}" for k, v in PRESETS.items())
+    )
+    config = tyro.cli(
+        PPOConfig,
+        default=default,
+        args=rest,
+        prog="python -m baselines.ppo",
+        description=description,
+    )
+    if known.resume:
+        changed = [
+            f.name
+            for f in dataclasses.fields(PPOConfig)
+            if f.name not in RESUMABLE and getattr(config, f.name) != getattr(default, f.name)
+        ]
+        if changed:
+            diffs = ", ".join(
+                f"--{k.replace('_', '-')} {getattr(default, k)!r} -> {getattr(config, k)!r}"
+                for k in changed
+            )
+            raise ValueError(
+                f"cannot change {diffs} when resuming (only "
+                f"{sorted(RESUMABLE - {'resume'})} may change)"
+            )
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    from baselines.train import Trainer, TrainingDiverged
+
+    try:
+        config = parse_args(argv)
+    except SystemExit as exit_:  # tyro/argparse: --help or a usage error
+        return int(exit_.code or 0)
+    except ValueError as err:
+        print(f"ppo: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        trainer = Trainer(config)
+        out = trainer.run()
+    except TrainingDiverged as err:
+        print(
+            f"ppo: training stopped: {err}. The last good checkpoint is "
+            f"{Path(config.out) / 'checkpoint.pt'}.",
+            file=sys.stderr,
+        )
+        return 3
+    except (ValueError, FileNotFoundError) as err:
+        print(f"ppo: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"\nppo: interrupted; the last checkpoint in {config.out} is kept "
+            "(--resume continues from it)",
+            file=sys.stderr,
+        )
+        return 130
+    print(
+        f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
+        f"{trainer.wall_s:.0f} s; run folder {out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

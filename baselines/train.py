@@ -1,0 +1,696 @@
+"""The PPO training loop: rollout -> GAE -> epochs of minibatch updates -> log -> checkpoint.
+
+Each update:
+    1. rollout: `rollout_steps` steps of every game of the batch (`TorchVecEnv`, auto-reset
+       inside the compiled step). Every network player (the learners and the frozen
+       opponents) acts on its rows of the batch with its recurrent state, restarted where an
+       episode starts; scripted opponents act inside the step. The learners' rows go into
+       their `RolloutBuffer`; truncated episodes get the value of their final observation;
+       win/draw/loss counts per opponent kind accumulate on the device.
+    2. GAE on the buffer (`baselines.rollout.compute_gae`).
+    3. `epochs` passes; each pass cuts the learner's agents into `minibatches` random groups
+       and replays their whole sequences from the state at the rollout's start
+       (`ActorCritic.evaluate`, the S5 parallel scan), then takes one clipped-PPO step.
+       Agents dead before a step are masked out of every term.
+    4. metrics row, pool snapshot, checkpoint.
+
+Determinism: torch, numpy and JAX randomness come from seeded generators whose states are in
+every checkpoint, with the environment's key and game states, so a run resumed from a
+checkpoint continues exactly as the uninterrupted run would have (bit for bit on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_checkpoint
+from baselines.config import PPOConfig, dumps, validate
+from baselines.envs import GameSpec, gigastep_game
+from baselines.loss import ppo_loss
+from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
+from baselines.normalize import ObsNormalizer, RewardScaler
+from baselines.opponents import FrozenPlayer, OpponentPool, Rows, make_plan
+from baselines.policies import ActorCritic, PolicySpec
+from baselines.rollout import RolloutBuffer
+
+__all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient or parameter became NaN or infinite."""
+
+
+def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
+    """The architecture a config gives on a game (checked against the observations)."""
+    encoder = config.encoder
+    needs = {"mlp": "vector", "cnn": "rgb", "both": "rgb_vector"}
+    if encoder != "auto" and needs[encoder] != game.obs_type:
+        raise ValueError(
+            f"--encoder {encoder} needs {needs[encoder]} observations, but {game.name} has "
+            f"{game.obs_type} observations (use --encoder auto, or a scenario with the "
+            f"{'_vec' if needs[encoder] == 'vector' else '_rgb'} suffix)"
+        )
+    central = config.algo == "mappo"
+    if central and game.state_size < 1:
+        raise ValueError(f"--algo mappo needs a global state vector; {game.name} has none")
+    return PolicySpec(
+        obs_type=game.obs_type,
+        vector_size=game.vector_size,
+        image_shape=game.image_shape,
+        n_types=len(game.type_vocab),
+        discrete=game.discrete,
+        core=config.policy,
+        hidden=config.hidden,
+        s5_state_dim=config.s5_state_dim,
+        s5_layers=config.s5_layers,
+        central_critic=central,
+        state_size=game.state_size if central else 0,
+        n_slots=max(game.team_sizes),
+        critic_hidden=config.critic_hidden,
+    )
+
+
+def _one_hot(index: torch.Tensor, size: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(index, size).float()
+
+
+def _vector_part(obs):
+    return obs[1] if isinstance(obs, tuple) else obs
+
+
+def _take(obs, index: torch.Tensor):
+    """Rows `index` of a flattened [B * n, ...] observation (or pair)."""
+    if isinstance(obs, tuple):
+        return tuple(o.index_select(0, index) for o in obs)
+    return obs.index_select(0, index)
+
+
+def _flat(obs, rows: int):
+    if isinstance(obs, tuple):
+        return tuple(o.reshape(rows, *o.shape[2:]) for o in obs)
+    return obs.reshape(rows, *obs.shape[2:])
+
+
+class Learner:
+    """A trained policy with its optimiser, normalisers, rows, state and buffer."""
+
+    def __init__(
+        self, name: str, team: int, spec: PolicySpec, rows: Rows, config: PPOConfig, device
+    ):
+        self.name, self.team, self.spec, self.rows = name, team, spec, rows
+        n = len(rows)
+        self.net = ActorCritic(spec).to(device)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.lr, eps=1e-5)
+        self.obs_norm = ObsNormalizer(spec.vector_size, device, config.norm_obs)
+        self.state_norm = ObsNormalizer(spec.state_size, device, config.norm_obs)
+        self.rewards = RewardScaler(n, config.gamma, device, config.scale_rewards)
+        self.types = _one_hot(rows.type_id, spec.n_types)
+        self.slots = _one_hot(rows.slot, spec.n_slots)
+        self.h = self.net.initial_state(n, device)
+        critic = spec.state_size + spec.n_slots + spec.n_types if spec.central_critic else 0
+        self.buffer = RolloutBuffer(spec, config.rollout_steps, n, device, critic)
+
+    def normalize(self, raw):
+        if isinstance(raw, tuple):
+            return (raw[0], self.obs_norm(raw[1]))
+        return raw if "rgb" in self.spec.obs_type else self.obs_norm(raw)
+
+    def critic_input(self, state_vectors, rows_index=None):
+        """[N, S + slots + K] central-critic input from state vectors [B, 2, S]."""
+        rows = self.rows
+        game, team = rows.game, rows.team
+        slots, types = self.slots, self.types
+        if rows_index is not None:
+            game, team = game[rows_index], team[rows_index]
+            slots, types = slots[rows_index], types[rows_index]
+        return torch.cat([self.state_norm(state_vectors[game, team]), slots, types], dim=-1)
+
+    def state_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "team": self.team,
+            "model": self.net.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "obs_norm": self.obs_norm.state_dict(),
+            "state_norm": self.state_norm.state_dict(),
+            "rewards": self.rewards.state_dict(),
+            "h": self.h,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.obs_norm.load_state_dict(state["obs_norm"])
+        self.state_norm.load_state_dict(state["state_norm"])
+        self.rewards.load_state_dict(state["rewards"])
+        self.h = state["h"].to(self.h.device)
+
+
+class _OutcomeCounts:
+    """Win/draw/loss counts per opponent kind and episode statistics, on the device."""
+
+    def __init__(self, plan, game: GameSpec, device):
+        k = len(plan.labels)
+        self.label = torch.as_tensor(plan.game_label, device=device)
+        self.team = torch.as_tensor(plan.game_team, device=device)
+        teams = torch.as_tensor(game.teams, device=device)
+        sizes = torch.as_tensor([max(s, 1) for s in game.team_sizes], device=device)
+        self.team_mean = _one_hot(teams, 2) / sizes  # [n, 2]: a team's mean over its agents
+        self.counts = torch.zeros(4, k, dtype=torch.float64, device=device)  # w, d, l, games
+        self.episode = torch.zeros(4, dtype=torch.float64, device=device)  # n, len, r0, r1
+
+    def zero(self) -> None:
+        self.counts.zero_()
+        self.episode.zero_()
+
+    def add(self, ended, info) -> None:
+        e = ended.to(torch.float64)
+        winner = info["winner"].long()
+        outcome = (
+            torch.stack(
+                [winner == self.team, winner == -1, winner == 1 - self.team, torch.ones_like(ended)]
+            ).to(torch.float64)
+            * e
+        )
+        self.counts.index_add_(1, self.label, outcome)
+        returns = info["episode_return"].to(torch.float64) @ self.team_mean.to(torch.float64)
+        self.episode += torch.cat(
+            [
+                e.sum()[None],
+                (info["episode_length"].to(torch.float64) * e).sum()[None],
+                (returns * e[:, None]).sum(0),
+            ]
+        )
+
+    def summary(self, labels) -> dict:
+        counts = self.counts.cpu().numpy()
+        n, length, r0, r1 = self.episode.cpu().tolist()
+        out = {
+            "episodes": n,
+            "episode_length": length / n if n else None,
+            "return_team0": r0 / n if n else None,
+            "return_team1": r1 / n if n else None,
+        }
+        for i, label in enumerate(labels):
+            games = counts[3, i]
+            for j, what in enumerate(("win_rate", "draw_rate", "loss_rate")):
+                out[f"{what}/{label}"] = counts[j, i] / games if games else None
+            out[f"games/{label}"] = games
+        return out
+
+
+class Trainer:
+    """One PPO run (see the module doc). `run()` trains; `Trainer(config, game, factory)`
+    trains any game with the `baselines.envs` step interface (e.g. the memory probe)."""
+
+    def __init__(self, config: PPOConfig, game: GameSpec | None = None, factory=None):
+        validate(config)
+        self.config = config
+        if game is None:
+            game, factory = gigastep_game(config.scenario)
+        self.game = game
+        self.device = torch.device(config.device)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        torch.use_deterministic_algorithms(True, warn_only=self.device.type != "cpu")
+        torch.manual_seed(config.seed)
+        self.spec = policy_spec(config, game)
+        self.plan = make_plan(config, game)
+        self.venv = factory(
+            config.num_envs,
+            config.seed,
+            self.device,
+            self.plan.scripted(),
+            self.spec.central_critic,
+        )
+        vocab = game.type_vocab
+        names = ["learner0", "learner1"] if config.train_both else ["learner0"]
+        self.learners = [
+            Learner(
+                name,
+                i if config.train_both else config.team,
+                self.spec,
+                Rows.of(self.plan.blocks(name), game, vocab, self.device),
+                config,
+                self.device,
+            )
+            for i, name in enumerate(names)
+        ]
+        self.frozen = [self._frozen_player(name, spec, vocab) for name, spec in self.plan.frozen]
+        self.pool = OpponentPool(config.pool_size)
+        self.generator = torch.Generator(self.device).manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        self.outcomes = _OutcomeCounts(self.plan, game, self.device)
+        self.update = 0
+        self.agent_steps = 0
+        self.wall_s = 0.0
+        b, n = config.num_envs, game.n_agents
+        shape = (b * n,) if game.discrete else (b * n, 3)
+        self.actions = torch.zeros(
+            shape, dtype=torch.int32 if game.discrete else torch.float32, device=self.device
+        )
+        self.obs = None  # the batch's current observation [B, n, ...]
+        self.first = torch.ones(b, dtype=torch.bool, device=self.device)
+        self.dead = torch.zeros(b, n, dtype=torch.bool, device=self.device)
+        self.state_vectors = None
+
+    # --- set-up -------------------------------------------------------------------------------
+    def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer:
+        rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device)
+        player = FrozenPlayer(
+            name,
+            self.spec,
+            rows,
+            _one_hot(rows.type_id, self.spec.n_types),
+            self.device,
+            self.config.norm_obs,
+        )
+        if opponent.kind == "file":
+            policy = load_policy(opponent.path, self.device)
+            mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
+            theirs = {k: v for k, v in policy.spec.to_dict().items() if k != "central_critic"}
+            if policy.spec.central_critic != self.spec.central_critic or mine != theirs:
+                diff = {k: (theirs.get(k), mine[k]) for k in mine if theirs.get(k) != mine[k]}
+                raise ValueError(
+                    f"opponent {opponent.path} cannot play here: its policy differs from this "
+                    f"run's in {diff} (file vs run; the opponent must have this run's "
+                    "observations, actions and architecture flags)"
+                )
+            team = next(iter(policy.teams))
+            player.load(
+                policy.nets[team].state_dict(), policy.normalizers[team].state_dict(), opponent.path
+            )
+        return player
+
+    def start(self) -> None:
+        """Fresh games and, when the pool is used, the initial policy as its first member."""
+        self.obs = self.venv.reset()
+        if self.spec.central_critic:
+            self.state_vectors = self.venv.state_vector()
+        if any(s.kind == "pool" for _, s in self.plan.frozen):
+            self.pool.add(0, self.learners[0].net, self.learners[0].obs_norm)
+
+    def players(self):
+        return [*self.learners, *self.frozen]
+
+    # --- rollout ------------------------------------------------------------------------------
+    def _swap_pool_players(self) -> None:
+        pool_players = [
+            p for p, (_, s) in zip(self.frozen, self.plan.frozen, strict=True) if s.kind == "pool"
+        ]
+        if pool_players:
+            for p, snap in zip(
+                pool_players, self.pool.sample(self.rng, len(pool_players)), strict=True
+            ):
+                p.load(snap["model"], snap["obs_norm"], snap["update"])
+
+    @torch.no_grad()
+    def collect(self) -> None:
+        """One rollout into the learners' buffers (see the module doc)."""
+        cfg, game = self.config, self.game
+        b, n = cfg.num_envs, game.n_agents
+        for learner in self.learners:
+            learner.buffer.h0 = learner.h
+        self._swap_pool_players()
+        self.outcomes.zero()
+        act_shape = () if game.discrete else (3,)
+        for t in range(cfg.rollout_steps):
+            flat = _flat(self.obs, b * n)
+            dead = self.dead.reshape(-1)
+            for p in self.players():
+                rows = p.rows
+                raw = _take(flat, rows.index)
+                first = self.first[rows.game]
+                alive = first | ~dead[rows.index]
+                learning = isinstance(p, Learner)
+                obs = p.normalize(raw) if learning else _normalize_frozen(p, raw)
+                critic_in = None
+                if learning and self.spec.central_critic:
+                    critic_in = p.critic_input(self.state_vectors)
+                    p.state_norm.add(self.state_vectors[rows.game, rows.team], alive)
+                actions, logp, value, p.h = p.net.act(
+                    obs, p.types, first, p.h, critic_in, self.generator
+                )
+                if learning:
+                    buf = p.buffer
+                    buf.store_obs(t, obs)
+                    buf.first[t], buf.alive[t], buf.actions[t] = first, alive, actions
+                    buf.logp[t], buf.values[t] = logp, value
+                    if critic_in is not None:
+                        buf.critic_in[t] = critic_in
+                    if "vector" in game.obs_type:
+                        p.obs_norm.add(_vector_part(raw), alive)
+                self.actions[rows.index] = actions.to(self.actions.dtype)
+            obs, rewards, dones, ended, info = self.venv.step(self.actions.view(b, n, *act_shape))
+            self._record_step(t, rewards, dones, ended, info)
+            self.obs, self.first, self.dead = obs, ended, dones
+            if self.spec.central_critic:
+                self.state_vectors = info["state_vector"]
+        self._bootstrap_values()
+        for learner in self.learners:
+            learner.obs_norm.commit()
+            learner.state_norm.commit()
+            learner.rewards.commit()
+
+    def _record_step(self, t, rewards, dones, ended, info) -> None:
+        flat_rewards, flat_dones = rewards.reshape(-1), dones.reshape(-1)
+        for learner in self.learners:
+            rows, buf = learner.rows, learner.buffer
+            alive = buf.alive[t]
+            alive_after = ~flat_dones[rows.index]
+            cont = alive_after & ~ended[rows.game]
+            buf.cont[t] = cont
+            buf.boot[t] = alive_after & info["truncated"][rows.game]
+            buf.final_values[t] = 0.0
+            r = torch.where(alive, flat_rewards[rows.index], 0.0)
+            buf.rewards[t] = learner.rewards(r, alive, cont)
+        self.outcomes.add(ended, info)
+        if bool(info["truncated"].any()):  # one scalar read: evaluate final observations
+            self._final_values(t, info)
+
+    def _final_values(self, t: int, info) -> None:
+        """Values of the final observations of truncated episodes (bootstrap targets)."""
+        b, n = self.config.num_envs, self.game.n_agents
+        final = _flat(info["final_obs"], b * n)
+        for learner in self.learners:
+            buf = learner.buffer
+            idx = buf.boot[t].nonzero().squeeze(-1)
+            if idx.numel() == 0:
+                continue
+            rows = learner.rows
+            obs = learner.normalize(_take(final, rows.index[idx]))
+            critic_in = None
+            if self.spec.central_critic:
+                critic_in = learner.critic_input(info["final_state_vector"], idx)
+            h = learner.net.core.rows(learner.h, idx)
+            first = torch.zeros(idx.shape, dtype=torch.bool, device=self.device)
+            value = learner.net.value(obs, learner.types[idx], first, h, critic_in)
+            buf.final_values[t, idx] = value
+
+    def _bootstrap_values(self) -> None:
+        b, n = self.config.num_envs, self.game.n_agents
+        flat = _flat(self.obs, b * n)
+        for learner in self.learners:
+            rows = learner.rows
+            obs = learner.normalize(_take(flat, rows.index))
+            critic_in = (
+                learner.critic_input(self.state_vectors) if self.spec.central_critic else None
+            )
+            learner.buffer.next_values = learner.net.value(
+                obs, learner.types, self.first[rows.game], learner.h, critic_in
+            )
+
+    # --- update ------------------------------------------------------------------------------
+    def learn(self, learner: Learner) -> dict:
+        """Epochs of clipped-PPO minibatch steps on the learner's buffer; mean statistics."""
+        cfg, buf, net = self.config, learner.buffer, learner.net
+        with torch.no_grad():
+            advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
+        n = buf.n
+        size = math.ceil(n / cfg.minibatches)
+        sums: dict[str, torch.Tensor] = {}
+        steps, epochs_done = 0, 0
+        for epoch in range(cfg.epochs):
+            perm = torch.randperm(n, generator=self.generator, device=self.device)
+            kl_epoch = []
+            for k in range(0, n, size):
+                idx = perm[k : k + size]
+                stats = self._minibatch_step(learner, idx, advantages, returns, epoch, k // size)
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                kl_epoch.append(stats["approx_kl"])
+                steps += 1
+            epochs_done += 1
+            if cfg.target_kl is not None and float(torch.stack(kl_epoch).mean()) > cfg.target_kl:
+                break
+        out = {k: float(v) / steps for k, v in sums.items()}
+        mask = buf.alive
+        var = returns[mask].var()
+        out["explained_variance"] = (
+            float(1 - (returns - buf.values)[mask].var() / var)
+            if mask.sum() > 1 and var > 0
+            else None
+        )
+        out["epochs"] = epochs_done
+        for p in net.parameters():
+            if not torch.isfinite(p).all():
+                raise TrainingDiverged(
+                    f"a parameter of {learner.name} is not finite after update {self.update}"
+                )
+        return out
+
+    def _minibatch_step(self, learner, idx, advantages, returns, epoch, k) -> dict:
+        cfg, buf, net = self.config, learner.buffer, learner.net
+        logp, entropy, value = net.evaluate(
+            buf.obs_rows(idx),
+            learner.types[idx],
+            buf.first[:, idx],
+            net.core.rows(buf.h0, idx),
+            buf.actions[:, idx],
+            None if buf.critic_in is None else buf.critic_in[:, idx],
+        )
+        out = ppo_loss(
+            logp,
+            buf.logp[:, idx],
+            advantages[:, idx],
+            value,
+            buf.values[:, idx],
+            returns[:, idx],
+            entropy,
+            buf.alive[:, idx],
+            clip=cfg.clip,
+            vf_coef=cfg.vf_coef,
+            ent_coef=cfg.ent_coef,
+            clip_value=cfg.clip_value,
+            norm_adv=cfg.norm_adv,
+        )
+        if not torch.isfinite(out.loss):
+            raise TrainingDiverged(
+                f"non-finite loss at update {self.update} (epoch {epoch + 1}, minibatch "
+                f"{k + 1}) of {learner.name}: policy {float(out.policy):.4g}, value "
+                f"{float(out.value):.4g}, entropy {float(out.entropy):.4g}"
+            )
+        learner.opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grads = [p.grad for p in net.parameters() if p.grad is not None]
+        if cfg.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        if not torch.isfinite(norm):
+            raise TrainingDiverged(
+                f"non-finite gradient at update {self.update} (epoch "
+                f"{epoch + 1}, minibatch {k + 1}) of {learner.name}"
+            )
+        learner.opt.step()
+        return {
+            "policy_loss": out.policy,
+            "value_loss": out.value,
+            "entropy": out.entropy,
+            "approx_kl": out.approx_kl,
+            "clip_frac": out.clip_frac,
+            "grad_norm": norm.detach(),
+        }
+
+    # --- one update ---------------------------------------------------------------------------
+    def step(self) -> dict:
+        """One update (rollout + learning); returns its metrics row."""
+        cfg = self.config
+        self.update += 1
+        lr = cfg.lr * (1.0 - (self.update - 1) / cfg.updates) if cfg.anneal_lr else cfg.lr
+        for learner in self.learners:
+            for group in learner.opt.param_groups:
+                group["lr"] = lr
+        t0 = time.perf_counter()
+        self.collect()
+        t1 = time.perf_counter()
+        learned = [self.learn(learner) for learner in self.learners]
+        t2 = time.perf_counter()
+        if any(s.kind == "pool" for _, s in self.plan.frozen) and self.update % cfg.pool_every == 0:
+            self.pool.add(self.update, self.learners[0].net, self.learners[0].obs_norm)
+        rollout_steps = cfg.rollout_steps * cfg.num_envs * self.game.n_agents
+        self.agent_steps += rollout_steps
+        self.wall_s += t2 - t0
+        row = {
+            "update": self.update,
+            "agent_steps": self.agent_steps,
+            "env_steps": self.agent_steps // self.game.n_agents,
+            "wall_s": self.wall_s,
+            "rollout_s": t1 - t0,
+            "update_s": t2 - t1,
+            "rollout_agent_steps_per_s": rollout_steps / (t1 - t0),
+            "update_agent_steps_per_s": rollout_steps / (t2 - t1),
+            "lr": lr,
+            **self.outcomes.summary(self.plan.labels),
+            "rss_mb": current_rss_mb(),
+            "peak_rss_mb": peak_rss_mb(),
+        }
+        for i, stats in enumerate(learned):
+            suffix = "" if i == 0 else "_team1"
+            row.update({f"{k}{suffix}": v for k, v in stats.items()})
+        return row
+
+    def columns(self) -> list[str]:
+        """The metrics columns of this run (fixed at start)."""
+        cols = [
+            "update",
+            "agent_steps",
+            "env_steps",
+            "wall_s",
+            "rollout_s",
+            "update_s",
+            "rollout_agent_steps_per_s",
+            "update_agent_steps_per_s",
+            "episodes",
+            "episode_length",
+            "return_team0",
+            "return_team1",
+        ]
+        for label in self.plan.labels:
+            cols += [f"{w}/{label}" for w in ("win_rate", "draw_rate", "loss_rate", "games")]
+        learned = [
+            "lr",
+            "policy_loss",
+            "value_loss",
+            "entropy",
+            "approx_kl",
+            "clip_frac",
+            "explained_variance",
+            "grad_norm",
+            "epochs",
+        ]
+        cols += learned
+        if len(self.learners) > 1:
+            cols += [f"{k}_team1" for k in learned if k != "lr"]
+        return cols + ["rss_mb", "peak_rss_mb"]
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "gigastep_player": "ppo",
+            "config": asdict(self.config),
+            "game": asdict(self.game),
+            "policy_spec": self.spec.to_dict(),
+            "update": self.update,
+            "agent_steps": self.agent_steps,
+            "wall_s": self.wall_s,
+            "learners": [learner.state_dict() for learner in self.learners],
+            "frozen": [
+                {
+                    "name": p.name,
+                    "model": p.net.state_dict(),
+                    "obs_norm": p.normalizer.state_dict(),
+                    "h": p.h,
+                    "source": None if p.source is None else str(p.source),
+                }
+                for p in self.frozen
+            ],
+            "pool": self.pool.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "generator": self.generator.get_state(),
+                "numpy": self.rng.bit_generator.state,
+            },
+            "env": self.venv.snapshot(),
+            "first": self.first,
+            "dead": self.dead,
+            "state_vectors": self.state_vectors,
+        }
+
+    def load_state_dict(self, ckpt: dict) -> None:
+        """Continue from a checkpoint of a run with this config (see `state_dict`)."""
+        if [s["name"] for s in ckpt["learners"]] != [x.name for x in self.learners]:
+            raise ValueError("the checkpoint's learners differ from this run's")
+        for learner, state in zip(self.learners, ckpt["learners"], strict=True):
+            learner.load_state_dict(state)
+        for player, state in zip(self.frozen, ckpt["frozen"], strict=True):
+            player.load(state["model"], state["obs_norm"], state["source"])
+            player.h = state["h"].to(self.device)
+        self.pool.load_state_dict(ckpt["pool"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        self.generator.set_state(ckpt["rng"]["generator"].cpu())
+        self.rng.bit_generator.state = ckpt["rng"]["numpy"]
+        self.venv.restore(ckpt["env"])
+        self.obs = self.venv.last_obs
+        self.first = ckpt["first"].to(self.device)
+        self.dead = ckpt["dead"].to(self.device)
+        sv = ckpt["state_vectors"]
+        self.state_vectors = None if sv is None else sv.to(self.device)
+        self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])
+        self.wall_s = float(ckpt["wall_s"])
+
+    def save(self, out: Path) -> Path:
+        return save_checkpoint(out, self.update, self.state_dict(), self.config.keep_checkpoints)
+
+    # --- the run ------------------------------------------------------------------------------
+    def run(self) -> Path:
+        """Train `config.updates` updates into `config.out` (resuming with `config.resume`);
+        returns the run folder."""
+        cfg = self.config
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.resume:
+            self.load_state_dict(load_checkpoint(out / "checkpoint.pt", self.device))
+        else:
+            if (out / "checkpoint.pt").exists() or (out / "metrics.csv").exists():
+                raise ValueError(
+                    f"{out} already holds a run; pass --resume to continue it or "
+                    "choose another --out"
+                )
+            self.start()
+        (out / "config.json").write_text(
+            dumps(cfg, scenario_name=self.game.name, scenario_hash=self.game.scenario_hash)
+        )
+        log = MetricsLogger(
+            out, self.columns(), self.update if cfg.resume else None, cfg.tensorboard, cfg.plots
+        )
+        bar = _progress(cfg, self.update)
+        try:
+            while self.update < cfg.updates:
+                row = self.step()
+                log.log(row)
+                bar.update(1)
+                bar.set_postfix_str(_postfix(row, self.plan.labels), refresh=False)
+                if self.update % cfg.checkpoint_every == 0 or self.update == cfg.updates:
+                    self.save(out)
+                    log.plot()
+        finally:
+            bar.close()
+            log.close()
+        return out
+
+
+def _normalize_frozen(player: FrozenPlayer, raw):
+    if isinstance(raw, tuple):
+        return (raw[0], player.normalizer(raw[1]))
+    return raw if raw.dtype == torch.uint8 else player.normalizer(raw)
+
+
+def _progress(cfg: PPOConfig, start: int):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=cfg.updates,
+        initial=start,
+        disable=not cfg.progress,
+        unit="update",
+        dynamic_ncols=True,
+        desc="ppo",
+    )
+
+
+def _postfix(row: dict, labels) -> str:
+    rate = row["agent_steps"] / max(row["wall_s"], 1e-9)
+    parts = [f"{rate / 1e3:.0f}k agent-steps/s"]
+    for label in labels:
+        w = row.get(f"win_rate/{label}")
+        if w is not None and label != "self":
+            parts.append(f"win {label} {w:.2f}")
+    return ", ".join(parts)
