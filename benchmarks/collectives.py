@@ -73,6 +73,7 @@ __all__ = [
     "parse_size",
     "pivot_table",
     "plot_rows",
+    "save_figure",
     "slow_links",
 ]
 
@@ -842,12 +843,19 @@ def plot_rows(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:
         if lines:
             ax.legend(fontsize="x-small")
     fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Write a matplotlib figure atomically (temporary file, then rename) and close it."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
     finally:
         plt.close(fig)
