@@ -68,6 +68,7 @@ __all__ = [
     "OPS",
     "Options",
     "bus_factor",
+    "annotate_flags",
     "format_bytes",
     "main",
     "parse_size",
@@ -104,6 +105,8 @@ class Options:
     repeats: int = option(5, "timed samples per row (median reported)")
     sample_seconds: float = option(0.2, "target seconds per timed sample (a batch of "
                                    "back-to-back operations)")  # fmt: skip
+    row_seconds: float = option(30.0, "at most about this long per row: a slower link gets "
+                                "fewer repeats (at least 2)")  # fmt: skip
     slow_factor: float = option(10.0, "flag links more than this many times below the best "
                                 "link at the same operation and size")  # fmt: skip
     timeout: float = option(900.0, "seconds allowed per launched phase")
@@ -230,28 +233,35 @@ def _quick(opts: Options) -> Options:
 @dataclass
 class Sync:
     """How the participants agree (no-ops in one process): `barrier()` lines them up before
-    a sample, `agree(k)` is rank 0's k everywhere, `slowest(times)` the per-sample maximum
+    a sample, `agree(ints)` is rank 0's list of ints everywhere, `slowest(times)` the
+    per-sample maximum
     over participants, `done()` waits for queued operations. `pipelined`: a sample queues
     its operations back to back and waits once (else it waits for each)."""
 
     barrier: Any = lambda: None
-    agree: Any = lambda k: k
+    agree: Any = lambda ints: ints
     slowest: Any = lambda times: times
     done: Any = lambda out: out
     pipelined: bool = True
 
 
-def time_operation(run, sync: Sync, repeats: int, target: float) -> tuple[list[float], int]:
+def time_operation(run, sync: Sync, repeats: int, target: float,
+                   row_seconds: float = 30.0) -> tuple[list[float], int]:  # fmt: skip
     """(seconds per operation of each sample, operations per sample) of `run()`.
 
-    One untimed warm-up; a timed single call sizes the batches; each sample times a batch
-    of back-to-back calls, from a barrier until the last one is done.
+    One untimed warm-up; a timed single call sizes the batches (about `target` seconds
+    each); each sample times a batch of back-to-back calls, from a barrier until the last
+    one is done. A link so slow that `repeats` batches would take more than `row_seconds`
+    gets fewer samples (at least 2).
     """
     sync.done(run())
     sync.barrier()
     t0 = time.perf_counter()
     sync.done(run())
-    k = sync.agree(_batch_size(time.perf_counter() - t0, target))
+    once = time.perf_counter() - t0
+    k = _batch_size(once, target)
+    fit = max(2, int(row_seconds / max(once * k, 1e-9)))
+    k, repeats = sync.agree([k, min(repeats, fit)])
     times = []
     for _ in range(repeats):
         sync.barrier()
@@ -324,7 +334,7 @@ def _jax_sync(multi_process: bool, pipelined: bool) -> Sync:
     counter = iter(range(10**9))
     return Sync(
         barrier=lambda: mh.sync_global_devices(f"collectives-{next(counter)}"),
-        agree=lambda k: int(mh.broadcast_one_to_all(np.int32(k))),
+        agree=lambda ints: [int(i) for i in mh.broadcast_one_to_all(np.asarray(ints, np.int32))],
         slowest=lambda t: np.max(mh.process_allgather(np.asarray(t)), axis=0).tolist(),
         done=done,
         pipelined=pipelined,
@@ -356,7 +366,7 @@ def jax_rows(opts: Options, mesh, fields: dict[str, Any]) -> list[dict[str, Any]
             )
             compiled = f.lower(x).compile()
             times, k = time_operation(lambda c=compiled, x=x: c(x), sync, opts.repeats,
-                                      opts.sample_seconds)  # fmt: skip
+                                      opts.sample_seconds, opts.row_seconds)  # fmt: skip
             rows.append(make_row(op, nbytes, n, times, framework="jax", impl=impl,
                                  iterations=k, pipelined=sync.pipelined, **fields))  # fmt: skip
             del x
@@ -397,10 +407,10 @@ def _torch_sync(device, group) -> Sync:
     cuda = device.type == "cuda"
     ids = [device.index] if cuda else None
 
-    def agree(k):
-        t = torch.tensor([k], dtype=torch.int64, device=device)
+    def agree(ints):
+        t = torch.tensor(ints, dtype=torch.int64, device=device)
         dist.broadcast(t, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-        return int(t.item())
+        return [int(i) for i in t.tolist()]
 
     def slowest(times):
         t = torch.tensor(times, dtype=torch.float64, device=device)
@@ -426,7 +436,8 @@ def torch_rows(opts: Options, backend: str, group, device, fields) -> list[dict[
         for size in _sizes(opts):
             count, nbytes = elements(op, size, n)
             run = _torch_call(op, count, n, device, group)
-            times, k = time_operation(run, sync, opts.repeats, opts.sample_seconds)
+            times, k = time_operation(run, sync, opts.repeats, opts.sample_seconds,
+                                      opts.row_seconds)  # fmt: skip
             rows.append(make_row(op, nbytes, n, times, framework="torch", backend=backend,
                                  impl=f"torch.distributed ({backend})", iterations=k,
                                  pipelined=True, **fields))  # fmt: skip
@@ -476,6 +487,9 @@ def _init_jax(rank: int, world: int, local: int) -> None:
     """`jax.distributed.initialize` for this worker: JAX_COORDINATOR_ADDRESS if set (this
     script's launcher sets it), else MASTER_ADDR:MASTER_PORT+1 under torchrun, else JAX's
     own cluster detection (SLURM); one GPU per process (LOCAL_RANK) when several are seen."""
+    if not any(v in os.environ for v in ("XLA_PYTHON_CLIENT_PREALLOCATE",
+                                         "XLA_PYTHON_CLIENT_MEM_FRACTION")):  # fmt: skip
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # share the GPU with torch
     import jax
 
     kwargs: dict[str, Any] = {}
@@ -523,6 +537,8 @@ def _torch_part(opts: Options, rank: int, world: int, local: int) -> tuple[list,
     import torch.distributed as dist
 
     backends = _torch_backends(opts)
+    if "nccl" in backends:  # before the first collective: NCCL binds each rank to its GPU
+        torch.cuda.set_device(local)
     dist.init_process_group(backends[0], init_method="env://", rank=rank, world_size=world)
     hosts = _hostnames_torch()
     nodes = len(set(hosts))
@@ -531,8 +547,6 @@ def _torch_part(opts: Options, rank: int, world: int, local: int) -> tuple[list,
         group = None if i == 0 else dist.new_group(backend=backend)
         cuda = backend == "nccl"
         device = torch.device("cuda", local) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
         fields = {"processes": world, "nodes": nodes, "scope": _scope(world, nodes)}
         rows += torch_rows(opts, backend, group, device, fields)
     dist.barrier()
@@ -719,6 +733,27 @@ def link_name(row: dict[str, Any]) -> str:
     return f"{framework} {row['scope']} ({where}, {row.get('backend', '?')})"
 
 
+def _best(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The row with the highest bus bandwidth of every (op, bytes) (rows with an `error`
+    or without a bandwidth are left out)."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if "error" not in r and r.get("busbw_gbps", 0) > 0:
+            case = (r["op"], r["bytes"])
+            if case not in best or r["busbw_gbps"] > best[case]["busbw_gbps"]:
+                best[case] = r
+    return best
+
+
+def _below(row: dict[str, Any], best, factor: float) -> tuple[float, dict] | None:
+    """(ratio, best row) when `row` is more than `factor` times below the best, else None."""
+    top = best.get((row.get("op"), row.get("bytes")))
+    if top is None or "error" in row or not row.get("busbw_gbps", 0) > 0:
+        return None
+    ratio = top["busbw_gbps"] / row["busbw_gbps"]
+    return (ratio, top) if ratio > factor else None
+
+
 def slow_links(rows: list[dict[str, Any]], factor: float = 10.0) -> list[str]:
     """Plain-words warnings for every link whose bus bandwidth is more than `factor` times
     below the best link's at the same operation and message size.
@@ -727,28 +762,34 @@ def slow_links(rows: list[dict[str, Any]], factor: float = 10.0) -> list[str]:
     that was best there, and the range of ratios and sizes when more than one size is
     flagged. Rows with an `error` field are ignored.
     """
-    by_case = defaultdict(list)
-    for row in rows:
-        if "error" not in row and row.get("busbw_gbps", 0) > 0:
-            by_case[(row["op"], row["bytes"])].append(row)
+    best = _best(rows)
     flagged = defaultdict(list)  # (link, op) -> [(bytes, ratio, best link)]
-    for (op, size), group in by_case.items():
-        best = max(group, key=lambda r: r["busbw_gbps"])
-        for row in group:
-            ratio = best["busbw_gbps"] / row["busbw_gbps"]
-            if ratio > factor:
-                flagged[(link_name(row), op)].append((size, ratio, link_name(best)))
+    for row in rows:
+        if (hit := _below(row, best, factor)) is not None:
+            flagged[(link_name(row), row["op"])].append((row["bytes"], hit[0], link_name(hit[1])))
     lines = []
     for (link, op), hits in sorted(flagged.items()):
         hits.sort()
-        size, ratio, best = hits[-1]
-        line = f"{link} {OP_NAMES[op]} at {format_bytes(size)} is {ratio:.0f}× below {best}"
+        size, ratio, top = hits[-1]
+        line = f"{link} {OP_NAMES[op]} at {format_bytes(size)} is {ratio:.0f}× below {top}"
         if len(hits) > 1:
             lo, hi = min(h[1] for h in hits), max(h[1] for h in hits)
             line += (f" ({lo:.0f}–{hi:.0f}× at {len(hits)} sizes from "
                      f"{format_bytes(hits[0][0])} to {format_bytes(size)})")  # fmt: skip
         lines.append(line)
     return lines
+
+
+def annotate_flags(rows: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]:
+    """The rows, each with `flags`: ["40× below <best link>"] when its bus bandwidth is more
+    than `factor` times below the best link's at the same operation and size, else []."""
+    best = _best(rows)
+    out = []
+    for row in rows:
+        hit = _below(row, best, factor)
+        flags = [] if hit is None else [f"{hit[0]:.0f}× below {link_name(hit[1])}"]
+        out.append({**row, "flags": flags, "slow_factor": factor})
+    return out
 
 
 def format_latency(us: float) -> str:
@@ -873,6 +914,7 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
 
 def report(rows: list[dict[str, Any]], opts: Options) -> None:
     """Print the table and the flags; write the JSON, Markdown and PNG asked for."""
+    rows = annotate_flags(rows, opts.slow_factor)
     if opts.json:
         write_json(opts.json, rows)
     if opts.markdown:

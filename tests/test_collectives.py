@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from benchmarks.collectives import (
+    annotate_flags,
     bus_factor,
     elements,
     format_bytes,
@@ -63,7 +64,7 @@ def test_quick_run_rows_carry_the_stated_units(quick_run):
         n = r["devices"]
         factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(r["op"], (n - 1) / n)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor)
-        assert "machine" in r and r["backend"]
+        assert "machine" in r and r["backend"] and isinstance(r["flags"], list)
 
 
 def test_quick_run_writes_the_markdown_table_and_a_png(quick_run):
@@ -128,3 +129,12 @@ def test_slow_link_flag_fires_on_a_link_40x_below_the_others():
 def test_slow_link_flag_stays_quiet_on_a_uniform_table_and_below_the_threshold():
     assert slow_links(_table()) == []
     assert slow_links(_table(slow_link=("torch", "cross-process"), slowdown=8.0)) == []
+
+
+def test_each_row_of_the_slow_link_carries_its_flag_for_the_report():
+    rows = annotate_flags(_table(slow_link=("jax", "cross-process")), 10.0)
+    flagged = [r for r in rows if r["flags"]]
+    assert [(r["framework"], r["scope"], r["op"]) for r in flagged] == [
+        ("jax", "cross-process", "all_reduce")
+    ] * 3
+    assert flagged[0]["flags"] == ["40× below JAX in-process (2 devices, xla-cpu)"]
