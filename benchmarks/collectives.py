@@ -619,13 +619,12 @@ def _host_devices_flag(n: int) -> str:
     return " ".join([*kept, f"--xla_force_host_platform_device_count={n}"])
 
 
-def _phase_env(gpus: int) -> dict[str, str]:
+def _phase_env() -> dict[str, str]:
+    """This process's environment for a worker: the repository importable, and none of the
+    rank variables of an outer launcher."""
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    if gpus and not any(v in env for v in ("XLA_PYTHON_CLIENT_PREALLOCATE",
-                                             "XLA_PYTHON_CLIENT_MEM_FRACTION")):  # fmt: skip
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX and torch share each GPU
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
         env.pop(name, None)
     return env
@@ -676,7 +675,7 @@ def launch_local(opts: Options) -> list[dict]:
     rows = []
     devices = opts.devices if opts.devices >= 0 else (gpus or 2)
     if "jax" in opts.frameworks and (devices >= 2 or (gpus >= 2 and opts.devices < 0)):
-        env = _phase_env(gpus)
+        env = _phase_env()
         if not gpus:
             env["XLA_FLAGS"] = _host_devices_flag(devices)
         print(f"in-process: JAX over {devices} devices ...", file=sys.stderr, flush=True)
@@ -688,7 +687,7 @@ def launch_local(opts: Options) -> list[dict]:
         master, coordinator = _free_port(), _free_port()
         envs = []
         for rank in range(procs):
-            env = {**_phase_env(gpus), "RANK": str(rank),
+            env = {**_phase_env(), "RANK": str(rank),
                    "WORLD_SIZE": str(procs), "LOCAL_RANK": str(rank),
                    "LOCAL_WORLD_SIZE": str(procs), "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(master),

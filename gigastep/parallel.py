@@ -10,7 +10,10 @@ communicated while the games run, and the native CPU observation kernel stays pe
 Same key, same per-game results as `gigastep.rollout`, bit for bit: the games' keys are split
 from `key` up front (`jax.random.split(key, num_envs)`, see `gigastep.rollout`) and sharded
 with the games, so game b's randomness does not depend on the device it runs on nor on how
-many devices there are.
+many devices there are. On CPU both compile with the same XLA options
+(`gigastep.rollout.compiler_options`), under which a game's arithmetic does not depend on the
+batch it is part of; tested on 2 and 4 CPU devices and on 2 processes. (GPUs are not tested
+here: there, floats could differ in the last bit between the two programs.)
 
 Several processes (one per host or per GPU): call `jax.distributed.initialize(...)` first,
 then `sharded_rollout` with the same arguments in every process; `jax.devices()` (the

@@ -21,7 +21,9 @@ front, `game_keys = jax.random.split(key, num_envs)`; game b resets from
 
 Compiled once per (config, policy, num_envs, num_steps, trajectory): calls with new keys
 reuse the compiled function (policies are compared by identity, so pass the same function
-object, not a fresh lambda, to reuse it).
+object, not a fresh lambda, to reuse it). On CPU the rollouts compile with XLA's legacy
+fusion emitters (`compiler_options`), so that a game's numbers do not depend on the size of
+the batch or the number of devices it is played with.
 
 Example:
     >>> import jax, gigastep
