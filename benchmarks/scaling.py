@@ -13,8 +13,9 @@ The goal (issue 15): with the pure JAX path, 2 CPU devices reach >= 1.6x the one
 at batch >= 4096.
 
 Usage:
-    python -m benchmarks.scaling --json scaling.json --png scaling.png   # ~7 min on 2 cores
-    python -m benchmarks.scaling --quick                                  # ~2 min
+    python -m benchmarks.scaling --json scaling.json --png scaling.png   # ~4 min, 2 quiet cores
+    python -m benchmarks.scaling --rounds 3 --json scaling.json          # ~12 min: less noise
+    python -m benchmarks.scaling --quick                                  # ~1-2 min
     python -m benchmarks.scaling --native off --batch 4096 16384 --devices 1 2
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +57,8 @@ class Options:
                           "JAX) and/or on (the native CPU kernel)", type=str)  # fmt: skip
     steps: int = option(100, "steps per timed call (each call also resets the games)")
     repeats: int = option(5, "timed calls per configuration (median reported)")
+    rounds: int = option(1, "measure every configuration this many times, alternating the "
+                         "device counts (the median over rounds is reported)")  # fmt: skip
     timeout: float = option(1800.0, "seconds allowed per configuration")
     json: str = option(None, "write the throughput rows and the speed-ups as JSON here")
     png: str = option(None, "write agent-steps/s and speed-up against batch size here")
@@ -65,9 +69,11 @@ def _cases(opts: Options) -> list[throughput.Case]:
         bad = [b for b in opts.batch if b % d]
         if d < 1 or bad:
             raise ValueError(f"--devices {d}: every batch must split evenly (not {bad})")
+    if opts.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {opts.rounds}")
     return [throughput.Case(opts.scenario, batch=b, steps=opts.steps, repeats=opts.repeats,
                             devices=d, driver="rollout", step_fn="autoreset")
-            for b in opts.batch for d in opts.devices]  # fmt: skip
+            for b in opts.batch for _ in range(opts.rounds) for d in opts.devices]  # fmt: skip
 
 
 @contextmanager
@@ -87,22 +93,24 @@ def _native(mode: str):
 
 
 def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (native mode, batch): the rate on each device count and its ratio to the first
-    device count's (rows without a rate are left out)."""
-    groups: dict[tuple, dict[int, dict]] = {}
+    """Per (native mode, batch): the rate on each device count (the median over rounds) and
+    its ratio to the smallest device count's (rows without a rate are left out)."""
+    groups: dict[tuple, dict[int, list]] = {}
     for r in rows:
         if "agent_steps_per_s" in r:
-            groups.setdefault((r["native"], r["batch"]), {})[r["devices"]] = r
+            groups.setdefault((r["native"], r["batch"]), {}).setdefault(r["devices"], []).append(r)
     out = []
     for (mode, batch), by_devices in sorted(groups.items()):
+        rate = {d: statistics.median(r["agent_steps_per_s"] for r in rs)
+                for d, rs in by_devices.items()}  # fmt: skip
         base_devices = min(by_devices)
-        base = by_devices[base_devices]["agent_steps_per_s"]
-        for d, r in sorted(by_devices.items()):
-            out.append({"native": mode, "batch": batch, "devices": d,
-                        "agent_steps_per_s": r["agent_steps_per_s"],
-                        "cpu_s_per_call": r["timing"]["cpu_median_s"],
-                        "speedup": r["agent_steps_per_s"] / base,
-                        "vs_devices": base_devices, "obs_kernel": r.get("obs_kernel")})  # fmt: skip
+        for d, rs in sorted(by_devices.items()):
+            out.append({"native": mode, "batch": batch, "devices": d, "rounds": len(rs),
+                        "agent_steps_per_s": rate[d],
+                        "cpu_s_per_call": statistics.median(r["timing"]["cpu_median_s"]
+                                                            for r in rs),
+                        "speedup": rate[d] / rate[base_devices], "vs_devices": base_devices,
+                        "obs_kernel": rs[0].get("obs_kernel")})  # fmt: skip
     return out
 
 
@@ -111,7 +119,8 @@ COLUMNS = (
     Column("obs_kernel", "obs code"),
     Column("batch", "games", str),
     Column("devices", "devices", str),
-    Column("agent_steps_per_s", "agent-steps/s [M/s]", lambda x: f"{x / 1e6:.3g}"),
+    Column("rounds", "rounds", str),
+    Column("agent_steps_per_s", "agent-steps/s [M/s] (median)", lambda x: f"{x / 1e6:.3g}"),
     Column("speedup", "speed-up", lambda x: f"{x:.2f}×"),
     Column("cpu_s_per_call", "CPU s per call", lambda x: f"{x:.3g}"),
 )
