@@ -96,10 +96,10 @@ class Options:
                          "in steps of 4x", type=str, nargs="*")  # fmt: skip
     ops: list = option(list(OPS), "operations to measure", type=str)
     frameworks: list = option(["torch", "jax"], "frameworks to measure", type=str)
-    processes: int = option(2, "local worker processes of the cross-process links (0: skip; "
-                            "default 2, or one per GPU when CUDA is present)")  # fmt: skip
-    devices: int = option(2, "devices of the in-process JAX link (CPU: host devices; GPU: "
-                          "all local GPUs unless fewer are given; below 2: skip)")  # fmt: skip
+    processes: int = option(-1, "local worker processes of the cross-process links (-1: one "
+                            "per GPU with 2 or more GPUs, else 2; below 2: skip)")  # fmt: skip
+    devices: int = option(-1, "devices of the in-process JAX link (-1: every local GPU, or 2 "
+                          "XLA host devices on CPU; below 2: skip)")  # fmt: skip
     torch_backends: list = option([], "torch.distributed backends (default: nccl with CUDA, "
                                   "else gloo)", type=str, nargs="*")  # fmt: skip
     repeats: int = option(5, "timed samples per row (median reported)")
@@ -594,7 +594,7 @@ def run_in_process(opts: Options) -> list[dict]:
     from jax.sharding import Mesh
 
     devices = jax.local_devices()
-    n = len(devices) if opts.devices < 0 else min(opts.devices, len(devices))
+    n = min(opts.devices, len(devices))
     platform = devices[0].platform
     mesh = Mesh(np.asarray(devices[:n]), ("i",))
     fields = {"processes": 1, "nodes": 1, "scope": "in-process", "backend": f"xla-{platform}"}
@@ -674,7 +674,7 @@ def launch_local(opts: Options) -> list[dict]:
     root = str(Path(__file__).resolve().parent.parent)
     rows = []
     devices = opts.devices if opts.devices >= 0 else (gpus or 2)
-    if "jax" in opts.frameworks and (devices >= 2 or (gpus >= 2 and opts.devices < 0)):
+    if "jax" in opts.frameworks and devices >= 2:
         env = _phase_env()
         if not gpus:
             env["XLA_FLAGS"] = _host_devices_flag(devices)

@@ -183,7 +183,8 @@ def gather(tree, process: int | None = None):
     Returns:
         The same structure with `np.ndarray` leaves of the global shapes, or None.
     """
-    if process is not None and not 0 <= process < jax.process_count():
+    bad = isinstance(process, bool) or not isinstance(process, (int, np.integer))
+    if process is not None and (bad or not 0 <= process < jax.process_count()):
         raise ValueError(f"process must be None or in 0..{jax.process_count() - 1}, got {process}")
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(np.asarray, tree)

@@ -261,7 +261,8 @@ def check_policy(config: EnvConfig, policy) -> None:
     try:
         out = jax.eval_shape(partial(policy, config), state, jax.random.key(0))
     except Exception as e:
-        raise type(e)(f"policy {_name(policy)} failed on one game's state: {e}") from e
+        e.add_note(f"(raised by policy {_name(policy)} on one game's state)")
+        raise
     _env.check_actions(out, config.n_agents, config.discrete_actions, f"policy {_name(policy)}: ")
 
 

@@ -175,3 +175,11 @@ def test_sharded_rollout_checks_its_arguments_like_rollout():
         sharded_rollout(CONFIG, 2, 0, jax.random.key(0))
     with pytest.raises(TypeError, match="key must be a PRNG key"):
         sharded_rollout(CONFIG, 2, 3, 42)
+
+
+def test_gather_names_the_valid_process_indices():
+    from gigastep.parallel import gather
+
+    with pytest.raises(ValueError, match=r"process must be None or in 0\.\.0, got 3"):
+        gather(np.zeros(2), process=3)
+    np.testing.assert_array_equal(gather({"a": np.arange(3)})["a"], [0, 1, 2])

@@ -314,3 +314,12 @@ def test_a_versus_env_is_refused_with_a_pointer_to_joint_policy():
 
     with pytest.raises(TypeError, match="joint_policy"):
         gigastep.rollout(VersusEnv(GigastepEnv(MAIN), "pursuit"), 2, 3, KEY)
+
+
+def test_an_error_inside_a_policy_says_which_policy_raised_it():
+    def broken(config, state, key):
+        raise ZeroDivisionError("no actions today")
+
+    with pytest.raises(ZeroDivisionError, match="no actions today") as info:
+        gigastep.rollout(MAIN, 2, 3, KEY, policy=broken)
+    assert "(raised by policy broken on one game's state)" in info.value.__notes__
