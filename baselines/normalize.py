@@ -36,16 +36,14 @@ class RunningMeanStd:
         return torch.where(self.count > 0, self.m2 / self.count.clamp(min=1), 1.0)
 
     def add(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        x = x.to(torch.float64)
-        if mask is not None:
-            m = mask.to(torch.float64).unsqueeze(-1)
-            self._sum += (x * m).sum(0)
-            self._sumsq += (x * x * m).sum(0)
-            self._n += m.sum()
-        else:
-            self._sum += x.sum(0)
-            self._sumsq += (x * x).sum(0)
-            self._n += x.shape[0]
+        # One step's sums as matrix-vector products in x's precision (a million rows of 90
+        # features: ~0.1 s instead of ~0.5 s for float64 elementwise sums), accumulated in
+        # float64 across steps.
+        m = (torch.ones(x.shape[0], dtype=x.dtype, device=x.device) if mask is None
+             else mask.to(x.dtype))  # fmt: skip
+        self._sum += (m @ x).to(torch.float64)
+        self._sumsq += (m @ (x * x)).to(torch.float64)
+        self._n += m.sum(dtype=torch.float64)
 
     def commit(self) -> None:
         n_b = self._n

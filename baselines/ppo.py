@@ -8,8 +8,8 @@
 
 `--preset NAME` (smoke, cpu, million, gpu) picks the defaults of `baselines.config.PRESETS`;
 flags after it override them. With `--resume` the run's saved config is used; only
-`--updates`, `--progress`, `--tensorboard`, `--plots`, `--checkpoint-every` and `--out` (a
-moved run folder) may change.
+`--updates`, `--time-budget-s`, `--progress`, `--tensorboard`, `--plots`,
+`--checkpoint-every` and `--out` (a moved run folder) may change.
 Exit status: 0 done, 2 bad arguments, 3 the training diverged (non-finite values), 130
 interrupted (the last checkpoint is kept; `--resume` continues from it).
 """
@@ -32,7 +32,8 @@ from baselines.config import PRESETS, PPOConfig, from_dict, preset  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
-RESUMABLE = {"updates", "resume", "out", "progress", "tensorboard", "plots", "checkpoint_every"}
+RESUMABLE = {"updates", "time_budget_s", "resume", "out", "progress", "tensorboard", "plots",
+             "checkpoint_every"}
 """Flags that may differ from the saved config when resuming."""
 
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -213,7 +213,7 @@ class Trainer:
         validate(config)
         self.config = config
         if game is None:
-            game, factory = gigastep_game(config.scenario)
+            game, factory = gigastep_game(config.scenario, config.env)
         self.game = game
         self.device = torch.device(config.device)
         if config.threads:
@@ -626,6 +626,10 @@ class Trainer:
         self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])
         self.wall_s = float(ckpt["wall_s"])
 
+    def _out_of_time(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget > 0 and self.wall_s >= budget
+
     def save(self, out: Path) -> Path:
         return save_checkpoint(out, self.update, self.state_dict(), self.config.keep_checkpoints)
 
@@ -653,12 +657,13 @@ class Trainer:
         )
         bar = _progress(cfg, self.update)
         try:
-            while self.update < cfg.updates:
+            while self.update < cfg.updates and not self._out_of_time():
                 row = self.step()
                 log.log(row)
                 bar.update(1)
                 bar.set_postfix_str(_postfix(row, self.plan.labels), refresh=False)
-                if self.update % cfg.checkpoint_every == 0 or self.update == cfg.updates:
+                last = self.update == cfg.updates or self._out_of_time()
+                if self.update % cfg.checkpoint_every == 0 or last:
                     self.save(out)
                     log.plot()
         finally:

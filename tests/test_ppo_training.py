@@ -97,6 +97,7 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
         train_both=True,
         opponent="auto",
         updates=2,
+        tensorboard=True,
     )
     trainer = Trainer(config)
     trainer.run()
@@ -106,6 +107,7 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
     assert all(r["policy_loss_team1"] is not None for r in rows)
     ckpt = load_checkpoint(tmp_path / "run")
     assert [s["team"] for s in ckpt["learners"]] == [0, 1]
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.parametrize(
