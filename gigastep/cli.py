@@ -1,27 +1,183 @@
-"""The `gigastep` command: browse the scenario catalogue.
+"""The `gigastep` command.
 
-gigastep list              base scenarios with their teams (--all: all 288 names)
-gigastep info NAME         one scenario in detail (NAME may be a .toml file, file.toml#name)
+gigastep list [--all]                 base scenarios with their teams (--all: all 288 names)
+gigastep info NAME                    one scenario in detail (NAME may be a .toml file)
+gigastep render NAME --out F.gif|mp4  play one episode and write a video (--save-replay R)
+gigastep replay R --out F.gif|mp4     re-simulate a replay and write its video
+gigastep eval A B --games N           play A against B (scripted names or checkpoints)
+gigastep league A B C ... --out DIR   every pair: matrix, ratings, JSON, heat map
+gigastep play NAME                    fly one agent yourself (pygame window)
+gigastep view NAME|R                  watch a game or a replay (pygame window)
+gigastep bench ...                    python -m benchmarks.report ...
+gigastep train ...                    python -m baselines.ppo ...
+
+Every command validates its arguments before any compute and fails with one line that names
+the bad value and the closest valid ones (exit status 2), never a traceback (set
+GIGASTEP_DEBUG=1 to see one). Heavy modules (JAX included) are imported only by the commands
+that need them.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import itertools
+import difflib
+import json
+import os
 import sys
 
-from gigastep import scenarios
-from gigastep.types import EnvConfig
-
 __all__ = ["main"]
+
+DEFAULT_STEPS = 200
+FORWARD = {"bench": "benchmarks.report", "train": "baselines.ppo"}
+"""Commands that run another module of the repository, and the module they run."""
+
+
+class CommandError(Exception):
+    """A bad argument found by a command (printed as one line, exit status 2)."""
+
+
+# ------------------------------------------------------------------------------------------
+# Arguments shared by several commands
+# ------------------------------------------------------------------------------------------
+
+
+def _overrides(pairs) -> dict:
+    """EnvConfig overrides from --set FIELD=VALUE (VALUE read as JSON, else as a string)."""
+    out = {}
+    for pair in pairs or ():
+        field, sep, value = pair.partition("=")
+        if not sep or not field:
+            raise CommandError(
+                f"--set takes FIELD=VALUE (e.g. max_episode_length=100), got {pair!r}"
+            )
+        try:
+            out[field] = json.loads(value)
+        except json.JSONDecodeError:
+            out[field] = value
+        if isinstance(out[field], list):
+            out[field] = tuple(out[field])
+    return out
+
+
+def _check_name(name: str) -> None:
+    """Fail early, with the closest names, for a catalogue name that does not exist."""
+    from gigastep import scenarios
+
+    if name.endswith(".toml") or ".toml#" in name:
+        path = name.split("#", 1)[0]
+        if not os.path.isfile(path):
+            raise CommandError(f"no scenario file {path!r}")
+        return
+    if scenarios.parse_name(name).base not in scenarios.base_scenarios():
+        choices = [*scenarios.base_scenarios(), *scenarios.list_scenarios()]
+        close = difflib.get_close_matches(name, choices, n=3, cutoff=0.0)
+        raise CommandError(
+            f"unknown scenario {name!r}; closest: {', '.join(close)}. "
+            f"`gigastep list --all` lists all {len(scenarios.list_scenarios())} names"
+        )
+
+
+def _env(name: str, pairs=None):
+    from gigastep.scenarios import make
+
+    _check_name(name)
+    return make(name, **_overrides(pairs))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _fps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected frames per second > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected frames per second > 0, got {text!r}")
+    return value
+
+
+def _video_path(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".gif", ".mp4"):
+        raise CommandError(f"--out {path!r}: a video file name ends in .gif or .mp4")
+    _check_folder(path)
+    if ext == ".mp4":
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise CommandError(
+                f"--out {path!r}: MP4 needs imageio with ffmpeg (pip install 'gigastep[video]'); "
+                "a .gif needs nothing more"
+            ) from None
+    return path
+
+
+def _check_folder(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+
+
+class _Progress:
+    """A tqdm bar on stderr (shown on terminals only; nothing without tqdm)."""
+
+    def __init__(self, total: int, desc: str, unit: str):
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
+        except ImportError:
+            self.bar = None
+
+    def __call__(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(max(0, min(done, self.bar.total) - self.bar.n))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _with_progress(total: int, desc: str, unit: str, run):
+    """`run(progress)` with a progress bar that is closed however `run` ends."""
+    bar = _Progress(total, desc, unit)
+    try:
+        return run(bar)
+    finally:
+        bar.close()
+
+
+def _default_agents(env, agents):
+    """The ego views to show: those asked for, or one agent per team in RGB games."""
+    if agents is not None:
+        return tuple(agents)
+    if env.obs_type == "vector":
+        return ()
+    teams = list(env.config.teams)
+    return tuple(teams.index(t) for t in (0, 1) if t in teams)
+
+
+# ------------------------------------------------------------------------------------------
+# list, info
+# ------------------------------------------------------------------------------------------
 
 _PER_AGENT = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
 _NOT_SETTINGS = {"teams", "type_names", "maps", "map_set", "limit_x", "limit_y", *_PER_AGENT}
 
 
-def _composition(config: EnvConfig, team: int) -> str:
+def _composition(config, team: int) -> str:
     """'more_health x3, faster, default x2' for the agents of one team, in agent order."""
+    import itertools
+
     names = config.type_names or ("custom",) * config.n_agents
     members = [t for t, k in zip(names, config.teams, strict=True) if k == team]
     runs = [(name, len(list(group))) for name, group in itertools.groupby(members)]
@@ -29,6 +185,8 @@ def _composition(config: EnvConfig, team: int) -> str:
 
 
 def _cmd_list(args) -> int:
+    from gigastep import scenarios
+
     bases = scenarios.base_scenarios()
     names = scenarios.list_scenarios()
     if args.all:
@@ -38,8 +196,9 @@ def _cmd_list(args) -> int:
     for base in bases:
         config = scenarios.make_config(base)
         size = f"{config.limit_x:g}x{config.limit_y:g}"
-        rows.append((base, str(config.n_agents), _composition(config, 0),
-                     _composition(config, 1), size))  # fmt: skip
+        rows.append(
+            (base, str(config.n_agents), _composition(config, 0), _composition(config, 1), size)
+        )
     header = ("scenario", "agents", "team 0", "team 1", "world")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
@@ -52,7 +211,11 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    env = scenarios.make(args.name)
+    import dataclasses
+
+    from gigastep.types import EnvConfig
+
+    env = _env(args.name)
     spec, config = env.spec, env.config
     n0, n1 = config.team_sizes
     print(f"scenario      {spec.name}")
@@ -68,8 +231,10 @@ def _cmd_info(args) -> int:
         f"{', '.join(m.name for m in config.maps)}; up to {config.max_boxes} boxes)"
     )
     print(f"observation   {config.obs_type}: {env.observation_space} per agent")
-    print(f"action        {'discrete' if config.discrete_actions else 'continuous'}: "
-          f"{env.action_space} per agent")  # fmt: skip
+    print(
+        f"action        {'discrete' if config.discrete_actions else 'continuous'}: "
+        f"{env.action_space} per agent"
+    )
     defaults = EnvConfig()
     changed = [
         f"{f.name}={getattr(config, f.name)!r}"
@@ -86,31 +251,407 @@ def _cmd_info(args) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gigastep", description="Browse Gigastep's scenario catalogue."
+# ------------------------------------------------------------------------------------------
+# render, replay
+# ------------------------------------------------------------------------------------------
+
+
+def _cmd_render(args) -> int:
+    from gigastep.evaluation import resolve_player
+    from gigastep.render import recording_frames, save_video
+    from gigastep.replay import record_game
+
+    out = _video_path(args.out)
+    if args.save_replay:
+        _check_folder(args.save_replay)
+    env = _env(args.name, args.set)
+    agents = _default_agents(env, args.agents)
+    players = (resolve_player(args.policy, args.device), resolve_player(args.opponent, args.device))
+    overrides = _overrides(args.set)
+    rec = _with_progress(args.steps, "playing", "step",
+                         lambda bar: record_game(args.name, players, args.steps, args.seed, agents,
+                                                 overrides, args.device, bar))  # fmt: skip
+    frames = recording_frames(rec, args.scale)
+    save_video(frames, out, args.fps)
+    print(
+        f"wrote {out}: {len(frames)} frames of {frames[0].shape[1]}x{frames[0].shape[0]}, "
+        f"{rec.steps} steps of {rec.players[0]} (team 0) vs {rec.players[1]} (team 1)"
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    lister = commands.add_parser("list", help="list the base scenarios (--all: every name)")
-    lister.add_argument("--all", action="store_true", help="print all 288 scenario names")
-    lister.set_defaults(run=_cmd_list)
-    info = commands.add_parser("info", help="describe one scenario")
-    info.add_argument("name", help="a scenario name, a .toml file, or file.toml#name")
-    info.set_defaults(run=_cmd_info)
+    if args.save_replay:
+        replay = rec.replay()
+        replay.render_options = {"scale": args.scale, "fps": args.fps}
+        replay.save(args.save_replay)
+        print(
+            f"wrote {args.save_replay}: replay of {replay.steps} steps (gigastep replay "
+            f"{args.save_replay} --out FILE.gif)"
+        )
+    return 0
+
+
+def _cmd_replay(args) -> int:
+    from gigastep.render import recording_frames, save_video
+    from gigastep.replay import Replay
+
+    out = _video_path(args.out)
+    replay = Replay.load(args.file)
+    options = replay.render_options
+    scale = args.scale or int(options.get("scale", 4))
+    fps = args.fps or float(options.get("fps", 10.0))
+    rec = replay.simulate(agents=args.agents)
+    frames = recording_frames(rec, scale)
+    save_video(frames, out, fps)
+    print(
+        f"wrote {out}: {len(frames)} frames, {rec.steps} steps of {replay.scenario} "
+        f"(seed {replay.seed}), re-simulated exactly"
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# eval, league
+# ------------------------------------------------------------------------------------------
+
+
+def _match_scenario(args, players):
+    """--scenario, else the game a checkpoint says it was trained on, else the default."""
+    from gigastep.evaluation import DEFAULT_SCENARIO
+
+    if args.scenario:
+        return args.scenario
+    trained = [getattr(p, "scenario", None) for p in players]
+    trained = [s for s in trained if isinstance(s, str)]
+    return trained[0] if trained else DEFAULT_SCENARIO
+
+
+def _match_options(args) -> dict:
+    return dict(
+        max_steps=args.max_steps, batch_size=args.batch, device=args.device, **_overrides(args.set)
+    )
+
+
+def _cmd_eval(args) -> int:
+    from gigastep._files import write_text
+    from gigastep.evaluation import evaluate, resolve_player
+
+    if args.json:
+        _check_folder(args.json)
+    a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
+    scenario = _match_scenario(args, (a, b))
+    _check_name(scenario)
+    options = dict(seed=args.seed, a_team=args.a_team, **_match_options(args))
+    result = _with_progress(args.games, f"{a.name} vs {b.name}", "game",
+                            lambda bar: evaluate(a, b, scenario, args.games, progress=bar,
+                                                 **options))  # fmt: skip
+    print(result.summary())
+    if args.json:
+        write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_league(args) -> int:
+    from gigastep.evaluation import resolve_player
+    from gigastep.ratings import play_league
+
+    if len(args.players) < 2:
+        raise CommandError(f"a league needs at least 2 players, got {args.players}")
+    players = [resolve_player(p, args.device) for p in args.players]
+    scenario = _match_scenario(args, players)
+    _check_name(scenario)
+    k = len(players)
+    pairs = k * (k - 1) // 2 + (k if args.self_play else 0)
+    options = dict(seed=args.seed, self_play=args.self_play, **_match_options(args))
+    league = _with_progress(pairs * args.games, "league", "game",
+                            lambda bar: play_league(players, scenario, args.games, progress=bar,
+                                                    **options))  # fmt: skip
+    paths = league.write(args.out)
+    print(league.summary())
+    print(f"wrote {', '.join(os.path.basename(p) for p in paths.values())} to {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# play, view
+# ------------------------------------------------------------------------------------------
+
+
+def _cmd_play(args) -> int:
+    from gigastep.replay import GameRunner
+    from gigastep.viewer import Viewer, _pygame
+
+    _pygame()  # the extra is needed: say so before building the game
+    if args.save_replay:
+        _check_folder(args.save_replay)
+    env = _env(args.name, args.set)
+    if not 0 <= args.agent < env.n_agents:
+        raise CommandError(f"--agent {args.agent}: this game has agents 0..{env.n_agents - 1}")
+    team = env.config.teams[args.agent]
+    players = [args.teammates, args.opponent] if team == 0 else [args.opponent, args.teammates]
+    game = GameRunner(args.name, players, args.seed, _overrides(args.set), args.device)
+    viewer = Viewer(game, human=args.agent, fps=args.fps, scale=args.scale, title=args.name)
+    frames = viewer.run(max_frames=args.max_frames)
+    print(f"{frames} frames, {game.t} steps played")
+    if args.save_replay:
+        game.replay(viewer.renderer.agents).save(args.save_replay)
+        print(f"wrote {args.save_replay}: replay of {game.t} steps")
+    return 0
+
+
+def _cmd_view(args) -> int:
+    from gigastep.replay import GameRunner, Replay
+    from gigastep.viewer import Viewer, _pygame
+
+    _pygame()
+    if os.path.isfile(args.source) and not args.source.endswith(".toml"):
+        viewer = Viewer.for_replay(Replay.load(args.source), fps=args.fps, scale=args.scale)
+    else:
+        env = _env(args.source, args.set)
+        agents = _default_agents(env, args.agents)
+        game = GameRunner(
+            args.source, (args.policy, args.opponent), args.seed, _overrides(args.set), args.device
+        )
+        viewer = Viewer(
+            game, None, fps=args.fps, scale=args.scale, agents=agents, title=args.source
+        )
+    frames = viewer.run(max_frames=args.max_frames)
+    print(f"{frames} frames, {viewer.game.t} steps shown")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# bench, train: other modules of the repository
+# ------------------------------------------------------------------------------------------
+
+
+def _forward(command: str, argv: list[str]) -> int:
+    """Run `python -m <module> argv` with this Python; its exit status is ours."""
+    import importlib.util
+    import subprocess
+
+    module = FORWARD[command]
+    package, _, name = module.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # the package itself is missing
+        print(
+            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
+            f"{package!r} cannot be imported: it is part of the Gigastep repository, not of the "
+            "installed package. Run it from a checkout (pip install -e . there)",
+            file=sys.stderr,
+        )
+        return 2
+    if spec is None or spec.origin is None:
+        where = importlib.util.find_spec(package).submodule_search_locations
+        print(
+            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
+            f"{package!r} ({', '.join(where or [])}) has no module {name!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"gigastep {command}: forwards its arguments to `python -m {module}`:\n")
+        sys.stdout.flush()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
+    if module.count(".") > 1:
+        root = os.path.dirname(root)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return subprocess.call([sys.executable, "-m", module, *argv], env=env)
+
+
+# ------------------------------------------------------------------------------------------
+# Parser
+# ------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that adds the closest valid choices to an 'invalid choice' error."""
+
+    def error(self, message: str):
+        if "invalid choice:" in message and "choose from" in message:
+            bad = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip(" '\"")
+            choices = [c.strip(" '\")") for c in message.split("choose from", 1)[1].split(",")]
+            close = difflib.get_close_matches(bad, choices, n=3, cutoff=0.0)
+            message += f"; closest: {', '.join(close)}"
+        super().error(message)
+
+
+def _add_game_options(p, steps: bool = False) -> None:
+    p.add_argument("--seed", type=int, default=0, help="the game's seed (default 0)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override an EnvConfig field (repeatable), e.g. max_episode_length=100",
+    )
+    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    if steps:
+        p.add_argument(
+            "--steps",
+            type=_positive,
+            default=DEFAULT_STEPS,
+            help=f"at most this many steps (default {DEFAULT_STEPS})",
+        )
+
+
+def _add_match_options(p, games: int) -> None:
+    p.add_argument(
+        "--games", type=_positive, default=games, help=f"games to count (default {games})"
+    )
+    p.add_argument(
+        "--scenario",
+        help="scenario name (default: the checkpoint's game, else "
+        "identical_5_vs_5_fobs_vec_void_disc)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the start positions (default 0)")
+    p.add_argument(
+        "--max-steps",
+        type=_positive,
+        help="give up games still running after "
+        "this many steps (default: the scenario's time limit)",
+    )
+    p.add_argument("--batch", type=_positive, default=4096, help="games played at once")
+    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override an EnvConfig field (repeatable)",
+    )
+
+
+def _add_view_options(p, default_scale: int | None) -> None:
+    p.add_argument(
+        "--scale",
+        type=_positive,
+        default=default_scale,
+        help="pixels per view pixel" + (f" (default {default_scale})" if default_scale else ""),
+    )
+    p.add_argument(
+        "--fps",
+        type=_fps,
+        default=None if default_scale is None else 10.0,
+        help="frames per second (default 10)",
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gigastep")
+    except PackageNotFoundError:  # running from a source tree without an install
+        from gigastep import __version__
+
+        return __version__
+
+
+def _add_catalogue(commands) -> None:
+    p = commands.add_parser("list", help="list the base scenarios (--all: every name)")
+    p.add_argument("--all", action="store_true", help="print all 288 scenario names")
+    p.set_defaults(run=_cmd_list)
+    p = commands.add_parser("info", help="describe one scenario")
+    p.add_argument("name", help="a scenario name, a .toml file, or file.toml#name")
+    p.set_defaults(run=_cmd_info)
+
+
+def _add_videos(commands) -> None:
+    p = commands.add_parser("render", help="play one episode and write a GIF or MP4")
+    p.add_argument("name", help="scenario name (gigastep list --all)")
+    p.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
+    p.add_argument("--opponent", default="random", help="team 1's player (default random)")
+    p.add_argument("--out", required=True, help="video file, .gif or .mp4")
+    p.add_argument(
+        "--agents",
+        type=int,
+        nargs="*",
+        help="agents whose ego views are shown (default: one per team, RGB games)",
+    )
+    p.add_argument("--save-replay", metavar="FILE", help="also write the game's replay file")
+    _add_game_options(p, steps=True)
+    _add_view_options(p, 4)
+    p.set_defaults(run=_cmd_render)
+    p = commands.add_parser("replay", help="re-simulate a replay file and write its video")
+    p.add_argument("file", help="a replay file (gigastep render --save-replay)")
+    p.add_argument("--out", required=True, help="video file, .gif or .mp4")
+    p.add_argument("--agents", type=int, nargs="*", help="ego views (default: as recorded)")
+    _add_view_options(p, None)
+    p.set_defaults(run=_cmd_replay)
+
+
+def _add_matches(commands) -> None:
+    p = commands.add_parser("eval", help="play A against B and report win rates")
+    p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
+    p.add_argument("b", help="player B (the same kinds)")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    p.add_argument("--a-team", type=int, choices=(0, 1),
+                   help="A plays only this team (default: both, half the games each, in "
+                   "symmetric scenarios)")  # fmt: skip
+    _add_match_options(p, 256)
+    p.set_defaults(run=_cmd_eval)
+    p = commands.add_parser("league", help="every pair of players: matrix, ratings, heat map")
+    p.add_argument("players", nargs="+", help="two or more players (names or checkpoints)")
+    p.add_argument("--out", required=True,
+                   help="folder for matrix.csv, results.csv, ratings.csv, league.json, "
+                   "heatmap.png")  # fmt: skip
+    p.add_argument("--self-play", action="store_true", help="also play each against itself")
+    _add_match_options(p, 64)
+    p.set_defaults(run=_cmd_league)
+
+
+def _add_windows(commands) -> None:
+    p = commands.add_parser("play", help="fly one agent yourself (keyboard or joystick)")
+    p.add_argument("name", help="scenario name (gigastep list --all)")
+    p.add_argument("--agent", type=int, default=0, help="the agent you fly (default 0)")
+    p.add_argument("--teammates", default="pursuit", help="player of your team's other agents")
+    p.add_argument("--opponent", default="pursuit", help="the other team's player")
+    p.add_argument("--save-replay", metavar="FILE", help="write your game's replay on quitting")
+    p.set_defaults(run=_cmd_play)
+    v = commands.add_parser("view", help="watch a game or a replay file")
+    v.add_argument("source", help="scenario name or replay file")
+    v.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
+    v.add_argument("--opponent", default="random", help="team 1's player (default random)")
+    v.add_argument("--agents", type=int, nargs="*", help="agents whose ego views are shown")
+    v.set_defaults(run=_cmd_view)
+    for window in (p, v):
+        window.add_argument("--max-frames", type=_positive, help="close after this many frames")
+        _add_game_options(window)
+        _add_view_options(window, 3)
+
+
+def _parser() -> argparse.ArgumentParser:
+    about = "Gigastep: scenarios, games, videos, evaluation and ratings."
+    parser = _Parser(prog="gigastep", description=about)
+    parser.add_argument("--version", action="version", version=f"gigastep {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_catalogue, _add_videos, _add_matches, _add_windows):
+        add(commands)
+    for name, module in FORWARD.items():  # parsed by main: listed here for --help
+        p = commands.add_parser(name, help=f"run python -m {module} (arguments passed on)",
+                                add_help=False)  # fmt: skip
+        p.add_argument("args", nargs=argparse.REMAINDER, help=f"arguments of {module}")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the `gigastep` command; returns the exit status (2 for a bad name or argument)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in FORWARD:  # everything after the command belongs to the target
+        return _forward(argv[0], argv[1:])
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exit_:  # argparse exits on --help and on usage errors
+    except SystemExit as exit_:  # argparse exits on --help, --version and usage errors
         return int(exit_.code or 0)
     try:
         return args.run(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"gigastep: error: {err}", file=sys.stderr)
+    except (CommandError, ValueError, TypeError, FileNotFoundError, ImportError) as err:
+        if os.environ.get("GIGASTEP_DEBUG"):  # developers: the traceback instead
+            raise
+        print(f"gigastep {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gigastep: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,14 +1,53 @@
-"""Frames for people: tiled global and ego views, upscaled, saved as an animated GIF (Pillow)."""
+"""Pictures of games for people: video frames, GIF and MP4 files.
+
+`render_episode(env, players, steps, seed, agents)` plays one episode and returns its frames:
+a legend panel (scenario, step counter, each team's colour, player and agents alive, and one
+health bar per agent), the global view with a health bar over every alive agent, and the ego
+views (RGB observations) of the chosen agents, side by side, each upscaled by `scale` and
+captioned. Team 0 is blue and team 1 red, as in the global view itself.
+
+The pictures of a whole game are computed on the device in one call (the global views of the
+stacked states, `GigastepEnv.v_global_view`), copied to the host once, and composed and
+encoded there (Pillow; text in Pillow's default font). `save_video` writes a GIF (Pillow,
+always) or an MP4 (imageio with ffmpeg: the optional extra `gigastep[video]`), atomically.
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
+import warnings
 from collections.abc import Sequence
+from functools import lru_cache
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["frame", "save_gif", "tile", "upscale"]
+from gigastep._files import atomic_path
+
+__all__ = [
+    "HEALTH_EMPTY",
+    "HEALTH_FULL",
+    "TEAM_RGB",
+    "FrameRenderer",
+    "frame",
+    "recording_frames",
+    "render_episode",
+    "save_gif",
+    "save_mp4",
+    "save_video",
+    "tile",
+    "upscale",
+]
+
+TEAM_RGB = ((0, 0, 255), (255, 0, 0))
+"""Colours of team 0 and team 1 (the global view draws agents in these, green = altitude)."""
+HEALTH_FULL = (0, 220, 0)
+HEALTH_EMPTY = (90, 90, 90)
+BACKGROUND = (32, 32, 32)
+TEXT = (235, 235, 235)
+PANEL_WIDTH = 210
+CAPTION = 18
+GAP = 4
 
 
 def upscale(image, scale: int) -> np.ndarray:
@@ -50,20 +89,237 @@ def frame(env, state, obs=None, agents: int = 0, scale: int = 4) -> np.ndarray:
     return tile([upscale(v, scale).transpose(1, 0, 2) for v in views])
 
 
+# ------------------------------------------------------------------------------------------
+# Video frames
+# ------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _font():
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=12)
+    except TypeError:  # Pillow < 10.1: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+@lru_cache(maxsize=32)
+def _pixels_fn(config):
+    from gigastep.observations.rgb import pixel_coords
+
+    return jax.jit(jax.vmap(lambda agents: pixel_coords(config, agents)[:2]))
+
+
+def _bucket(n: int) -> int:
+    """Batch sizes are rounded up to a power of two so that few compiled views serve all."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class FrameRenderer:
+    """Composes the video frames of one game (see the module docstring for the layout).
+
+    Args:
+        env: the game's `GigastepEnv`.
+        agents: agents whose ego views are shown (needs RGB observations).
+        names: labels of team 0's and team 1's players.
+        scale: integer upscaling of every view.
+        title: the first line of the legend (e.g. the scenario name).
+    """
+
+    def __init__(self, env, agents=(), names=("team 0", "team 1"), scale: int = 4,
+                 title: str = ""):  # fmt: skip
+        if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
+            raise ValueError(f"scale must be a positive integer, got {scale!r}")
+        from gigastep.replay import check_agents
+
+        self.env, self.config = env, env.config
+        self.agents = check_agents(env, agents)
+        self.names, self.scale, self.title = tuple(names), scale, title
+        rx, ry = self.config.resolution
+        self.view_w, self.view_h = rx * scale, ry * scale
+        views = 1 + len(self.agents)
+        width = PANEL_WIDTH + views * (self.view_w + GAP)
+        height = max(CAPTION + self.view_h + GAP, 96 + 7 * self.config.n_agents)
+        self.shape = (height + height % 2, width + width % 2, 3)  # even sizes for H.264
+
+    def view_origin(self, view: int) -> tuple[int, int]:
+        """(row, column) of the top-left pixel of view `view` (0 = global, k = k-th agent)."""
+        return (CAPTION, PANEL_WIDTH + view * (self.view_w + GAP))
+
+    def frames(self, states, ego=None, first_step: int = 0, total_steps: int | None = None):
+        """Frames of a batch of states (leading axis T, on the device); `ego` (T, k, X, Y, 3)."""
+        t = jax.tree_util.tree_leaves(states)[0].shape[0]
+        pad = _bucket(t) - t
+        padded = jax.tree_util.tree_map(
+            lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, 0)]) if pad else x, states
+        )
+        views = np.asarray(self.env.v_global_view(padded))[:t]
+        px, py = (np.asarray(v)[:t] for v in _pixels_fn(self.config)(padded.agents))
+        health = np.asarray(states.agents.health) / np.asarray(self.config.max_health)
+        alive = np.asarray(states.agents.alive)
+        ego = None if ego is None else np.asarray(ego)
+        return [
+            self._compose(views[i], px[i], py[i], health[i], alive[i],
+                          None if ego is None else ego[i], first_step + i, total_steps)
+            for i in range(t)
+        ]  # fmt: skip
+
+    def _compose(self, view, px, py, health, alive, ego, step, total):
+        out = np.full(self.shape, BACKGROUND, np.uint8)
+        s = self.scale
+        big = upscale(view, s).transpose(1, 0, 2).copy()
+        self._health_bars(big, px, py, health, alive)
+        r0, c0 = self.view_origin(0)
+        out[r0 : r0 + self.view_h, c0 : c0 + self.view_w] = big
+        for k, _ in enumerate(self.agents):
+            r, c = self.view_origin(k + 1)
+            out[r : r + self.view_h, c : c + self.view_w] = upscale(ego[k], s).transpose(1, 0, 2)
+        return self._text(out, step, total, health, alive)
+
+    def _health_bars(self, big, px, py, health, alive):
+        """A bar 3 pixels (of the unscaled view) wide over each alive agent's sprite."""
+        s = self.scale
+        height, width = max(2, s // 2), 3 * s
+        for i in np.flatnonzero(alive):
+            top = py[i] * s - s - 1 - height  # above the sprite's top row (py - 1)
+            left = px[i] * s + s // 2 - width // 2
+            cut = left + int(round(width * float(np.clip(health[i], 0.0, 1.0))))
+            for lo, hi, colour in ((left, cut, HEALTH_FULL), (cut, left + width, HEALTH_EMPTY)):
+                lo, hi = max(lo, 0), min(hi, big.shape[1])
+                rows = slice(max(top, 0), max(min(top + height, big.shape[0]), 0))
+                if hi > lo:
+                    big[rows, lo:hi] = colour
+
+    def _text(self, out, step, total, health, alive):
+        from PIL import Image, ImageDraw
+
+        image = Image.fromarray(out)
+        draw = ImageDraw.Draw(image)
+        font = _font()
+        counter = f"step {step}" + (f" / {total}" if total is not None else "")
+        draw.text((8, 4), self.title[:30], fill=TEXT, font=font)
+        draw.text((8, 20), counter, fill=TEXT, font=font)
+        teams = np.asarray(self.config.teams)
+        for team in (0, 1):
+            y = 40 + 18 * team
+            draw.rectangle((8, y, 20, y + 12), fill=TEAM_RGB[team])
+            left = int(np.sum(alive[teams == team]))
+            label = f"{self.names[team][:15]}  {left}/{int(np.sum(teams == team))} alive"
+            draw.text((26, y), label, fill=TEXT, font=font)
+        self._agent_rows(draw, teams, health, alive, font)
+        captions = ["global view"] + [f"agent {a} (team {teams[a]})" for a in self.agents]
+        for v, caption in enumerate(captions):
+            _, c = self.view_origin(v)
+            draw.text((c + 2, 2), caption, fill=TEXT, font=font)
+        return np.asarray(image)
+
+    def _agent_rows(self, draw, teams, health, alive, font):
+        """One row per agent: team swatch, index (when rows are tall enough) and health bar."""
+        n = len(teams)
+        top = 82
+        row = max(4, min(14, (self.shape[0] - top - 4) // n))
+        for i in range(n):
+            y = top + i * row
+            draw.rectangle((8, y, 14, y + row - 3), fill=TEAM_RGB[teams[i]])
+            if row >= 12:
+                draw.text((18, y - 2), str(i), fill=TEXT, font=font)
+            x0, x1 = 40, PANEL_WIDTH - 12
+            cut = x0 + int(round((x1 - x0) * float(np.clip(health[i], 0, 1)))) if alive[i] else x0
+            draw.rectangle((x0, y, x1, y + row - 3), fill=HEALTH_EMPTY)
+            if cut > x0:
+                draw.rectangle((x0, y, cut - 1, y + row - 3), fill=HEALTH_FULL)
+
+
+def recording_frames(recording, scale: int = 4) -> list[np.ndarray]:
+    """The frames of a `gigastep.replay.Recording` (its T + 1 states)."""
+    title = recording.scenario or (recording.env.spec.name if recording.env.spec else "")
+    renderer = FrameRenderer(recording.env, recording.agents, recording.players, scale, title)
+    return renderer.frames(recording.states, recording.ego, 0, recording.steps)
+
+
+def render_episode(env, policies, steps: int = 200, seed: int = 0, agents=(), scale: int = 4,
+                   overrides: dict | None = None, device="cpu",
+                   progress=None) -> list[np.ndarray]:  # fmt: skip
+    """Play one episode and return its video frames.
+
+    Args:
+        env: a scenario name or `GigastepEnv`.
+        policies: (team 0's player, team 1's player): scripted names, policy callables,
+            TorchPlayers or checkpoint paths (`gigastep.evaluation`).
+        steps: at most this many steps (the episode may end sooner).
+        seed: the game's seed (`gigastep.replay` says how keys derive from it).
+        agents: agents whose ego views (RGB observations) are shown beside the global view.
+        scale: integer upscaling of every view.
+
+    Returns:
+        T + 1 frames (the start, then one per step), each (H, W, 3) uint8, H and W even.
+    """
+    from gigastep.replay import record_game
+
+    rec = record_game(env, policies, steps, seed, agents, overrides, device, progress)
+    return recording_frames(rec, scale)
+
+
+# ------------------------------------------------------------------------------------------
+# Files
+# ------------------------------------------------------------------------------------------
+
+
+def _check_frames(frames) -> list[np.ndarray]:
+    frames = [np.asarray(f) for f in frames]
+    if not frames:
+        raise ValueError("a video needs at least one frame")
+    shape = frames[0].shape
+    if len(shape) != 3 or shape[2] != 3 or any(f.shape != shape for f in frames):
+        raise ValueError(
+            f"frames must be (H, W, 3) uint8 of one shape, got {sorted({f.shape for f in frames})}"
+        )
+    return [f.astype(np.uint8, copy=False) for f in frames]
+
+
 def save_gif(frames: Sequence, path, fps: int = 10) -> None:
     """Write (H, W, 3) uint8 frames as an animated GIF, atomically (temp file, then rename)."""
     from PIL import Image
 
-    if not frames:
-        raise ValueError("save_gif needs at least one frame")
-    images = [Image.fromarray(np.asarray(f, np.uint8)) for f in frames]
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".gif", dir=folder)
-    os.close(fd)
-    try:
-        images[0].save(tmp, save_all=True, append_images=images[1:],
+    images = [Image.fromarray(f) for f in _check_frames(frames)]
+    with atomic_path(path, suffix=".gif") as tmp:
+        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
                        duration=max(1, round(1000 / fps)), loop=0)  # fmt: skip
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+
+
+def save_mp4(frames: Sequence, path, fps: int = 10) -> None:
+    """Write frames as an H.264 MP4 (imageio + ffmpeg: `pip install 'gigastep[video]'`)."""
+    try:
+        import imageio.v2 as imageio
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary)
+    except ImportError:
+        raise ImportError(
+            "MP4 files need imageio with ffmpeg: pip install 'gigastep[video]' (or write a .gif)"
+        ) from None
+    frames = _check_frames(frames)
+    h, w = frames[0].shape[:2]
+    if h % 2 or w % 2:  # H.264 in yuv420p needs even sizes
+        frames = [np.pad(f, ((0, h % 2), (0, w % 2), (0, 0))) for f in frames]
+    with atomic_path(path, suffix=".mp4") as tmp, warnings.catch_warnings():
+        # ffmpeg runs as a subprocess (fork, then exec at once), which JAX's fork warning
+        # does not concern.
+        warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+        writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264",
+                                    macro_block_size=1, pixelformat="yuv420p")  # fmt: skip
+        try:
+            for f in frames:
+                writer.append_data(f)
+        finally:
+            writer.close()
+
+
+def save_video(frames: Sequence, path, fps: int = 10) -> None:
+    """Write frames as a GIF or an MP4, chosen by the file name's extension."""
+    ext = str(path).lower().rsplit(".", 1)[-1] if "." in str(path) else ""
+    if ext == "gif":
+        save_gif(frames, path, fps)
+    elif ext == "mp4":
+        save_mp4(frames, path, fps)
+    else:
+        raise ValueError(f"cannot write video {str(path)!r}: the name must end in .gif or .mp4")

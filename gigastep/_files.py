@@ -1,0 +1,38 @@
+"""Atomic file writes: write to a temporary file in the same folder, then rename over the target,
+so that a reader never sees a half-written file and an interrupted write leaves nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
+__all__ = ["atomic_path", "write_text"]
+
+
+@contextlib.contextmanager
+def atomic_path(path, suffix: str | None = None) -> Iterator[str]:
+    """Yield a temporary path beside `path` (same suffix, so writers that pick a format by
+    extension still do); it replaces `path` when the block ends without an exception and is
+    removed otherwise."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+    suffix = os.path.splitext(path)[1] if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder, prefix=".tmp-")
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
