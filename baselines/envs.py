@@ -124,8 +124,9 @@ def parse_overrides(text: str) -> dict:
 
 def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callable]:
     """(spec, factory) of a Gigastep scenario with `EnvConfig` overrides (`parse_overrides`);
-    `factory(num_envs, seed, device, scripted, state_vectors)` builds a `TorchVecEnv`
-    (scripted: `ScriptedTeam`s played inside the step).
+    `factory(num_envs, seed, device, scripted, state_vectors, window)` builds a
+    `TorchVecEnv` (scripted: `ScriptedTeam`s played inside the step; window: this process's
+    games of a larger batch, see `TorchVecEnv`).
 
     Raises:
         ValueError: unknown scenario name or field (with the closest names).
@@ -136,9 +137,15 @@ def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callabl
     env = gigastep.make(scenario, **parse_overrides(overrides))
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
 
-    def factory(num_envs, seed, device, scripted=(), state_vectors=False):
+    def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
         return TorchVecEnv(
-            env, num_envs, seed=seed, device=device, scripted=scripted, state_vectors=state_vectors
+            env,
+            num_envs,
+            seed=seed,
+            device=device,
+            scripted=scripted,
+            state_vectors=state_vectors,
+            window=window,
         )
 
     return spec, factory

@@ -32,8 +32,16 @@ from baselines.config import PRESETS, PPOConfig, from_dict, preset  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
-RESUMABLE = {"updates", "time_budget_s", "resume", "out", "progress", "tensorboard", "plots",
-             "checkpoint_every"}
+RESUMABLE = {
+    "updates",
+    "time_budget_s",
+    "resume",
+    "out",
+    "progress",
+    "tensorboard",
+    "plots",
+    "checkpoint_every",
+}
 """Flags that may differ from the saved config when resuming."""
 
 
@@ -111,6 +119,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from baselines.distributed import init_from_env
     from baselines.train import Trainer, TrainingDiverged
 
     try:
@@ -121,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
     try:
-        trainer = Trainer(config)
+        dist, device = init_from_env(config.device)
+        trainer = Trainer(config, dist=dist, device=device)
         out = trainer.run()
     except TrainingDiverged as err:
         print(
@@ -140,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    print(
-        f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
-        f"{trainer.wall_s:.0f} s; run folder {out}",
-        file=sys.stderr,
-    )
+    if dist.is_main:
+        print(
+            f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
+            f"{trainer.wall_s:.0f} s ({dist.world} process(es)); run folder {out}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -52,8 +52,15 @@ class Run:
 # The training recipe of every run (see README "Training"): 256 games x 32 steps per update,
 # learning against a mix of the scripted opponents and itself, constant learning rate (the
 # run is stopped by time, not by an update count).
-RECIPE = ("--preset", "cpu", "--updates", "1000000", "--no-anneal-lr",
-          "--opponent", "pursuit:0.5,random:0.25,self:0.25")  # fmt: skip
+RECIPE = (
+    "--preset",
+    "cpu",
+    "--updates",
+    "1000000",
+    "--no-anneal-lr",
+    "--opponent",
+    "pursuit:0.5,random:0.25,self:0.25",
+)
 
 PRESETS: dict[str, list[Run]] = {
     "paper": [
@@ -73,13 +80,30 @@ def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:
     if resume:
         args = ["--resume", "--out", str(out), "--time-budget-s", str(budget)]
     else:
-        args = [*RECIPE, "--policy", run.policy, "--scenario", run.scenario, "--seed",
-                str(run.seed), "--time-budget-s", str(budget), "--out", str(out), *run.flags]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "baselines.ppo", *args, "--no-progress"],
-                          env=env, capture_output=True, text=True)  # fmt: skip
+        args = [
+            *RECIPE,
+            "--policy",
+            run.policy,
+            "--scenario",
+            run.scenario,
+            "--seed",
+            str(run.seed),
+            "--time-budget-s",
+            str(budget),
+            "--out",
+            str(out),
+            *run.flags,
+        ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "baselines.ppo", *args, "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"training {run.name} failed ({proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")  # fmt: skip
+        raise RuntimeError(
+            f"training {run.name} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}"
+        )
 
 
 def _curve(out: Path) -> list[dict]:
@@ -89,8 +113,11 @@ def _curve(out: Path) -> list[dict]:
     for r in rows:
         point = {k: r.get(k) for k in keep}
         point["episode_return"] = point.pop("return_team0")
-        point["win_rate"] = {k.split("/", 1)[1]: v for k, v in r.items()
-                             if k.startswith("win_rate/") and v is not None}  # fmt: skip
+        point["win_rate"] = {
+            k.split("/", 1)[1]: v
+            for k, v in r.items()
+            if k.startswith("win_rate/") and v is not None
+        }
         curve.append(point)
     return curve
 
@@ -103,11 +130,21 @@ def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
         t0 = time.perf_counter()
         result = evaluate(str(checkpoint), opponent, run.scenario, games=games, seed=seed)
         low, high = result.win_rate_ci
-        final.append({"opponent": opponent, "games": result.games, "wins": result.wins,
-                      "draws": result.draws, "losses": result.losses,
-                      "win_rate": result.win_rate, "ci_low": low, "ci_high": high,
-                      "unfinished": result.unfinished, "eval_s": time.perf_counter() - t0,
-                      "eval_seed": seed})  # fmt: skip
+        final.append(
+            {
+                "opponent": opponent,
+                "games": result.games,
+                "wins": result.wins,
+                "draws": result.draws,
+                "losses": result.losses,
+                "win_rate": result.win_rate,
+                "ci_low": low,
+                "ci_high": high,
+                "unfinished": result.unfinished,
+                "eval_s": time.perf_counter() - t0,
+                "eval_seed": seed,
+            }
+        )
     return final
 
 
@@ -118,26 +155,47 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
     for run in runs:
         folder = out / f"{run.name}_seed{run.seed}"
         for i, budget in enumerate(run.budgets_s):
-            print(f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s",
-                  file=log, flush=True)  # fmt: skip
+            print(
+                f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s",
+                file=log,
+                flush=True,
+            )
             if i == 0 and folder.exists():
                 raise ValueError(f"{folder} exists: choose another --out or remove it")
             _ppo(run, folder, budget, resume=i > 0)
             ckpt = json_checkpoint_info(folder)
-            print(f"[learning] {run.name}: {ckpt['update']} updates, {ckpt['wall_s']:.0f} s; "
-                  f"evaluating on {games} games", file=log, flush=True)  # fmt: skip
+            print(
+                f"[learning] {run.name}: {ckpt['update']} updates, {ckpt['wall_s']:.0f} s; "
+                f"evaluating on {games} games",
+                file=log,
+                flush=True,
+            )
             final = _evaluate(folder / "checkpoint.pt", run, games, seed=10_000 + run.seed)
             for f in final:
-                print(f"[learning]   vs {f['opponent']}: win rate {f['win_rate']:.3f} "
-                      f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}] over {f['games']} games",
-                      file=log, flush=True)  # fmt: skip
+                print(
+                    f"[learning]   vs {f['opponent']}: win rate {f['win_rate']:.3f} "
+                    f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}] over {f['games']} games",
+                    file=log,
+                    flush=True,
+                )
             config = json.loads((folder / "config.json").read_text())
-            rows.append({"name": run.name, "policy": run.policy, "scenario": run.scenario,
-                         "scenario_hash": config["scenario_hash"], "seed": run.seed,
-                         "budget_s": budget, "trained_s": ckpt["wall_s"],
-                         "updates": ckpt["update"], "agent_steps": ckpt["agent_steps"],
-                         "curve": _curve(folder), "final": final, "run_dir": str(folder),
-                         "recipe": [*RECIPE, *run.flags]})  # fmt: skip
+            rows.append(
+                {
+                    "name": run.name,
+                    "policy": run.policy,
+                    "scenario": run.scenario,
+                    "scenario_hash": config["scenario_hash"],
+                    "seed": run.seed,
+                    "budget_s": budget,
+                    "trained_s": ckpt["wall_s"],
+                    "updates": ckpt["update"],
+                    "agent_steps": ckpt["agent_steps"],
+                    "curve": _curve(folder),
+                    "final": final,
+                    "run_dir": str(folder),
+                    "recipe": [*RECIPE, *run.flags],
+                }
+            )
     return rows
 
 
@@ -163,15 +221,17 @@ def plot(rows: list[dict], path: Path) -> None:
         last[row["name"]] = row  # the longest budget of each run has the whole curve
     for name, row in last.items():
         for label in ("random", "pursuit"):
-            pts = [(p["wall_s"], p["win_rate"][label]) for p in row["curve"]
-                   if label in p["win_rate"]]  # fmt: skip
+            pts = [
+                (p["wall_s"], p["win_rate"][label]) for p in row["curve"] if label in p["win_rate"]
+            ]
             if pts:
                 ax.plot(*zip(*pts, strict=True), lw=1, label=f"{name} vs {label} (training)")
     for row in rows:
         for f in row["final"]:
             err = [[f["win_rate"] - f["ci_low"]], [f["ci_high"] - f["win_rate"]]]
-            ax.errorbar([row["trained_s"]], [f["win_rate"]], yerr=err, fmt="o", ms=4,
-                        capsize=3, color="k")  # fmt: skip
+            ax.errorbar(
+                [row["trained_s"]], [f["win_rate"]], yerr=err, fmt="o", ms=4, capsize=3, color="k"
+            )
     ax.set_xlabel("training wall-clock [s]")
     ax.set_ylabel("win rate")
     ax.set_ylim(0, 1.02)
@@ -183,8 +243,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.learning",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.learning", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     parser.add_argument("--out", default="results/learning", help="folder of the runs")
     parser.add_argument("--json", default=None, help="also write the rows here")

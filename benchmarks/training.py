@@ -77,43 +77,68 @@ def _ppo_case(case: Case) -> dict[str, Any]:
     from baselines.train import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = PPOConfig(scenario=case.scenario, num_envs=case.batch,
-                           rollout_steps=case.steps, policy=case.policy, opponent="self",
-                           out=tmp, progress=False, tensorboard=False, plots=False)  # fmt: skip
+        config = PPOConfig(
+            scenario=case.scenario,
+            num_envs=case.batch,
+            rollout_steps=case.steps,
+            policy=case.policy,
+            opponent="self",
+            out=tmp,
+            progress=False,
+            tensorboard=False,
+            plots=False,
+        )
         trainer = Trainer(config)
         trainer.start()
         t0 = time.perf_counter()
         trainer.collect()
-        trainer.learn(trainer.learners[0])
+        trainer.learn(0)
         warmup_s = time.perf_counter() - t0
         rollout, update = [], []
         for _ in range(case.repeats):
             t0 = time.perf_counter()
             trainer.collect()
             t1 = time.perf_counter()
-            trainer.learn(trainer.learners[0])
+            trainer.learn(0)
             update.append(time.perf_counter() - t1)
             rollout.append(t1 - t0)
         agent_steps = case.steps * case.batch * trainer.game.n_agents
-        return {"threads": torch.get_num_threads(), "warmup_s": warmup_s,
-                "n_agents": trainer.game.n_agents, "agent_steps": agent_steps,
-                "rollout_s": rollout, "update_s": update,
-                "rollout_agent_steps_per_s": agent_steps / statistics.median(rollout),
-                "rollout_min": agent_steps / max(rollout), "rollout_max": agent_steps / min(rollout),
-                "update_agent_steps_per_s": agent_steps / statistics.median(update),
-                "scenario_hash": trainer.game.scenario_hash}  # fmt: skip
+        return {
+            "threads": torch.get_num_threads(),
+            "warmup_s": warmup_s,
+            "n_agents": trainer.game.n_agents,
+            "agent_steps": agent_steps,
+            "rollout_s": rollout,
+            "update_s": update,
+            "rollout_agent_steps_per_s": agent_steps / statistics.median(rollout),
+            "rollout_min": agent_steps / max(rollout),
+            "rollout_max": agent_steps / min(rollout),
+            "update_agent_steps_per_s": agent_steps / statistics.median(update),
+            "scenario_hash": trainer.game.scenario_hash,
+        }
 
 
 def _jax_case(case: Case) -> dict[str, Any]:
     from benchmarks import throughput
 
-    row = throughput.run_case(throughput.Case(case.scenario, batch=case.batch, steps=case.steps,
-                                              repeats=case.repeats, policy="mlp",
-                                              step_fn="autoreset"))  # fmt: skip
-    return {"n_agents": row["n_agents"], "rollout_agent_steps_per_s": row["agent_steps_per_s"],
-            "rollout_min": row["agent_steps_per_s_min"],
-            "rollout_max": row["agent_steps_per_s_max"], "compile_s": row["compile_s"],
-            "scenario_hash": row["scenario_hash"]}  # fmt: skip
+    row = throughput.run_case(
+        throughput.Case(
+            case.scenario,
+            batch=case.batch,
+            steps=case.steps,
+            repeats=case.repeats,
+            policy="mlp",
+            step_fn="autoreset",
+        )
+    )
+    return {
+        "n_agents": row["n_agents"],
+        "rollout_agent_steps_per_s": row["agent_steps_per_s"],
+        "rollout_min": row["agent_steps_per_s_min"],
+        "rollout_max": row["agent_steps_per_s_max"],
+        "compile_s": row["compile_s"],
+        "scenario_hash": row["scenario_hash"],
+    }
 
 
 def run_case(case: Case) -> dict[str, Any]:
@@ -138,23 +163,36 @@ COLUMNS = (
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    jax = {r["batch"]: r["rollout_agent_steps_per_s"] for r in rows
-           if r.get("kind") == "jax" and "error" not in r}  # fmt: skip
+    jax = {
+        r["batch"]: r["rollout_agent_steps_per_s"]
+        for r in rows
+        if r.get("kind") == "jax" and "error" not in r
+    }
     shown = []
     for r in rows:
         if "error" in r:
             continue
         ref = jax.get(r["batch"])
-        ratio = "–" if r["kind"] == "jax" or ref is None else f"{r['rollout_agent_steps_per_s'] / ref:.2f}"
-        shown.append({**r, "_label": _label(r), "_ratio": ratio,
-                      "_range": f"{format_number(r['rollout_min'])}–"
-                                f"{format_number(r['rollout_max'])}"})  # fmt: skip
+        ratio = (
+            "–"
+            if r["kind"] == "jax" or ref is None
+            else f"{r['rollout_agent_steps_per_s'] / ref:.2f}"
+        )
+        shown.append(
+            {
+                **r,
+                "_label": _label(r),
+                "_ratio": ratio,
+                "_range": f"{format_number(r['rollout_min'])}–{format_number(r['rollout_max'])}",
+            }
+        )
     return markdown_table(shown, COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.training", description=__doc__.split("\n\n")[0]
+    )
     opts, worker_rows = parse_command_line(parser, Options, Case, run_case, argv)
     if worker_rows is not None:
         return worker_rows
@@ -162,14 +200,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for batch in opts.batch:
         if opts.jax:
             cases.append(Case("jax", opts.scenario, batch, opts.steps, opts.repeats))
-        cases += [Case("ppo", opts.scenario, batch, opts.steps, opts.repeats, p)
-                  for p in opts.policies]  # fmt: skip
+        cases += [
+            Case("ppo", opts.scenario, batch, opts.steps, opts.repeats, p) for p in opts.policies
+        ]
     info = run_info()
     env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     rows = []
     for i, case in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {case.kind} {case.policy} batch {case.batch} ...",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[{i + 1}/{len(cases)}] {case.kind} {case.policy} batch {case.batch} ...",
+            file=sys.stderr,
+            flush=True,
+        )
         row = run_worker("benchmarks.training", dataclasses.asdict(case), opts.timeout, env)
         if "error" in row:
             print(f"    failed: {row['error'][-300:]}", file=sys.stderr)

@@ -84,7 +84,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(tmp_path):
                 self.learners[0].buffer.rewards[3, 0] = float("nan")
 
     trainer = Poisoned(_tiny(tmp_path))
-    with pytest.raises(TrainingDiverged, match="non-finite loss at update 2"):
+    with pytest.raises(TrainingDiverged, match="non-finite loss or gradient at update 2"):
         trainer.run()
     assert load_checkpoint(tmp_path / "run")["update"] == 1  # the last good one, intact
 
