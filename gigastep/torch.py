@@ -525,9 +525,7 @@ class TorchVecEnv:
         missing = {"key", "states", "last_obs"} - set(snapshot)
         if missing:
             raise ValueError(f"not a TorchVecEnv snapshot: missing {sorted(missing)}")
-        shapes = jax.eval_shape(
-            lambda: _reset(self.game, self.num_envs, self._key, self.window)[2]
-        )
+        shapes = jax.eval_shape(lambda: _reset(self.game, self.num_envs, self._key, self.window)[2])
         want = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(shapes)]
         got = [(tuple(t.shape), _numpy_dtype(t)) for t in snapshot["states"]]
         if got != want:
