@@ -36,6 +36,9 @@ class PPOConfig:
     # --- run -------------------------------------------------------------------------------
     scenario: str = "identical_5_vs_5_fobs_vec_void_disc"
     """Gigastep scenario name (`gigastep list --all`) or scenario file (file.toml#name)."""
+    env: str = ""
+    """EnvConfig overrides of the training game, `field=value,...` (e.g. reward_damage=1 for an
+    auxiliary damage reward); evaluations use the scenario as it is."""
     out: str = "runs/ppo"
     """Run folder: metrics.csv/jsonl, config.json, checkpoints, curves, TensorBoard events."""
     seed: int = 0
@@ -48,6 +51,10 @@ class PPOConfig:
     """Continue the run in `out` from its latest checkpoint (the other flags must match)."""
     threads: int = 0
     """torch.set_num_threads (0: leave torch's default)."""
+    time_budget_s: float = 0.0
+    """Stop after the update at which the run's training wall time reaches this (0: no limit);
+    the run then ends as if --updates were reached. A run stopped by time is not
+    reproducible bit for bit (where it stops depends on the machine's speed)."""
 
     # --- batch -----------------------------------------------------------------------------
     num_envs: int = 256
@@ -303,6 +310,8 @@ def validate(config: PPOConfig) -> None:
         raise ValueError(f"--team must be 0 or 1, got {config.team}")
     if config.keep_checkpoints < 0 or config.threads < 0:
         raise ValueError("--keep-checkpoints and --threads must be >= 0")
+    if not config.time_budget_s >= 0:
+        raise ValueError(f"--time-budget-s must be >= 0, got {config.time_budget_s}")
 
 
 def to_dict(config: PPOConfig) -> dict:

@@ -101,22 +101,51 @@ def game_spec_from_config(config, name: str) -> GameSpec:
     )
 
 
-def gigastep_game(scenario: str) -> tuple[GameSpec, Callable]:
-    """(spec, factory) of a Gigastep scenario; `factory(num_envs, seed, device, scripted,
-    state_vectors)` builds a `TorchVecEnv` (scripted: `ScriptedTeam`s played inside the step).
+def parse_overrides(text: str) -> dict:
+    """`field=value,...` -> {field: value}; values are read as JSON (numbers, true/false,
+    null, [lists]) or else kept as strings.
 
     Raises:
-        ValueError: unknown scenario name (with the closest names).
+        ValueError: an entry without `=`.
+    """
+    import json
+
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--env entries are field=value, got {item!r}")
+        try:
+            out[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callable]:
+    """(spec, factory) of a Gigastep scenario with `EnvConfig` overrides (`parse_overrides`);
+    `factory(num_envs, seed, device, scripted, state_vectors, window)` builds a
+    `TorchVecEnv` (scripted: `ScriptedTeam`s played inside the step; window: this process's
+    games of a larger batch, see `TorchVecEnv`).
+
+    Raises:
+        ValueError: unknown scenario name or field (with the closest names).
     """
     import gigastep
     from gigastep.torch import TorchVecEnv
 
-    env = gigastep.make(scenario)
+    env = gigastep.make(scenario, **parse_overrides(overrides))
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
 
-    def factory(num_envs, seed, device, scripted=(), state_vectors=False):
+    def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
         return TorchVecEnv(
-            env, num_envs, seed=seed, device=device, scripted=scripted, state_vectors=state_vectors
+            env,
+            num_envs,
+            seed=seed,
+            device=device,
+            scripted=scripted,
+            state_vectors=state_vectors,
+            window=window,
         )
 
     return spec, factory

@@ -36,6 +36,8 @@ def ppo_loss(
     ent_coef: float,
     clip_value: bool = False,
     norm_adv: bool = True,
+    count=None,
+    adv_moments=None,
 ) -> PPOLoss:
     r"""Clipped-surrogate PPO loss, averaged over the entries where `mask` is set.
 
@@ -54,20 +56,30 @@ def ppo_loss(
     Args:
         logp, old_logp, advantages, values, old_values, returns, entropy: float [T, N].
         mask: bool [T, N].
+        count: the number of masked entries the means divide by (default: this batch's);
+            a process holding part of a minibatch passes the whole minibatch's, so that
+            the parts' losses and gradients sum to the minibatch's.
+        adv_moments: (mean, std) of the minibatch's masked advantages for `norm_adv`
+            (default: computed from this batch).
 
     Returns:
         A `PPOLoss`; `approx_kl` is the mean of ``(ρ - 1) - log ρ`` (Schulman's estimator),
         `clip_frac` the fraction of entries with ``|ρ - 1| > ε``.
     """
-    count = mask.sum().clamp(min=1)
+    if count is None:
+        count = mask.sum()
+    count = torch.as_tensor(count, dtype=logp.dtype, device=logp.device).clamp(min=1)
 
     def mean(x):
         return torch.where(mask, x, 0.0).sum() / count
 
     adv = torch.where(mask, advantages, 0.0)
     if norm_adv:
-        centre = mean(adv)
-        adv = (adv - centre) / (torch.sqrt(mean((adv - centre) ** 2)) + 1e-8)
+        if adv_moments is None:
+            centre = mean(adv)
+            adv_moments = (centre, torch.sqrt(mean((adv - centre) ** 2)))
+        centre, std = adv_moments
+        adv = (adv - centre) / (std + 1e-8)
     log_ratio = torch.where(mask, logp - old_logp, 0.0)
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1 - clip, 1 + clip)

@@ -36,18 +36,24 @@ class RunningMeanStd:
         return torch.where(self.count > 0, self.m2 / self.count.clamp(min=1), 1.0)
 
     def add(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        x = x.to(torch.float64)
-        if mask is not None:
-            m = mask.to(torch.float64).unsqueeze(-1)
-            self._sum += (x * m).sum(0)
-            self._sumsq += (x * x * m).sum(0)
-            self._n += m.sum()
-        else:
-            self._sum += x.sum(0)
-            self._sumsq += (x * x).sum(0)
-            self._n += x.shape[0]
+        # One step's sums as matrix-vector products in x's precision (a million rows of 90
+        # features: ~0.1 s instead of ~0.5 s for float64 elementwise sums), accumulated in
+        # float64 across steps.
+        m = (
+            torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+            if mask is None
+            else mask.to(x.dtype)
+        )
+        self._sum += (m @ x).to(torch.float64)
+        self._sumsq += (m @ (x * x)).to(torch.float64)
+        self._n += m.sum(dtype=torch.float64)
 
-    def commit(self) -> None:
+    def commit(self, reduce=None) -> None:
+        """Merge what `add` accumulated; `reduce` (e.g. a sum over processes, in place) is
+        applied to the accumulated sums first, so every process merges the same numbers."""
+        if reduce is not None:
+            for t in (self._sum, self._sumsq, self._n):
+                reduce(t)
         n_b = self._n
         mean_b = self._sum / n_b.clamp(min=1)
         m2_b = (self._sumsq - n_b * mean_b * mean_b).clamp(min=0)
@@ -92,9 +98,9 @@ class ObsNormalizer:
         if self.enabled:
             self.stats.add(x, mask)
 
-    def commit(self) -> None:
+    def commit(self, reduce=None) -> None:
         if self.enabled:
-            self.stats.commit()
+            self.stats.commit(reduce)
             self._refresh()
 
     def state_dict(self) -> dict:
@@ -134,15 +140,15 @@ class RewardScaler:
         self.returns.mul_(cont.to(torch.float64))
         return rewards * self._scale
 
-    def commit(self) -> None:
+    def commit(self, reduce=None) -> None:
         if self.enabled:
-            self.stats.commit()
+            self.stats.commit(reduce)
             self._refresh()
 
     def state_dict(self) -> dict:
-        return {"stats": self.stats.state_dict(), "returns": self.returns.clone()}
+        """The statistics (the same in every process)."""
+        return self.stats.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.stats.load_state_dict(state["stats"])
-        self.returns = state["returns"].to(self.returns.device, torch.float64).clone()
+        self.stats.load_state_dict(state)
         self._refresh()

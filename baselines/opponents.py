@@ -33,41 +33,52 @@ __all__ = ["FrozenPlayer", "MatchPlan", "OpponentPool", "Rows", "Slice", "make_p
 
 @dataclass
 class Rows:
-    """The rows of a player in the flattened batch, with per-row game, team, slot and type."""
+    """A player's rows in this process's part of the batch, with per-row game, team, slot,
+    type, and the row's place in the whole batch (for noise and minibatches)."""
 
     index: torch.Tensor
-    """[N] int64: g * n + a."""
+    """[N] int64: (g - start) * n + a, the row in this process's flattened games."""
     game: torch.Tensor
-    """[N] int64: the game g."""
+    """[N] int64: the game g - start in this process's games."""
     team: torch.Tensor
     """[N] int64: the agent's team."""
     slot: torch.Tensor
     """[N] int64: the agent's position within its team."""
     type_id: torch.Tensor
     """[N] int64: the agent's index in the type vocabulary."""
+    uid: torch.Tensor
+    """[N] int64: g * n + a, the row's id in the whole batch (its sampling-noise counter)."""
+    pos: torch.Tensor
+    """[N] int64: the row's position among the player's rows of the whole batch."""
+    total: int = 0
+    """The player's rows in the whole batch (all processes)."""
 
     @staticmethod
-    def of(blocks, game: GameSpec, vocab: tuple[str, ...], device) -> Rows:
+    def of(blocks, game: GameSpec, vocab: tuple[str, ...], device, games=None) -> Rows:
         """The rows of `blocks`, a list of (start, stop, team): that team's agents in games
-        [start, stop)."""
+        [start, stop) of the whole batch, kept where the game is in `games` = [lo, hi)
+        (this process's games; all when None)."""
         n = game.n_agents
-        cols = {k: [] for k in ("index", "game", "team", "slot", "type_id")}
+        cols = {k: [] for k in ("uid", "game", "team", "slot", "type_id")}
         for start, stop, team in blocks:
             agents = game.team_agents(team)
-            games = np.arange(start, stop)
-            cols["index"].append((games[:, None] * n + agents[None, :]).reshape(-1))
-            cols["game"].append(np.repeat(games, len(agents)))
-            cols["team"].append(np.full(len(games) * len(agents), team))
-            cols["slot"].append(np.tile(np.arange(len(agents)), len(games)))
+            gs = np.arange(start, stop)
+            cols["uid"].append((gs[:, None] * n + agents[None, :]).reshape(-1))
+            cols["game"].append(np.repeat(gs, len(agents)))
+            cols["team"].append(np.full(len(gs) * len(agents), team))
+            cols["slot"].append(np.tile(np.arange(len(agents)), len(gs)))
             types = [vocab.index(game.type_keys[a]) for a in agents]
-            cols["type_id"].append(np.tile(types, len(games)))
-        out = {
-            k: torch.as_tensor(
-                np.concatenate(v) if v else np.zeros(0, np.int64), dtype=torch.int64, device=device
-            )
-            for k, v in cols.items()
-        }
-        return Rows(**out)
+            cols["type_id"].append(np.tile(types, len(gs)))
+        out = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+        total = len(out["uid"])
+        out["pos"] = np.arange(total)
+        lo, hi = games if games is not None else (0, np.inf)
+        keep = (out["game"] >= lo) & (out["game"] < hi)
+        out = {k: v[keep] for k, v in out.items()}
+        out["game"] = out["game"] - int(lo)
+        out["index"] = out["uid"] - int(lo) * n
+        tensors = {k: torch.as_tensor(v, dtype=torch.int64, device=device) for k, v in out.items()}
+        return Rows(**tensors, total=total)
 
     def __len__(self) -> int:
         return int(self.index.shape[0])
@@ -123,16 +134,20 @@ class MatchPlan:
             (s.start, s.stop, t) for s in self.slices for t in (0, 1) if s.players[t] == controller
         ]
 
-    def scripted(self):
-        """The `ScriptedTeam`s of the plan (for `TorchVecEnv(scripted=...)`)."""
+    def scripted(self, games=None):
+        """The `ScriptedTeam`s of the plan for `TorchVecEnv(scripted=...)`, restricted to the
+        games [lo, hi) of `games` (numbered from lo) when given."""
         from gigastep.torch import ScriptedTeam
 
-        return tuple(
-            ScriptedTeam(s.start, s.stop, t, s.players[t].split(":", 1)[1])
-            for s in self.slices
-            for t in (0, 1)
-            if s.players[t].startswith("scripted:")
-        )
+        lo, hi = games if games is not None else (0, self.num_envs)
+        out = []
+        for s in self.slices:
+            start, stop = max(s.start, lo), min(s.stop, hi)
+            for t in (0, 1):
+                if start < stop and s.players[t].startswith("scripted:"):
+                    name = s.players[t].split(":", 1)[1]
+                    out.append(ScriptedTeam(start - lo, stop - lo, t, name))
+        return tuple(out)
 
 
 def make_plan(config: PPOConfig, game: GameSpec) -> MatchPlan:

@@ -119,14 +119,9 @@ class PolicyActor:
             else obs.reshape(rows, *obs.shape[2:])
         )
         first_rows = first.to(torch.bool).repeat_interleave(self.m)
+        u = torch.rand((rows, self.net.noise_width), generator=self.generator, device=self.device)
         actions, _, _, self.h = self.net.act(
-            self._normalize(flat),
-            self.types,
-            first_rows,
-            self.h,
-            None,
-            self.generator,
-            self.deterministic,
+            self._normalize(flat), self.types, first_rows, self.h, None, u, self.deterministic
         )
         return actions.reshape(b, self.m, *actions.shape[1:])
 
@@ -139,6 +134,8 @@ class PPOPlayer:
         self.deterministic = deterministic
         where = f"{policy.path}@" if policy.path else ""
         self.name = f"ppo:{where}{policy.update}"
+        self.scenario = policy.game.name
+        """The scenario it was trained on (the evaluation's default game)."""
 
     def check(self, config, team: int) -> None:
         _pick_team(self.policy, game_spec_from_config(config, "this game"), team)

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from baselines import noise
 from baselines.s5 import S5Block
 
 __all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
@@ -302,22 +303,21 @@ class ActorCritic(nn.Module):
             return -(logp_all.exp() * logp_all).sum(-1)
         return (0.5 + _LOG_SQRT_2PI + self.log_std).sum()
 
-    def _sample(self, out, generator, deterministic):
-        if self.spec.discrete:
-            if deterministic:
-                return out.argmax(-1)
-            u = torch.rand(out.shape, generator=generator, device=out.device)
-            gumbel = -torch.log(-torch.log(u.clamp_(min=1e-20)))
-            return (out + gumbel).argmax(-1)  # Gumbel-max: a sample of softmax(out)
-        if deterministic:
-            return out
-        noise = torch.randn(out.shape, generator=generator, device=out.device)
-        return out + torch.exp(self.log_std) * noise
+    @property
+    def noise_width(self) -> int:
+        """Uniforms one agent's sample consumes: 1 (discrete), 6 (continuous)."""
+        return 1 if self.spec.discrete else 6
 
-    # --- modes ------------------------------------------------------------------------------
-    def act(
-        self, obs, types, first, h, critic_in=None, generator=None, deterministic: bool = False
-    ):
+    def _sample(self, out, uniforms, deterministic):
+        if deterministic:
+            return out.argmax(-1) if self.spec.discrete else out
+        if uniforms is None:
+            uniforms = torch.rand(out.shape[0], self.noise_width, device=out.device)
+        if self.spec.discrete:
+            return noise.categorical(out, uniforms[:, 0])
+        return out + torch.exp(self.log_std) * noise.normal(uniforms)
+
+    def act(self, obs, types, first, h, critic_in=None, uniforms=None, deterministic: bool = False):
         """One step of N agents.
 
         Args:
@@ -326,7 +326,10 @@ class ActorCritic(nn.Module):
             first: [N] bool, an episode starts at this step (the state restarts first).
             h: recurrent state of the N agents.
             critic_in: [N, S + slots + K] float32 for a central critic, else None.
-            generator: torch.Generator of the sampling noise.
+            uniforms: [N, noise_width] float32 in (0, 1), the sampling noise (e.g.
+                `baselines.noise.uniforms`); drawn with torch.rand when None. Discrete
+                actions invert the softmax's CDF at the uniform; continuous ones add
+                exp(log_std) times Box-Muller normals to the mean.
             deterministic: the mode (argmax / mean) instead of a sample.
 
         Returns:
@@ -334,7 +337,7 @@ class ActorCritic(nn.Module):
         """
         y, h = self.core.step(self.encoder(obs, types), first, h)
         out = self.actor(y)
-        actions = self._sample(out, generator, deterministic)
+        actions = self._sample(out, uniforms, deterministic)
         logp, _ = self._log_prob(out, actions)
         return actions, logp, self._value(y, critic_in), h
 

@@ -8,8 +8,8 @@
 
 `--preset NAME` (smoke, cpu, million, gpu) picks the defaults of `baselines.config.PRESETS`;
 flags after it override them. With `--resume` the run's saved config is used; only
-`--updates`, `--progress`, `--tensorboard`, `--plots`, `--checkpoint-every` and `--out` (a
-moved run folder) may change.
+`--updates`, `--time-budget-s`, `--progress`, `--tensorboard`, `--plots`,
+`--checkpoint-every` and `--out` (a moved run folder) may change.
 Exit status: 0 done, 2 bad arguments, 3 the training diverged (non-finite values), 130
 interrupted (the last checkpoint is kept; `--resume` continues from it).
 """
@@ -32,7 +32,16 @@ from baselines.config import PRESETS, PPOConfig, from_dict, preset  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
-RESUMABLE = {"updates", "resume", "out", "progress", "tensorboard", "plots", "checkpoint_every"}
+RESUMABLE = {
+    "updates",
+    "time_budget_s",
+    "resume",
+    "out",
+    "progress",
+    "tensorboard",
+    "plots",
+    "checkpoint_every",
+}
 """Flags that may differ from the saved config when resuming."""
 
 
@@ -110,6 +119,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from baselines.distributed import init_from_env
     from baselines.train import Trainer, TrainingDiverged
 
     try:
@@ -120,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
     try:
-        trainer = Trainer(config)
+        dist, device = init_from_env(config.device)
+        trainer = Trainer(config, dist=dist, device=device)
         out = trainer.run()
     except TrainingDiverged as err:
         print(
@@ -129,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -139,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    print(
-        f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
-        f"{trainer.wall_s:.0f} s; run folder {out}",
-        file=sys.stderr,
-    )
+    if dist.is_main:
+        print(
+            f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
+            f"{trainer.wall_s:.0f} s ({dist.world} process(es)); run folder {out}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -134,7 +134,9 @@ def probe_game(cues: int = 4, delay: int = 5, tail: int = 3):
         discrete=True,
     )
 
-    def factory(num_envs, seed, device, scripted=(), state_vectors=False):
+    def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
+        if window is not None:
+            raise ValueError("the memory probe runs in one process")
         return MemoryProbe(num_envs, seed, device, cues, delay, tail)
 
     return spec, factory

@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from baselines import noise
 from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
+from baselines.distributed import Dist
 from baselines.envs import GameSpec, gigastep_game
 from baselines.loss import ppo_loss
 from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
@@ -132,6 +134,7 @@ class Learner:
         return torch.cat([self.state_norm(state_vectors[game, team]), slots, types], dim=-1)
 
     def state_dict(self) -> dict:
+        """What every process shares: model, optimiser, statistics."""
         return {
             "name": self.name,
             "team": self.team,
@@ -140,25 +143,36 @@ class Learner:
             "obs_norm": self.obs_norm.state_dict(),
             "state_norm": self.state_norm.state_dict(),
             "rewards": self.rewards.state_dict(),
-            "h": self.h,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def local_state(self) -> dict:
+        """What this process holds for its own rows: recurrent state, running returns."""
+        return {"h": self.h, "returns": self.rewards.returns}
+
+    def load_state_dict(self, state: dict, local: dict) -> None:
         self.net.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.obs_norm.load_state_dict(state["obs_norm"])
         self.state_norm.load_state_dict(state["state_norm"])
         self.rewards.load_state_dict(state["rewards"])
-        self.h = state["h"].to(self.h.device)
+        self.h = local["h"].to(self.h.device)
+        self.rewards.returns = local["returns"].to(self.h.device, torch.float64).clone()
+
+    def commit(self, reduce) -> None:
+        """Merge the rollout's statistics (summed over processes by `reduce`)."""
+        self.obs_norm.commit(reduce)
+        self.state_norm.commit(reduce)
+        self.rewards.commit(reduce)
 
 
 class _OutcomeCounts:
     """Win/draw/loss counts per opponent kind and episode statistics, on the device."""
 
-    def __init__(self, plan, game: GameSpec, device):
+    def __init__(self, plan, game: GameSpec, device, games):
         k = len(plan.labels)
-        self.label = torch.as_tensor(plan.game_label, device=device)
-        self.team = torch.as_tensor(plan.game_team, device=device)
+        lo, hi = games
+        self.label = torch.as_tensor(plan.game_label[lo:hi], device=device)
+        self.team = torch.as_tensor(plan.game_team[lo:hi], device=device)
         teams = torch.as_tensor(game.teams, device=device)
         sizes = torch.as_tensor([max(s, 1) for s in game.team_sizes], device=device)
         self.team_mean = _one_hot(teams, 2) / sizes  # [n, 2]: a team's mean over its agents
@@ -188,9 +202,10 @@ class _OutcomeCounts:
             ]
         )
 
-    def summary(self, labels) -> dict:
-        counts = self.counts.cpu().numpy()
-        n, length, r0, r1 = self.episode.cpu().tolist()
+    def summary(self, labels, reduce) -> dict:
+        """Rates and means over every process's games (`reduce` sums over processes)."""
+        counts = reduce(self.counts.clone()).cpu().numpy()
+        n, length, r0, r1 = reduce(self.episode.clone()).cpu().tolist()
         out = {
             "episodes": n,
             "episode_length": length / n if n else None,
@@ -207,75 +222,88 @@ class _OutcomeCounts:
 
 class Trainer:
     """One PPO run (see the module doc). `run()` trains; `Trainer(config, game, factory)`
-    trains any game with the `baselines.envs` step interface (e.g. the memory probe)."""
+    trains any game with the `baselines.envs` step interface (e.g. the memory probe).
 
-    def __init__(self, config: PPOConfig, game: GameSpec | None = None, factory=None):
+    With `dist` (`baselines.distributed.Dist`, one per process under torchrun) this process
+    plays its slice of the batch on `device`; see `baselines.distributed`.
+    """
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        game: GameSpec | None = None,
+        factory=None,
+        dist: Dist | None = None,
+        device=None,
+    ):
         validate(config)
         self.config = config
+        self.dist = dist or Dist()
         if game is None:
-            game, factory = gigastep_game(config.scenario)
+            game, factory = gigastep_game(config.scenario, config.env)
         self.game = game
-        self.device = torch.device(config.device)
+        self.device = torch.device(device or config.device)
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.use_deterministic_algorithms(True, warn_only=self.device.type != "cpu")
         torch.manual_seed(config.seed)
         self.spec = policy_spec(config, game)
         self.plan = make_plan(config, game)
+        self.games = self.dist.games(config.num_envs)
+        lo, hi = self.games
+        window = (lo, config.num_envs) if self.dist.enabled else None
         self.venv = factory(
-            config.num_envs,
+            hi - lo,
             config.seed,
             self.device,
-            self.plan.scripted(),
+            self.plan.scripted(self.games),
             self.spec.central_critic,
+            window=window,
         )
         vocab = game.type_vocab
         names = ["learner0", "learner1"] if config.train_both else ["learner0"]
-        self.learners = [
-            Learner(
-                name,
-                i if config.train_both else config.team,
-                self.spec,
-                Rows.of(self.plan.blocks(name), game, vocab, self.device),
-                config,
-                self.device,
-            )
-            for i, name in enumerate(names)
-        ]
+        self.learners = []
+        for i, name in enumerate(names):
+            rows = Rows.of(self.plan.blocks(name), game, vocab, self.device, self.games)
+            team = i if config.train_both else config.team
+            self.learners.append(Learner(name, team, self.spec, rows, config, self.device))
+        self._ddp = [self._wrap(learner.net) for learner in self.learners]
         self.frozen = [self._frozen_player(name, spec, vocab) for name, spec in self.plan.frozen]
         self.pool = OpponentPool(config.pool_size)
         self.generator = torch.Generator(self.device).manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
-        self.outcomes = _OutcomeCounts(self.plan, game, self.device)
+        self.outcomes = _OutcomeCounts(self.plan, game, self.device, self.games)
         self.update = 0
         self.agent_steps = 0
         self.wall_s = 0.0
-        b, n = config.num_envs, game.n_agents
+        b, n = hi - lo, game.n_agents
         shape = (b * n,) if game.discrete else (b * n, 3)
-        self.actions = torch.zeros(
-            shape, dtype=torch.int32 if game.discrete else torch.float32, device=self.device
-        )
-        self.obs = None  # the batch's current observation [B, n, ...]
+        dtype = torch.int32 if game.discrete else torch.float32
+        self.actions = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.obs = None  # this process's games' current observation [B, n, ...]
         self.first = torch.ones(b, dtype=torch.bool, device=self.device)
         self.dead = torch.zeros(b, n, dtype=torch.bool, device=self.device)
         self.state_vectors = None
 
     # --- set-up -------------------------------------------------------------------------------
+    def _wrap(self, net):
+        """`net.evaluate` behind DistributedDataParallel when several processes train."""
+        if not self.dist.enabled:
+            return None
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(_Evaluate(net), device_ids=ids)
+
     def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer:
-        rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device)
-        player = FrozenPlayer(
-            name,
-            self.spec,
-            rows,
-            _one_hot(rows.type_id, self.spec.n_types),
-            self.device,
-            self.config.norm_obs,
-        )
+        rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device, self.games)
+        types = _one_hot(rows.type_id, self.spec.n_types)
+        player = FrozenPlayer(name, self.spec, rows, types, self.device, self.config.norm_obs)
         if opponent.kind == "file":
             policy = load_policy(opponent.path, self.device)
             mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
             theirs = {k: v for k, v in policy.spec.to_dict().items() if k != "central_critic"}
-            if policy.spec.central_critic != self.spec.central_critic or mine != theirs:
+            if mine != theirs:
                 diff = {k: (theirs.get(k), mine[k]) for k in mine if theirs.get(k) != mine[k]}
                 raise ValueError(
                     f"opponent {opponent.path} cannot play here: its policy differs from this "
@@ -283,9 +311,8 @@ class Trainer:
                     "observations, actions and architecture flags)"
                 )
             team = next(iter(policy.teams))
-            player.load(
-                policy.nets[team].state_dict(), policy.normalizers[team].state_dict(), opponent.path
-            )
+            model, norm = policy.nets[team].state_dict(), policy.normalizers[team].state_dict()
+            player.load(model, norm, opponent.path)
         return player
 
     def start(self) -> None:
@@ -293,28 +320,34 @@ class Trainer:
         self.obs = self.venv.reset()
         if self.spec.central_critic:
             self.state_vectors = self.venv.state_vector()
-        if any(s.kind == "pool" for _, s in self.plan.frozen):
+        if self._uses_pool:
             self.pool.add(0, self.learners[0].net, self.learners[0].obs_norm)
+
+    @property
+    def _uses_pool(self) -> bool:
+        return any(s.kind == "pool" for _, s in self.plan.frozen)
 
     def players(self):
         return [*self.learners, *self.frozen]
 
     # --- rollout ------------------------------------------------------------------------------
     def _swap_pool_players(self) -> None:
-        pool_players = [
+        pool = [
             p for p, (_, s) in zip(self.frozen, self.plan.frozen, strict=True) if s.kind == "pool"
         ]
-        if pool_players:
-            for p, snap in zip(
-                pool_players, self.pool.sample(self.rng, len(pool_players)), strict=True
-            ):
-                p.load(snap["model"], snap["obs_norm"], snap["update"])
+        for p, snap in zip(pool, self.pool.sample(self.rng, len(pool)), strict=True):
+            p.load(snap["model"], snap["obs_norm"], snap["update"])
+
+    def _noise(self, index: int, p, t: int):
+        """Player `index`'s sampling uniforms at rollout step t (see `baselines.noise`)."""
+        step = (self.update - 1) * self.config.rollout_steps + t
+        return noise.uniforms(self.config.seed, index, step, p.rows.uid, p.net.noise_width)
 
     @torch.no_grad()
     def collect(self) -> None:
         """One rollout into the learners' buffers (see the module doc)."""
         cfg, game = self.config, self.game
-        b, n = cfg.num_envs, game.n_agents
+        b, n = self.games[1] - self.games[0], game.n_agents
         for learner in self.learners:
             learner.buffer.h0 = learner.h
         self._swap_pool_players()
@@ -323,7 +356,7 @@ class Trainer:
         for t in range(cfg.rollout_steps):
             flat = _flat(self.obs, b * n)
             dead = self.dead.reshape(-1)
-            for p in self.players():
+            for i, p in enumerate(self.players()):
                 rows = p.rows
                 raw = _take(flat, rows.index)
                 first = self.first[rows.game]
@@ -334,9 +367,8 @@ class Trainer:
                 if learning and self.spec.central_critic:
                     critic_in = p.critic_input(self.state_vectors)
                     p.state_norm.add(self.state_vectors[rows.game, rows.team], alive)
-                actions, logp, value, p.h = p.net.act(
-                    obs, p.types, first, p.h, critic_in, self.generator
-                )
+                u = self._noise(i, p, t)
+                actions, logp, value, p.h = p.net.act(obs, p.types, first, p.h, critic_in, u)
                 if learning:
                     buf = p.buffer
                     buf.store_obs(t, obs)
@@ -354,9 +386,7 @@ class Trainer:
                 self.state_vectors = info["state_vector"]
         self._bootstrap_values()
         for learner in self.learners:
-            learner.obs_norm.commit()
-            learner.state_norm.commit()
-            learner.rewards.commit()
+            learner.commit(self.dist.sum_)
 
     def _record_step(self, t, rewards, dones, ended, info) -> None:
         flat_rewards, flat_dones = rewards.reshape(-1), dones.reshape(-1)
@@ -376,7 +406,7 @@ class Trainer:
 
     def _final_values(self, t: int, info) -> None:
         """Values of the final observations of truncated episodes (bootstrap targets)."""
-        b, n = self.config.num_envs, self.game.n_agents
+        b, n = self.games[1] - self.games[0], self.game.n_agents
         final = _flat(info["final_obs"], b * n)
         for learner in self.learners:
             buf = learner.buffer
@@ -394,49 +424,54 @@ class Trainer:
             buf.final_values[t, idx] = value
 
     def _bootstrap_values(self) -> None:
-        b, n = self.config.num_envs, self.game.n_agents
+        b, n = self.games[1] - self.games[0], self.game.n_agents
         flat = _flat(self.obs, b * n)
         for learner in self.learners:
             rows = learner.rows
             obs = learner.normalize(_take(flat, rows.index))
-            critic_in = (
-                learner.critic_input(self.state_vectors) if self.spec.central_critic else None
-            )
+            central = self.spec.central_critic
+            critic_in = learner.critic_input(self.state_vectors) if central else None
             learner.buffer.next_values = learner.net.value(
                 obs, learner.types, self.first[rows.game], learner.h, critic_in
             )
 
     # --- update ------------------------------------------------------------------------------
-    def learn(self, learner: Learner) -> dict:
-        """Epochs of clipped-PPO minibatch steps on the learner's buffer; mean statistics."""
+    def learn(self, index: int) -> dict:
+        """Epochs of clipped-PPO minibatch steps on learner `index`'s buffer.
+
+        Minibatches are cut from one permutation of the learner's rows of the whole batch
+        (the same in every process); each process evaluates the rows it holds, and the loss
+        is normalised by the whole minibatch's counts, so the summed gradients are the
+        minibatch's gradient whatever the number of processes.
+        """
+        learner = self.learners[index]
         cfg, buf, net = self.config, learner.buffer, learner.net
         with torch.no_grad():
             advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
-        n = buf.n
-        size = math.ceil(n / cfg.minibatches)
-        sums: dict[str, torch.Tensor] = {}
+        total = learner.rows.total
+        local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
+        local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
+        size = math.ceil(total / cfg.minibatches)
+        sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         steps, epochs_done = 0, 0
         for epoch in range(cfg.epochs):
-            perm = torch.randperm(n, generator=self.generator, device=self.device)
-            kl_epoch = []
-            for k in range(0, n, size):
-                idx = perm[k : k + size]
-                stats = self._minibatch_step(learner, idx, advantages, returns, epoch, k // size)
-                for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                kl_epoch.append(stats["approx_kl"])
+            perm = torch.randperm(total, generator=self.generator, device=self.device)
+            kl = torch.zeros((), dtype=torch.float64, device=self.device)
+            for k in range(0, total, size):
+                mine = local[perm[k : k + size]]
+                idx = mine[mine >= 0]
+                stats = self._minibatch_step(index, idx, advantages, returns, epoch, k // size)
+                sums += stats
+                kl += stats[3]
                 steps += 1
             epochs_done += 1
-            if cfg.target_kl is not None and float(torch.stack(kl_epoch).mean()) > cfg.target_kl:
-                break
-        out = {k: float(v) / steps for k, v in sums.items()}
-        mask = buf.alive
-        var = returns[mask].var()
-        out["explained_variance"] = (
-            float(1 - (returns - buf.values)[mask].var() / var)
-            if mask.sum() > 1 and var > 0
-            else None
-        )
+            if cfg.target_kl is not None and float(self.dist.sum_(kl)) / steps > cfg.target_kl:
+                break  # the same decision in every process (summed KL)
+        self.dist.sum_(sums)
+        names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
+        out = {k: float(v) / steps for k, v in zip(names, sums, strict=True)}
+        out["grad_norm"] /= self.dist.world  # every process holds the same norm
+        out["explained_variance"] = self._explained_variance(returns, buf)
         out["epochs"] = epochs_done
         for p in net.parameters():
             if not torch.isfinite(p).all():
@@ -445,9 +480,35 @@ class Trainer:
                 )
         return out
 
-    def _minibatch_step(self, learner, idx, advantages, returns, epoch, k) -> dict:
-        cfg, buf, net = self.config, learner.buffer, learner.net
-        logp, entropy, value = net.evaluate(
+    def _explained_variance(self, returns, buf) -> float | None:
+        """1 - Var(R - V) / Var(R) over the masked entries of every process."""
+        m = buf.alive.to(torch.float64)
+        r, d = returns.to(torch.float64), (returns - buf.values).to(torch.float64)
+        sums = torch.stack(
+            [m.sum(), (m * r).sum(), (m * r * r).sum(), (m * d).sum(), (m * d * d).sum()]
+        )
+        n, s_r, s_rr, s_d, s_dd = self.dist.sum_(sums).tolist()
+        if n < 2:
+            return None
+        var_r = s_rr / n - (s_r / n) ** 2
+        var_d = s_dd / n - (s_d / n) ** 2
+        return 1.0 - var_d / var_r if var_r > 0 else None
+
+    def _minibatch_step(self, index, idx, advantages, returns, epoch, k) -> torch.Tensor:
+        """One optimiser step on this process's rows `idx` of a minibatch; returns the
+        float64 sums (policy, value, entropy, kl, clip fraction, grad norm) for logging."""
+        cfg, learner = self.config, self.learners[index]
+        buf, net = learner.buffer, learner.net
+        mask = buf.alive[:, idx]
+        adv = advantages[:, idx]
+        with torch.no_grad():
+            a = torch.where(mask, adv, 0.0).to(torch.float64)
+            moments = self.dist.sum_(
+                torch.stack([mask.sum().to(torch.float64), a.sum(), (a * a).sum()])
+            )
+            count, mean = moments[0].clamp(min=1), moments[1] / moments[0].clamp(min=1)
+            std = torch.sqrt((moments[2] / count - mean * mean).clamp(min=0))
+        batch = (
             buf.obs_rows(idx),
             learner.types[idx],
             buf.first[:, idx],
@@ -455,48 +516,46 @@ class Trainer:
             buf.actions[:, idx],
             None if buf.critic_in is None else buf.critic_in[:, idx],
         )
+        evaluate = self._ddp[index] if self._ddp[index] is not None else net.evaluate
+        logp, entropy, value = evaluate(*batch)
         out = ppo_loss(
             logp,
             buf.logp[:, idx],
-            advantages[:, idx],
+            adv,
             value,
             buf.values[:, idx],
             returns[:, idx],
             entropy,
-            buf.alive[:, idx],
+            mask,
             clip=cfg.clip,
             vf_coef=cfg.vf_coef,
             ent_coef=cfg.ent_coef,
             clip_value=cfg.clip_value,
             norm_adv=cfg.norm_adv,
+            count=count.float(),
+            adv_moments=(mean.float(), std.float()),
         )
-        if not torch.isfinite(out.loss):
-            raise TrainingDiverged(
-                f"non-finite loss at update {self.update} (epoch {epoch + 1}, minibatch "
-                f"{k + 1}) of {learner.name}: policy {float(out.policy):.4g}, value "
-                f"{float(out.value):.4g}, entropy {float(out.entropy):.4g}"
-            )
         learner.opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grads = [p.grad for p in net.parameters() if p.grad is not None]
+        # DistributedDataParallel averages gradients over processes; the parts are sums over
+        # the whole minibatch's count, so their sum is wanted: scale by the world size.
+        (out.loss * self.dist.world).backward()
+        params = [p for p in net.parameters() if p.grad is not None]
         if cfg.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         else:
-            norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
-        if not torch.isfinite(norm):
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+        stats = torch.stack(
+            [out.policy, out.value, out.entropy, out.approx_kl, out.clip_frac, norm.detach()]
+        ).to(torch.float64)
+        if not torch.isfinite(norm):  # the same norm in every process: all stop together
+            total = self.dist.sum_(stats.clone())
             raise TrainingDiverged(
-                f"non-finite gradient at update {self.update} (epoch "
-                f"{epoch + 1}, minibatch {k + 1}) of {learner.name}"
+                f"non-finite loss or gradient at update {self.update} (epoch {epoch + 1}, "
+                f"minibatch {k + 1}) of {learner.name}: policy {float(total[0]):.4g}, value "
+                f"{float(total[1]):.4g}, entropy {float(total[2]):.4g}"
             )
         learner.opt.step()
-        return {
-            "policy_loss": out.policy,
-            "value_loss": out.value,
-            "entropy": out.entropy,
-            "approx_kl": out.approx_kl,
-            "clip_frac": out.clip_frac,
-            "grad_norm": norm.detach(),
-        }
+        return stats
 
     # --- one update ---------------------------------------------------------------------------
     def step(self) -> dict:
@@ -510,13 +569,18 @@ class Trainer:
         t0 = time.perf_counter()
         self.collect()
         t1 = time.perf_counter()
-        learned = [self.learn(learner) for learner in self.learners]
+        learned = [self.learn(i) for i in range(len(self.learners))]
         t2 = time.perf_counter()
-        if any(s.kind == "pool" for _, s in self.plan.frozen) and self.update % cfg.pool_every == 0:
+        if self._uses_pool and self.update % cfg.pool_every == 0:
             self.pool.add(self.update, self.learners[0].net, self.learners[0].obs_norm)
         rollout_steps = cfg.rollout_steps * cfg.num_envs * self.game.n_agents
         self.agent_steps += rollout_steps
-        self.wall_s += t2 - t0
+        # every process keeps the main process's clock, so that all stop together
+        self.wall_s += float(
+            self.dist.sum_(
+                torch.tensor([(t2 - t0) if self.dist.is_main else 0.0], dtype=torch.float64)
+            )
+        )
         row = {
             "update": self.update,
             "agent_steps": self.agent_steps,
@@ -527,7 +591,7 @@ class Trainer:
             "rollout_agent_steps_per_s": rollout_steps / (t1 - t0),
             "update_agent_steps_per_s": rollout_steps / (t2 - t1),
             "lr": lr,
-            **self.outcomes.summary(self.plan.labels),
+            **self.outcomes.summary(self.plan.labels, self.dist.sum_),
             "rss_mb": current_rss_mb(),
             "peak_rss_mb": peak_rss_mb(),
         }
@@ -571,7 +635,20 @@ class Trainer:
         return cols + ["rss_mb", "peak_rss_mb"]
 
     # --- checkpoints --------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def local_state(self) -> dict:
+        """What this process holds for its games: environment, recurrent states, returns."""
+        return {
+            "games": list(self.games),
+            "env": self.venv.snapshot(),
+            "first": self.first,
+            "dead": self.dead,
+            "state_vectors": self.state_vectors,
+            "learners": [learner.local_state() for learner in self.learners],
+            "frozen_h": [p.h for p in self.frozen],
+        }
+
+    def state_dict(self, ranks: list[dict]) -> dict:
+        """The checkpoint: the shared state and every process's `local_state` (`ranks`)."""
         return {
             "format": FORMAT,
             "gigastep_player": "ppo",
@@ -581,13 +658,13 @@ class Trainer:
             "update": self.update,
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
+            "world_size": self.dist.world,
             "learners": [learner.state_dict() for learner in self.learners],
             "frozen": [
                 {
                     "name": p.name,
                     "model": p.net.state_dict(),
                     "obs_norm": p.normalizer.state_dict(),
-                    "h": p.h,
                     "source": None if p.source is None else str(p.source),
                 }
                 for p in self.frozen
@@ -598,44 +675,59 @@ class Trainer:
                 "generator": self.generator.get_state(),
                 "numpy": self.rng.bit_generator.state,
             },
-            "env": self.venv.snapshot(),
-            "first": self.first,
-            "dead": self.dead,
-            "state_vectors": self.state_vectors,
+            "ranks": ranks,
         }
 
     def load_state_dict(self, ckpt: dict) -> None:
         """Continue from a checkpoint of a run with this config (see `state_dict`)."""
         if [s["name"] for s in ckpt["learners"]] != [x.name for x in self.learners]:
             raise ValueError("the checkpoint's learners differ from this run's")
-        for learner, state in zip(self.learners, ckpt["learners"], strict=True):
-            learner.load_state_dict(state)
-        for player, state in zip(self.frozen, ckpt["frozen"], strict=True):
+        if int(ckpt["world_size"]) != self.dist.world:
+            raise ValueError(
+                f"the checkpoint was written by {ckpt['world_size']} process(es); resume it "
+                f"with as many (this run has {self.dist.world})"
+            )
+        local = ckpt["ranks"][self.dist.rank]
+        for learner, state, mine in zip(
+            self.learners, ckpt["learners"], local["learners"], strict=True
+        ):
+            learner.load_state_dict(state, mine)
+        for player, state, h in zip(self.frozen, ckpt["frozen"], local["frozen_h"], strict=True):
             player.load(state["model"], state["obs_norm"], state["source"])
-            player.h = state["h"].to(self.device)
+            player.h = h.to(self.device)
         self.pool.load_state_dict(ckpt["pool"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         self.generator.set_state(ckpt["rng"]["generator"].cpu())
         self.rng.bit_generator.state = ckpt["rng"]["numpy"]
-        self.venv.restore(ckpt["env"])
+        self.venv.restore(local["env"])
         self.obs = self.venv.last_obs
-        self.first = ckpt["first"].to(self.device)
-        self.dead = ckpt["dead"].to(self.device)
-        sv = ckpt["state_vectors"]
+        self.first = local["first"].to(self.device)
+        self.dead = local["dead"].to(self.device)
+        sv = local["state_vectors"]
         self.state_vectors = None if sv is None else sv.to(self.device)
         self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])
         self.wall_s = float(ckpt["wall_s"])
 
-    def save(self, out: Path) -> Path:
-        return save_checkpoint(out, self.update, self.state_dict(), self.config.keep_checkpoints)
+    def _out_of_time(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget > 0 and self.wall_s >= budget
+
+    def save(self, out: Path) -> Path | None:
+        """Write a checkpoint (the main process writes; every process sends its games)."""
+        ranks = self.dist.gather(self.local_state())
+        path = None
+        if self.dist.is_main:
+            payload = self.state_dict(ranks)
+            path = save_checkpoint(out, self.update, payload, self.config.keep_checkpoints)
+        self.dist.barrier()
+        return path
 
     # --- the run ------------------------------------------------------------------------------
     def run(self) -> Path:
         """Train `config.updates` updates into `config.out` (resuming with `config.resume`);
         returns the run folder."""
-        cfg = self.config
+        cfg, main = self.config, self.dist.is_main
         out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
         if cfg.resume:
             self.load_state_dict(load_checkpoint(out / "checkpoint.pt", self.device))
         else:
@@ -645,20 +737,26 @@ class Trainer:
                     "choose another --out"
                 )
             self.start()
-        (out / "config.json").write_text(
-            dumps(cfg, scenario_name=self.game.name, scenario_hash=self.game.scenario_hash)
-        )
-        log = MetricsLogger(
-            out, self.columns(), self.update if cfg.resume else None, cfg.tensorboard, cfg.plots
-        )
-        bar = _progress(cfg, self.update)
+        self.dist.barrier()  # every process has checked the folder before it is written
+        if main:
+            out.mkdir(parents=True, exist_ok=True)
+            info = dumps(
+                cfg,
+                scenario_name=self.game.name,
+                world_size=self.dist.world,
+                scenario_hash=self.game.scenario_hash,
+            )
+            (out / "config.json").write_text(info)
+        log = _Log(out, self.columns(), self.update if cfg.resume else None, cfg, main)
+        bar = _progress(cfg, self.update, main)
         try:
-            while self.update < cfg.updates:
+            while self.update < cfg.updates and not self._out_of_time():
                 row = self.step()
                 log.log(row)
                 bar.update(1)
                 bar.set_postfix_str(_postfix(row, self.plan.labels), refresh=False)
-                if self.update % cfg.checkpoint_every == 0 or self.update == cfg.updates:
+                last = self.update == cfg.updates or self._out_of_time()
+                if self.update % cfg.checkpoint_every == 0 or last:
                     self.save(out)
                     log.plot()
         finally:
@@ -667,19 +765,44 @@ class Trainer:
         return out
 
 
+class _Evaluate(torch.nn.Module):
+    """`ActorCritic.evaluate` as a module's forward, for DistributedDataParallel."""
+
+    def __init__(self, net: ActorCritic):
+        super().__init__()
+        self.net = net
+
+    def forward(self, *batch):
+        return self.net.evaluate(*batch)
+
+
+class _Log:
+    """The metrics logger on the main process; nothing elsewhere."""
+
+    def __init__(self, out, columns, resume_update, cfg: PPOConfig, main: bool):
+        self.logger = (
+            MetricsLogger(out, columns, resume_update, cfg.tensorboard, cfg.plots) if main else None
+        )
+
+    def __getattr__(self, name):
+        if self.logger is None:
+            return lambda *a, **k: None
+        return getattr(self.logger, name)
+
+
 def _normalize_frozen(player: FrozenPlayer, raw):
     if isinstance(raw, tuple):
         return (raw[0], player.normalizer(raw[1]))
     return raw if raw.dtype == torch.uint8 else player.normalizer(raw)
 
 
-def _progress(cfg: PPOConfig, start: int):
+def _progress(cfg: PPOConfig, start: int, main: bool = True):
     from tqdm import tqdm
 
     return tqdm(
         total=cfg.updates,
         initial=start,
-        disable=not cfg.progress,
+        disable=not (cfg.progress and main),
         unit="update",
         dynamic_ncols=True,
         desc="ppo",

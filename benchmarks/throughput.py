@@ -6,7 +6,9 @@ process (so its peak RSS is its own), compiles one rollout function — a `lax.s
 small policy network applied to the previous observation) — reports the compile time apart,
 then times `repeats` calls and reports the median and the spread. `--driver loop` times the
 same batched step driven by a Python loop instead (one compiled call per step, `steps` calls
-per timed repeat): what a training script that steps from Python gets.
+per timed repeat): what a training script that steps from Python gets. `--driver rollout`
+times the library's own `gigastep.rollout` (`gigastep.parallel.sharded_rollout` with
+`--devices N`): uniform random actions, auto-reset, per-game totals, a fresh reset per call.
 
 A configuration whose estimated peak memory exceeds `--memory-fraction` of the memory
 available to its device is skipped (a row with `skipped` says why) instead of being run.
@@ -19,6 +21,7 @@ Usage:
     python -m benchmarks.throughput --baseline-frames       # memory-bandwidth bound only
     python -m benchmarks.throughput --quick --devices 2     # the batch sharded over 2 devices
     python -m benchmarks.throughput --batch 16 4096 --driver scan loop  # scan vs Python loop
+    python -m benchmarks.throughput --batch 4096 --driver rollout --devices 2  # the library's
 
 Counting (as in the Gigastep paper): one agent-step is one agent of one environment advanced
 by one step; agent_steps_per_s = steps x batch x n_agents / seconds, and
@@ -65,7 +68,7 @@ from benchmarks._common import (
 __all__ = ["Case", "Options", "cases_from_options", "main", "resolve_config", "run_case"]
 
 OBS_MODES = ("pobs_vec", "fobs_vec", "pobs_rgb", "fobs_rgb")
-DRIVERS = ("scan", "loop")
+DRIVERS = ("scan", "loop", "rollout")
 PAPER_BATCHES = (1, 8, 32, 128, 512, 2048, 8192, 32768, 131072)
 
 
@@ -89,8 +92,8 @@ class Options:
     step_fn: str = option("step", "step (v_step, no reset) or autoreset (v_step_autoreset)",
                           choices=("step", "autoreset"))  # fmt: skip
     driver: list = option(["scan"], "drivers of the step: scan (one compiled lax.scan per "
-                          "timed call) and/or loop (a Python loop of the compiled step)",
-                          type=str)  # fmt: skip
+                          "timed call), loop (a Python loop of the compiled step) and/or "
+                          "rollout (gigastep.rollout / sharded_rollout)", type=str)  # fmt: skip
     memory_fraction: float = option(0.8, "skip a configuration whose estimated peak memory "
                                     "exceeds this fraction of the device's available memory "
                                     "(0: never skip)")  # fmt: skip
@@ -133,8 +136,9 @@ class Case:
     devices: int = 1
     """Devices the batch is sharded over (see the module docstring)."""
     driver: str = "scan"
-    """"scan" (one compiled `lax.scan` of `steps` steps) or "loop" (a Python loop of `steps`
-    calls of the compiled step)."""
+    """"scan" (one compiled `lax.scan` of `steps` steps), "loop" (a Python loop of `steps`
+    calls of the compiled step) or "rollout" (`gigastep.rollout`, or
+    `gigastep.parallel.sharded_rollout` over `devices`)."""
     memory_fraction: float = 0.8
     """Skip the case if its estimated peak memory exceeds this fraction of what is available
     (0: never skip)."""
@@ -564,6 +568,47 @@ def _compile_and_time(program, carry, case: Case, steps: int):
                     "xla_compile_s": t2 - t1}  # fmt: skip
 
 
+def _time_program(config, case: Case, steps: int):
+    """(timing, compile seconds, (RSS, peak RSS) before compiling) of the scan or loop
+    driver's program."""
+    import jax
+
+    program, carry = _program(config, case, steps)
+    jax.block_until_ready(carry)
+    memory = current_rss_mb(), peak_rss_mb()
+    return (*_compile_and_time(program, carry, case, steps), memory)
+
+
+def _time_library_rollout(config, case: Case, steps: int):
+    """(timing, compile seconds, (RSS, peak RSS) before compiling) of the library's rollout:
+    `gigastep.rollout(config, batch, steps, key)` on one device, `sharded_rollout` over
+    `case.devices`. Each timed call resets the games and plays `steps` steps; the first,
+    untimed call compiles (`compile_s` = its time minus the median call's)."""
+    import jax
+
+    import gigastep
+    from gigastep.parallel import sharded_rollout
+
+    if case.policy != "none":
+        raise ValueError(f"--driver rollout plays uniform random actions (policy=None); got "
+                         f"--policy {case.policy}")  # fmt: skip
+    if case.devices > 1:
+        mesh = _mesh(case)
+        play = lambda key: sharded_rollout(config, case.batch, steps, key, mesh=mesh)
+    else:
+        play = lambda key: gigastep.rollout(config, case.batch, steps, key)
+    memory = current_rss_mb(), peak_rss_mb()
+    c0, t0 = time.process_time(), time.perf_counter()
+    jax.block_until_ready(play(jax.random.PRNGKey(case.seed + 1)))
+    first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+    timing = time_repeats(lambda i: play(jax.random.PRNGKey(case.seed + 100 + i)),
+                          repeats=case.repeats, warmup=0)  # fmt: skip
+    compile_times = {"compile_s": max(0.0, first - timing.median),
+                     "compile_cpu_s": max(0.0, first_cpu - timing.cpu_median),
+                     "lower_s": None, "xla_compile_s": None}  # fmt: skip
+    return timing, compile_times, memory
+
+
 def _device_peak_mb() -> float | None:
     """Peak bytes in use on the default accelerator so far (MiB); None on CPU."""
     import jax
@@ -577,8 +622,6 @@ def _device_peak_mb() -> float | None:
 def run_case(case: Case) -> dict[str, Any]:
     """Measure one case in this process; returns its result row (or a `skipped` row when
     its estimated memory does not fit)."""
-    import jax
-
     rss_start = current_rss_mb()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     name, config = resolve_config(case)
@@ -593,12 +636,10 @@ def run_case(case: Case) -> dict[str, Any]:
     kernel = _obs_kernel(config) if case.kind == "env" else None
     native_build_s = time.perf_counter() - t_native
     steps = _auto_steps(case, config.n_agents)
-    program, carry = _program(config, case, steps)
     if case.kind != "env":
         name = f"{case.kind}:{name}"
-    jax.block_until_ready(carry)
-    rss_ready, peak_ready = current_rss_mb(), peak_rss_mb()
-    timing, compile_times = _compile_and_time(program, carry, case, steps)
+    timer = _time_library_rollout if case.driver == "rollout" else _time_program
+    timing, compile_times, (rss_ready, peak_ready) = timer(config, case, steps)
     row = _result_row(name, config, case, steps, timing)
     row.update(compile_times)
     row.update({
@@ -712,6 +753,10 @@ def cases_from_options(opts: Options) -> list[Case]:
     if "loop" in opts.driver and opts.devices > 1:
         raise ValueError("--driver loop runs the step on one device; drop --devices "
                          f"{opts.devices} or use --driver scan")  # fmt: skip
+    if "rollout" in opts.driver and opts.policy != "none":
+        raise ValueError("--driver rollout plays uniform random actions (gigastep.rollout's "
+                         f"policy=None); drop --policy {opts.policy} or use --driver "
+                         "scan")  # fmt: skip
     if opts.quick:
         cases = quick_cases(opts)
     elif opts.paper:

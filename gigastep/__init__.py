@@ -34,12 +34,22 @@ _SCENARIO_API = (
 )
 
 
+# Rollouts (`gigastep.rollout(...)`; the module is callable) and their sharded form.
+_ROLLOUT_API = ("parallel", "rollout", "sharded_rollout")
+
+
 def __getattr__(name):
     # The catalogue is imported on first use, so `import gigastep` stays light.
     if name in _SCENARIO_API:
         from gigastep import scenarios
 
         return getattr(scenarios, name)
+    if name in _ROLLOUT_API:
+        import importlib
+
+        if name == "sharded_rollout":
+            return importlib.import_module("gigastep.parallel").sharded_rollout
+        return importlib.import_module(f"gigastep.{name}")
     raise AttributeError(f"module 'gigastep' has no attribute {name!r}")
 
 
@@ -55,4 +65,5 @@ __all__ = [
     "StepNoise",
     "__version__",
     *_SCENARIO_API,
+    *_ROLLOUT_API,
 ]

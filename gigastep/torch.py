@@ -172,10 +172,19 @@ def _game_config(game: Game) -> EnvConfig:
     return game.config if isinstance(game, VersusEnv) else game
 
 
-@partial(jax.jit, static_argnums=(0, 1))
-def _reset(game: Game, num_envs: int, key):
+def _game_keys(key, num_envs: int, window):
+    """The per-game keys of a batch: `split(key, num_envs)`, or, for games [start, start +
+    num_envs) of a batch of `total` (`window`), those games' keys of the whole batch."""
+    if window is None:
+        return jax.random.split(key, num_envs)
+    start, total = window
+    return jax.random.split(key, total)[start : start + num_envs]
+
+
+@partial(jax.jit, static_argnums=(0, 1, 3))
+def _reset(game: Game, num_envs: int, key, window=None):
     key, sub = jax.random.split(key)
-    obs, states = jax.vmap(_reset_fn(game))(jax.random.split(sub, num_envs))
+    obs, states = jax.vmap(_reset_fn(game))(_game_keys(sub, num_envs, window))
     return key, obs, states
 
 
@@ -229,13 +238,16 @@ class ScriptedTeam:
 
 
 def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], states, actions,
-                    key):  # fmt: skip
+                    key, window=None):  # fmt: skip
     """`actions` (B, n, ...) with the rows of every scripted team replaced by its policy's
-    actions on its slice of games (each slice draws from its own fold of `key`)."""
+    actions on its slice of games. Game b's team t draws the key of b in
+    `_game_keys(fold_in(key, t), ...)`: it does not depend on how the batch is sliced."""
     teams = np.asarray(config.teams)
-    for i, entry in enumerate(scripted):
+    b = actions.shape[0]
+    team_keys = [_game_keys(jax.random.fold_in(key, t), b, window) for t in (0, 1)]
+    for entry in scripted:
         games = jax.tree_util.tree_map(lambda x, e=entry: x[e.start : e.stop], states)
-        keys = jax.random.split(jax.random.fold_in(key, i), entry.stop - entry.start)
+        keys = team_keys[entry.team][entry.start : entry.stop]
         acts = jax.vmap(partial(entry.policy, config))(games, keys).astype(actions.dtype)
         rows = np.flatnonzero(teams == entry.team)
         lo, hi = int(rows[0]), int(rows[-1]) + 1
@@ -248,7 +260,7 @@ def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], state
 
 @lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
-                   scripted: tuple = (), state_vectors: bool = False):  # fmt: skip
+                   scripted: tuple = (), state_vectors: bool = False, window=None):  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
     episode_return, episode_length, winner, final_obs[, state_vector, final_state_vector]));
@@ -261,6 +273,8 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
     on CPU about half the cost of a step that resets every game and keeps the results of
     the finished ones). Its conditional needs the branch index on the host where XLA runs
     conditionals from the host (GPU), so there the vmapped step, which has none, is used.
+    `window` = (start, total): the batch is games [start, start + B) of a batch of `total`
+    games and draws their keys (see `_game_keys`).
     `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
     global state vectors (B, 2, S) of the next and of the finished states are returned too
     (`gigastep.observations.global_state`, seen from team 0 and from team 1).
@@ -280,9 +294,9 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
         states = jax.tree_util.tree_unflatten(treedef, leaves)
         if scripted:  # its own stream: the env's keys stay those of an unscripted batch
             actions = _apply_scripted(config, scripted, states, actions,
-                                      jax.random.fold_in(sub, 1))  # fmt: skip
+                                      jax.random.fold_in(sub, 1), window)  # fmt: skip
         obs, states, rewards, dones, ep_dones, info = step(
-            states, actions, jax.random.split(sub, actions.shape[0])
+            states, actions, _game_keys(sub, actions.shape[0], window)
         )
         outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
                    info.episode_return, info.episode_length, info.winner,
@@ -365,6 +379,9 @@ class TorchVecEnv:
     `scripted` (a sequence of `ScriptedTeam`) lets the compiled step play one team of chosen
     slices of the batch with scripted policies while the caller acts for every other row
     (e.g. a learner against a mix of opponents); it cannot be combined with `opponent`.
+    `window=(start, total)` makes this batch games [start, start + num_envs) of a batch of
+    `total` games with the same seed: every game draws the random numbers it would draw there,
+    so processes that each hold a slice together play the games of one large batch.
 
     Every step is one compiled call: the PRNG key advances on the device, finished games are
     reset in the same call, the game states are donated (updated in place), and nothing is
@@ -380,7 +397,7 @@ class TorchVecEnv:
 
     def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
                  final_obs: bool = True, opponent=None, team: int = 0, scripted=(),
-                 state_vectors: bool = False):  # fmt: skip
+                 state_vectors: bool = False, window=None):  # fmt: skip
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self.game = _as_game(name_or_env, opponent, team)
@@ -395,8 +412,9 @@ class TorchVecEnv:
         self._leaves = None  # the batched states as a flat list (see _compiled_step)
         self._treedef = _state_treedef(self.game)
         self.last_obs = None
+        self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
-                                    self.scripted, self.state_vectors)  # fmt: skip
+                                    self.scripted, self.state_vectors, self.window)  # fmt: skip
 
     @classmethod
     def from_states(cls, name_or_env, states: EnvState, seed: int = 0, **kwargs) -> TorchVecEnv:
@@ -440,7 +458,7 @@ class TorchVecEnv:
         """Start `num_envs` fresh games; returns their observations (torch)."""
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._key, obs, states = _reset(self.game, self.num_envs, self._key)
+        self._key, obs, states = _reset(self.game, self.num_envs, self._key, self.window)
         self._leaves = jax.tree_util.tree_leaves(states)
         self.last_obs = jax_to_torch(obs)
         return self.last_obs
@@ -507,7 +525,7 @@ class TorchVecEnv:
         missing = {"key", "states", "last_obs"} - set(snapshot)
         if missing:
             raise ValueError(f"not a TorchVecEnv snapshot: missing {sorted(missing)}")
-        shapes = jax.eval_shape(lambda: _reset(self.game, self.num_envs, self._key)[2])
+        shapes = jax.eval_shape(lambda: _reset(self.game, self.num_envs, self._key, self.window)[2])
         want = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(shapes)]
         got = [(tuple(t.shape), _numpy_dtype(t)) for t in snapshot["states"]]
         if got != want:
@@ -553,6 +571,19 @@ class TorchVecEnv:
 
 def _numpy_dtype(t: torch.Tensor) -> np.dtype:
     return np.dtype(str(t.dtype).removeprefix("torch."))
+
+
+def _check_window(window, num_envs: int):
+    if window is None:
+        return None
+    try:
+        start, total = (int(v) for v in window)
+    except (TypeError, ValueError):
+        raise TypeError(f"window must be (start, total), got {window!r}") from None
+    if not 0 <= start <= total - num_envs:
+        raise ValueError(f"window {window!r}: games [{start}, {start + num_envs}) must lie in "
+                         f"a batch of {total}")  # fmt: skip
+    return (start, total)
 
 
 def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, ...]:

@@ -156,7 +156,8 @@ def test_replaying_a_rollout_gives_the_acting_log_probs_values_and_state(core, d
     h, acted = h0, []
     with torch.no_grad():
         for step in range(t):
-            a, logp, v, h = net.act(obs[step], types, first[step], h, generator=gen)
+            u = torch.rand(n, net.noise_width, generator=gen)
+            a, logp, v, h = net.act(obs[step], types, first[step], h, uniforms=u)
             acted.append((a, logp, v))
         actions = torch.stack([a for a, _, _ in acted])
         logp, entropy, value = net.evaluate(obs, types, first, h0, actions)

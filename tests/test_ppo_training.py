@@ -84,7 +84,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(tmp_path):
                 self.learners[0].buffer.rewards[3, 0] = float("nan")
 
     trainer = Poisoned(_tiny(tmp_path))
-    with pytest.raises(TrainingDiverged, match="non-finite loss at update 2"):
+    with pytest.raises(TrainingDiverged, match="non-finite loss or gradient at update 2"):
         trainer.run()
     assert load_checkpoint(tmp_path / "run")["update"] == 1  # the last good one, intact
 
@@ -97,6 +97,7 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
         train_both=True,
         opponent="auto",
         updates=2,
+        tensorboard=True,
     )
     trainer = Trainer(config)
     trainer.run()
@@ -106,6 +107,7 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
     assert all(r["policy_loss_team1"] is not None for r in rows)
     ckpt = load_checkpoint(tmp_path / "run")
     assert [s["team"] for s in ckpt["learners"]] == [0, 1]
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.parametrize(

@@ -439,7 +439,7 @@ def test_block_and_its_gradients_match_jax_reference():
 def test_benchmark_ratios_and_tables():
     from benchmarks.scan import add_ratios, goal_lines, render
 
-    size = {"T": 128, "batch": 4, "state_dim": 8, "d_model": 4}
+    size = {"T": 128, "batch": 1024, "state_dim": 8, "d_model": 4}
     rows = [
         {"impl": "torch_parallel", "fwd_bwd_ms": 10.0, "peak_mb": 30.0, **size},
         {"impl": "torch_sequential", "fwd_bwd_ms": 60.0, "peak_mb": 50.0, **size},
@@ -455,9 +455,16 @@ def test_benchmark_ratios_and_tables():
     assert "[ms]" in header and "[MiB]" in header and "[×]" in header
     assert render(rows, "latex").startswith(r"\begin{table}")
     assert goal_lines(rows) == [
-        "P=8 T=128: time / JAX <= 1.5: 1.25 (met)",
-        "P=8 T=128: speed-up vs sequential >= 5: 6.00 (met)",
-        "P=8 T=128: mem / JAX <= 1.5: 0.75 (met)",
+        "Goals (defined at T = 128, batch = 1024):",
+        "  P=8: time / JAX <= 1.5: 1.25 (met)",
+        "  P=8: speed-up vs sequential >= 5: 6.00 (met)",
+        "  P=8: mem / JAX <= 1.5: 0.75 (met)",
+    ]
+    # at another size no goal is judged (the quick preset runs batch 256)
+    small = [{**r, "batch": 256} for r in rows]
+    assert goal_lines(small) == [
+        "Goals are defined at T = 128, batch = 1024 (`--T 128 --batch 1024`); this run has no "
+        "row at that size, so none is evaluated."
     ]
 
 

@@ -1,0 +1,70 @@
+"""Counter-based sampling noise: the random numbers of agent row r at step s are a hash of
+(seed, stream, s, r), not a draw from a generator.
+
+So an agent's actions do not depend on how the batch is cut: one process holding 1024 games
+and two processes holding 512 each draw the same numbers for the same agent, which makes a
+multi-process run reproduce a one-process run, and a resumed run needs no generator state
+for its actions. The hash is SplitMix64's finaliser (Steele, Lea and Flood 2014) on int64
+tensors, the same on CPU and GPU; uniforms take its top 24 bits, offset by half a step, so
+they lie in (0, 1) and their logarithms are finite.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["categorical", "normal", "uniforms"]
+
+_GOLDEN = -0x61C8864680B583EB  # 0x9E3779B97F4A7C15 as a signed int64
+_M1 = -0x40A7B892E31B1A47  # 0xBF58476D1CE4E5B9
+_M2 = -0x6B2FB644ECCEEE15  # 0x94D049BB133111EB
+
+
+def _shift_right(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic for negative values)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    z = x + _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _M1
+    z = (z ^ _shift_right(z, 27)) * _M2
+    return z ^ _shift_right(z, 31)
+
+
+def _key(seed: int, stream: int, step: int) -> int:
+    """One int64 per (seed, stream, step), mixed on the host."""
+    x = torch.tensor([seed, stream, step], dtype=torch.int64)
+    h = torch.zeros((), dtype=torch.int64)
+    for v in x:
+        h = _mix(h ^ v)
+    return int(h)
+
+
+def uniforms(seed: int, stream: int, step: int, rows: torch.Tensor, width: int) -> torch.Tensor:
+    """float32 [len(rows), width] uniforms in (0, 1), a pure function of the arguments.
+
+    Args:
+        seed: the run's seed.
+        stream: which player draws (each player its own stream).
+        step: a counter that never repeats within a stream (e.g. update * T + t).
+        rows: int64 [N] global ids of the agent rows drawing.
+        width: numbers per row.
+    """
+    base = _key(seed, stream, step)
+    counter = rows.to(torch.int64).unsqueeze(-1) * width + torch.arange(width, device=rows.device)
+    bits = _shift_right(_mix(counter ^ base), 40)  # the top 24 bits
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """A sample of softmax(logits) [N, K] per row by inverting its CDF at u [N] (int64 [N])."""
+    cdf = torch.softmax(logits, dim=-1).cumsum(-1)
+    return (cdf < u.unsqueeze(-1)).sum(-1).clamp_(max=logits.shape[-1] - 1)
+
+
+def normal(u: torch.Tensor) -> torch.Tensor:
+    """Standard normals [N, W // 2] from uniforms [N, W] (Box-Muller, first half as radii)."""
+    half = u.shape[-1] // 2
+    radius = torch.sqrt(-2.0 * torch.log(u[..., :half]))
+    return radius * torch.cos((2 * torch.pi) * u[..., half : 2 * half])

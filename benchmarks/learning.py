@@ -1,0 +1,275 @@
+"""Learning curves of the PPO baseline under wall-clock budgets, and final win rates.
+
+Each run trains `python -m baselines.ppo` in its own process for a wall-clock budget (the
+trainer's own clock: rollouts and updates, the JAX compilation of the first step included,
+process start-up excluded), then plays its checkpoint against scripted opponents on fresh
+games (`gigastep.evaluation.evaluate`, both sides of the symmetric game, Wilson 95%
+intervals). A run with several budgets is trained once and evaluated at each budget (it is
+resumed from its checkpoint, which continues it exactly).
+
+    python -m benchmarks.learning --preset paper --out results/learning   # ~80 min, 2 cores
+    python -m benchmarks.learning --preset quick --out results/learning   # ~4 min
+
+Writes DIR/learning.json (a list of runs: policy, scenario, scenario_hash, seed, budget_s,
+curve, final — the layout `benchmarks.report` reads), DIR/learning.png, and each run's
+folder (metrics, checkpoints, config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._common import run_info, write_json
+
+__all__ = ["PRESETS", "Run", "main", "run_learning"]
+
+SCENARIO = "identical_5_vs_5_fobs_vec_void_disc"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run, evaluated at each of its budgets."""
+
+    name: str
+    policy: str = "s5"
+    scenario: str = SCENARIO
+    budgets_s: tuple[float, ...] = (600.0,)
+    opponents: tuple[str, ...] = ("random", "pursuit")
+    """Scripted opponents of the final evaluation."""
+    flags: tuple[str, ...] = ()
+    """Extra flags of `python -m baselines.ppo`."""
+    seed: int = 0
+
+
+# The training recipe of every run (see README "Training"): 256 games x 32 steps per update,
+# learning against a mix of the scripted opponents and itself, constant learning rate (the
+# run is stopped by time, not by an update count).
+RECIPE = (
+    "--preset",
+    "cpu",
+    "--updates",
+    "1000000",
+    "--no-anneal-lr",
+    "--opponent",
+    "pursuit:0.5,random:0.25,self:0.25",
+)
+
+PRESETS: dict[str, list[Run]] = {
+    "paper": [
+        Run("s5", budgets_s=(600.0, 1800.0)),
+        Run("gru", policy="gru"),
+        Run("mlp", policy="mlp"),
+        Run("s5_pobs", scenario="identical_5_vs_5_pobs_vec_void_disc"),
+    ],
+    "quick": [Run("s5_quick", budgets_s=(90.0,), opponents=("random",))],
+}
+"""paper: the README's learning results (~80 min on 2 cores); quick: one 90 s run for the
+benchmark report."""
+
+
+def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    if resume:
+        args = ["--resume", "--out", str(out), "--time-budget-s", str(budget)]
+    else:
+        args = [
+            *RECIPE,
+            "--policy",
+            run.policy,
+            "--scenario",
+            run.scenario,
+            "--seed",
+            str(run.seed),
+            "--time-budget-s",
+            str(budget),
+            "--out",
+            str(out),
+            *run.flags,
+        ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "baselines.ppo", *args, "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"training {run.name} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}"
+        )
+
+
+def _curve(out: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    keep = ("update", "agent_steps", "wall_s", "return_team0")
+    curve = []
+    for r in rows:
+        point = {k: r.get(k) for k in keep}
+        point["episode_return"] = point.pop("return_team0")
+        point["win_rate"] = {
+            k.split("/", 1)[1]: v
+            for k, v in r.items()
+            if k.startswith("win_rate/") and v is not None
+        }
+        curve.append(point)
+    return curve
+
+
+def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
+    from gigastep.evaluation import evaluate
+
+    final = []
+    for opponent in run.opponents:
+        t0 = time.perf_counter()
+        result = evaluate(str(checkpoint), opponent, run.scenario, games=games, seed=seed)
+        low, high = result.win_rate_ci
+        final.append(
+            {
+                "opponent": opponent,
+                "games": result.games,
+                "wins": result.wins,
+                "draws": result.draws,
+                "losses": result.losses,
+                "win_rate": result.win_rate,
+                "ci_low": low,
+                "ci_high": high,
+                "unfinished": result.unfinished,
+                "eval_s": time.perf_counter() - t0,
+                "eval_seed": seed,
+            }
+        )
+    return final
+
+
+def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list[dict]:
+    """Train and evaluate every run; one result row per (run, budget)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for run in runs:
+        folder = out / f"{run.name}_seed{run.seed}"
+        for i, budget in enumerate(run.budgets_s):
+            print(
+                f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s",
+                file=log,
+                flush=True,
+            )
+            if i == 0 and folder.exists():
+                raise ValueError(f"{folder} exists: choose another --out or remove it")
+            _ppo(run, folder, budget, resume=i > 0)
+            ckpt = json_checkpoint_info(folder)
+            print(
+                f"[learning] {run.name}: {ckpt['update']} updates, {ckpt['wall_s']:.0f} s; "
+                f"evaluating on {games} games",
+                file=log,
+                flush=True,
+            )
+            final = _evaluate(folder / "checkpoint.pt", run, games, seed=10_000 + run.seed)
+            for f in final:
+                print(
+                    f"[learning]   vs {f['opponent']}: win rate {f['win_rate']:.3f} "
+                    f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}] over {f['games']} games",
+                    file=log,
+                    flush=True,
+                )
+            config = json.loads((folder / "config.json").read_text())
+            rows.append(
+                {
+                    "name": run.name,
+                    "policy": run.policy,
+                    "scenario": run.scenario,
+                    "scenario_hash": config["scenario_hash"],
+                    "seed": run.seed,
+                    "budget_s": budget,
+                    "trained_s": ckpt["wall_s"],
+                    "updates": ckpt["update"],
+                    "agent_steps": ckpt["agent_steps"],
+                    "curve": _curve(folder),
+                    "final": final,
+                    "run_dir": str(folder),
+                    "recipe": [*RECIPE, *run.flags],
+                }
+            )
+    return rows
+
+
+def json_checkpoint_info(folder: Path) -> dict:
+    """update, agent_steps and wall_s of a run's latest checkpoint (read without code)."""
+    from baselines.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(folder / "checkpoint.pt")
+    return {k: ckpt[k] for k in ("update", "agent_steps", "wall_s")}
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """learning.png: training win rate against wall-clock seconds, one line per run and
+    opponent kind, with the final evaluations as points with their intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    last = {}
+    for row in rows:
+        last[row["name"]] = row  # the longest budget of each run has the whole curve
+    for name, row in last.items():
+        for label in ("random", "pursuit"):
+            pts = [
+                (p["wall_s"], p["win_rate"][label]) for p in row["curve"] if label in p["win_rate"]
+            ]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), lw=1, label=f"{name} vs {label} (training)")
+    for row in rows:
+        for f in row["final"]:
+            err = [[f["win_rate"] - f["ci_low"]], [f["ci_high"] - f["win_rate"]]]
+            ax.errorbar(
+                [row["trained_s"]], [f["win_rate"]], yerr=err, fmt="o", ms=4, capsize=3, color="k"
+            )
+    ax.set_xlabel("training wall-clock [s]")
+    ax.set_ylabel("win rate")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.learning", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--out", default="results/learning", help="folder of the runs")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument("--games", type=int, default=512, help="evaluation games per opponent")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
+    args = parser.parse_args(argv)
+    if args.games < 1:
+        parser.error(f"--games must be positive, got {args.games}")
+    runs = [dataclasses.replace(r, seed=s) for s in args.seeds for r in PRESETS[args.preset]]
+    out = Path(args.out)
+    try:
+        rows = run_learning(runs, out, args.games)
+    except (ValueError, RuntimeError) as err:
+        parser.exit(2, f"python -m benchmarks.learning: error: {err}\n")
+    info = run_info()
+    for row in rows:
+        row["machine"] = info
+    write_json(out / "learning.json", rows)
+    if args.json:
+        write_json(args.json, rows)
+    plot(rows, out / "learning.png")
+    print(f"wrote {out / 'learning.json'} and {out / 'learning.png'}", file=sys.stderr)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
