@@ -67,7 +67,7 @@ def check_fields(names, where: str = "") -> None:
     """Raise a TypeError for the first name in `names` that is not an `EnvConfig` field.
 
     The message names the field, and either its new name (a keyword of the 2023 library that
-    was renamed, `RENAMED_FIELDS`) or the three closest fields. `where` prefixes it.
+    was renamed, `RENAMED_FIELDS`) or at most three close fields. `where` prefixes it.
     """
     valid = EnvConfig.__dataclass_fields__
     for key in names:
@@ -77,7 +77,9 @@ def check_fields(names, where: str = "") -> None:
         if key in RENAMED_FIELDS:
             hint = f"the 2023 name {key!r} is called {RENAMED_FIELDS[key]!r} in this library"
         else:
-            hint = "closest: " + ", ".join(repr(c) for c in closest(str(key), valid))
+            # the fields that really look alike (difflib's 0.6 cutoff), else the three nearest
+            near = difflib.get_close_matches(str(key), valid, n=3) or closest(str(key), valid)
+            hint = "closest: " + ", ".join(repr(c) for c in near)
         raise TypeError(
             f"{prefix}unknown EnvConfig field {key!r} ({hint}); "
             f"help(gigastep.EnvConfig) documents all {len(valid)} fields"

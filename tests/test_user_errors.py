@@ -67,14 +67,17 @@ def test_scenario_builder_add_keeps_its_range_argument():
     assert config.detection_range == (2.0, 1.0)
 
 
-def test_an_unknown_field_lists_three_close_fields_not_all_of_them():
-    with pytest.raises(TypeError) as err:
-        make_config("identical_5_vs_1", cone_dept=5.0)
-    message = str(err.value)
-    suggested = re.search(r"closest: (.*?)\)", message).group(1).split(", ")
-    assert len(suggested) == 3 and suggested[0] == "'cone_depth'"
-    assert "reward_hit_waypoint" not in message  # far from 'cone_dept': not listed
-    assert len(message) < 250
+def test_an_unknown_field_lists_a_few_close_fields_not_all_of_them():
+    for wrong, first in (("cone_dept", "cone_depth"), ("max_episode_lenght", "max_episode_length"),
+                         ("xyz", None)):  # fmt: skip
+        with pytest.raises(TypeError) as err:
+            make_config("identical_5_vs_1", **{wrong: 5})
+        message = str(err.value)
+        suggested = re.search(r"closest: (.*?)\)", message).group(1).split(", ")
+        assert 1 <= len(suggested) <= 3
+        assert first is None or suggested[0] == repr(first)
+        assert "reward_hit_waypoint" not in message  # far from each: not listed
+        assert len(message) < 250
 
 
 def test_an_unknown_map_set_lists_each_valid_name_once():
