@@ -5,11 +5,13 @@ docstring is the help text); a preset (`--preset smoke|cpu|million|gpu`) picks o
 defaults, and any flag after it overrides them. The resolved config is saved with the run
 (`config.json`) and in every checkpoint.
 
-Costs of the presets on the 2-core reference machine (CPU only; measured, see README):
-    smoke    4 updates of 32 games of 5 vs 5: about 30 s with start-up and compilation.
-    cpu      the learning preset: 256 games x 32 steps per update, ~2-4 s per update.
-    million  100,000 games of 5 vs 5 (1 M agents, all played by the S5 learner) x 8 steps
-             per update; minutes per update, ~9 GiB peak RSS.
+Presets (their costs on the 2-core reference machine are in README, "Training"):
+    smoke    4 updates of 32 games of 5 vs 5 with a small S5 policy: the plumbing.
+    cpu      the learning recipe of the README's results: 512 games x 32 steps per update,
+             width 128, against pursuit (70%) and random (30%) with the auxiliary damage
+             reward, constant learning rate 5e-4, stopped after 30 minutes of training.
+    million  100,000 games of 5 vs 5: 1 M agents in every rollout, all played by the S5
+             learner (self-play), 8 steps per update, minibatches sized to fit 24 GiB.
     gpu      16,384 games x 64 steps per update on one GPU (not measured here).
 """
 
@@ -220,7 +222,18 @@ PRESETS: dict[str, dict] = {
         checkpoint_every=2,
         pool_every=2,
     ),
-    "cpu": dict(num_envs=256, rollout_steps=32, updates=200),
+    "cpu": dict(
+        num_envs=512,
+        rollout_steps=32,
+        hidden=128,
+        lr=5e-4,
+        minibatches=8,
+        opponent="pursuit:0.7,random:0.3",
+        env="reward_damage=1",
+        anneal_lr=False,
+        updates=1_000_000,
+        time_budget_s=1800.0,
+    ),
     "million": dict(
         num_envs=100_000,
         rollout_steps=8,

@@ -57,10 +57,11 @@ def uniforms(seed: int, stream: int, step: int, rows: torch.Tensor, width: int) 
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
-def categorical(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """A sample of softmax(logits) [N, K] per row by inverting its CDF at u [N] (int64 [N])."""
-    cdf = torch.softmax(logits, dim=-1).cumsum(-1)
-    return (cdf < u.unsqueeze(-1)).sum(-1).clamp_(max=logits.shape[-1] - 1)
+def categorical(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """A sample per row of the categorical distribution with log-probabilities [N, K]
+    (normalised, e.g. log_softmax), by inverting its CDF at u [N]: int64 [N]."""
+    cdf = log_probs.exp().cumsum_(-1)
+    return (cdf < u.unsqueeze(-1)).sum(-1).clamp_(max=log_probs.shape[-1] - 1)
 
 
 def normal(u: torch.Tensor) -> torch.Tensor:

@@ -86,13 +86,15 @@ class ObsNormalizer:
         self._refresh()
 
     def _refresh(self) -> None:
-        self._shift = self.stats.mean.float()
-        self._scale = torch.rsqrt(self.stats.var + 1e-8).float()
+        scale = torch.rsqrt(self.stats.var + 1e-8)
+        self._scale = scale.float()
+        self._offset = (-self.stats.mean * scale).float()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x
-        return ((x - self._shift) * self._scale).clamp_(-self.clip, self.clip)
+        # x * scale - mean * scale in one pass
+        return torch.addcmul(self._offset, x, self._scale).clamp_(-self.clip, self.clip)
 
     def add(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         if self.enabled:

@@ -52,6 +52,24 @@ class Rows:
     """[N] int64: the row's position among the player's rows of the whole batch."""
     total: int = 0
     """The player's rows in the whole batch (all processes)."""
+    span: tuple[int, int] | None = None
+    """(start, stop) when `index` is the contiguous range start..stop-1 (read as a view)."""
+
+    def take(self, flat):
+        """This player's rows of a flattened [B * n, ...] tensor (or pair of tensors): a view
+        when the rows are contiguous, else a gathered copy."""
+        if isinstance(flat, tuple):
+            return tuple(self.take(x) for x in flat)
+        if self.span is not None:
+            return flat[self.span[0] : self.span[1]]
+        return flat.index_select(0, self.index)
+
+    def put(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        """Write `values` into this player's rows of a flattened [B * n, ...] tensor."""
+        if self.span is not None:
+            flat[self.span[0] : self.span[1]] = values
+        else:
+            flat[self.index] = values
 
     @staticmethod
     def of(blocks, game: GameSpec, vocab: tuple[str, ...], device, games=None) -> Rows:
@@ -78,7 +96,11 @@ class Rows:
         out["game"] = out["game"] - int(lo)
         out["index"] = out["uid"] - int(lo) * n
         tensors = {k: torch.as_tensor(v, dtype=torch.int64, device=device) for k, v in out.items()}
-        return Rows(**tensors, total=total)
+        index = out["index"]
+        span = None
+        if len(index) and np.array_equal(index, np.arange(index[0], index[0] + len(index))):
+            span = (int(index[0]), int(index[0]) + len(index))
+        return Rows(**tensors, total=total, span=span)
 
     def __len__(self) -> int:
         return int(self.index.shape[0])

@@ -81,6 +81,11 @@ class PolicySpec:
             object.__setattr__(self, "image_shape", tuple(int(v) for v in self.image_shape))
         if "rgb" in self.obs_type and self.image_shape is None:
             raise ValueError(f"obs_type {self.obs_type!r} needs image_shape")
+        if "rgb" in self.obs_type and min(self.image_shape[:2]) < 20:
+            raise ValueError(
+                f"the CNN encoder (8x8 stride 4, then 4x4 stride 2) needs images of at least "
+                f"20 x 20 pixels, got {self.image_shape[0]} x {self.image_shape[1]}"
+            )
         if "vector" in self.obs_type and self.vector_size < 1:
             raise ValueError(f"obs_type {self.obs_type!r} needs vector_size >= 1")
         if self.central_critic and self.state_size < 1:
@@ -113,45 +118,48 @@ def _layer(linear: nn.Linear, std: float = math.sqrt(2)) -> nn.Linear:
 class Encoder(nn.Module):
     """Observation (+ type one-hot) -> features [N, hidden].
 
-    Vector observations pass one linear + ReLU layer; RGB images (uint8, converted to float
-    in [0, 1] here) pass two strided convolutions (16 8x8/4, 32 4x4/2) and a linear layer;
-    both parts (for rgb_vector) and the type one-hot are concatenated and fused by a linear
-    + ReLU layer.
+    Vector observations and the type one-hot pass one linear + ReLU layer together. RGB
+    images (uint8, converted to float in [0, 1] here) pass two strided convolutions (16 8x8/4,
+    32 4x4/2) and a linear + ReLU layer, whose features, with the vector part's (rgb_vector)
+    and the type one-hot, are fused by a linear + ReLU layer.
     """
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
-        h = spec.hidden
-        width = spec.n_types
-        self.vector = None
-        self.image = None
-        if "vector" in spec.obs_type:
-            self.vector = nn.Sequential(_layer(nn.Linear(spec.vector_size, h)), nn.ReLU())
-            width += h
-        if "rgb" in spec.obs_type:
-            x, y, c = spec.image_shape
-            conv = nn.Sequential(
-                _layer(nn.Conv2d(c, 16, 8, stride=4)),
-                nn.ReLU(),
-                _layer(nn.Conv2d(16, 32, 4, stride=2)),
-                nn.ReLU(),
-                nn.Flatten(),
+        h, k = spec.hidden, spec.n_types
+        self.vector = self.image = self.fuse = None
+        if spec.obs_type == "vector":
+            self.vector = nn.Sequential(
+                _layer(nn.Linear(spec.vector_size + k, h)), nn.ReLU(inplace=True)
             )
-            with torch.no_grad():
-                flat = conv(torch.zeros(1, c, x, y)).shape[-1]
-            self.image = nn.Sequential(conv, _layer(nn.Linear(flat, h)), nn.ReLU())
+            return
+        x, y, c = spec.image_shape
+        conv = nn.Sequential(
+            _layer(nn.Conv2d(c, 16, 8, stride=4)),
+            nn.ReLU(inplace=True),
+            _layer(nn.Conv2d(16, 32, 4, stride=2)),
+            nn.ReLU(inplace=True),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = conv(torch.zeros(1, c, x, y)).shape[-1]
+        self.image = nn.Sequential(conv, _layer(nn.Linear(flat, h)), nn.ReLU(inplace=True))
+        width = h + k
+        if spec.obs_type == "rgb_vector":
+            self.vector = nn.Sequential(
+                _layer(nn.Linear(spec.vector_size, h)), nn.ReLU(inplace=True)
+            )
             width += h
-        self.fuse = nn.Sequential(_layer(nn.Linear(width, h)), nn.ReLU())
-        self.obs_type = spec.obs_type
+        self.fuse = nn.Sequential(_layer(nn.Linear(width, h)), nn.ReLU(inplace=True))
 
     def forward(self, obs, types: torch.Tensor) -> torch.Tensor:
         """obs: [N, L] float32, [N, X, Y, 3] uint8, or the pair (rgb, vector); types [N, K]."""
-        parts = []
-        if self.image is not None:
-            image = obs[0] if isinstance(obs, tuple) else obs
-            parts.append(self.image(image.permute(0, 3, 1, 2).float().div_(255.0)))
+        if self.image is None:
+            return self.vector(torch.cat([obs, types], dim=-1))
+        image = obs[0] if isinstance(obs, tuple) else obs
+        parts = [self.image(image.permute(0, 3, 1, 2).float().div_(255.0))]
         if self.vector is not None:
-            parts.append(self.vector(obs[1] if isinstance(obs, tuple) else obs))
+            parts.append(self.vector(obs[1]))
         parts.append(types)
         return self.fuse(torch.cat(parts, dim=-1))
 
@@ -231,7 +239,9 @@ class MLPCore(Core):
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
-        self.layer = nn.Sequential(_layer(nn.Linear(spec.hidden, spec.hidden)), nn.ReLU())
+        self.layer = nn.Sequential(
+            _layer(nn.Linear(spec.hidden, spec.hidden)), nn.ReLU(inplace=True)
+        )
 
     def initial_state(self, n, device):
         return torch.zeros(n, 0, device=device)
@@ -262,7 +272,14 @@ class ActorCritic(nn.Module):
         self.spec = spec
         self.encoder = Encoder(spec)
         self.core = _CORES[spec.core](spec)
-        self.actor = _layer(nn.Linear(spec.hidden, spec.n_action_outputs), std=0.01)
+        a = spec.n_action_outputs
+        # One layer for the action outputs and, without a central critic, the value: rows
+        # 0..a-1 are the actor's (gain 0.01: a near-uniform start), row a the value's (gain 1).
+        self.heads = nn.Linear(spec.hidden, a if spec.central_critic else a + 1)
+        nn.init.zeros_(self.heads.bias)
+        nn.init.orthogonal_(self.heads.weight[:a], 0.01)
+        if not spec.central_critic:
+            nn.init.orthogonal_(self.heads.weight[a:], 1.0)
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((3,), -0.5))
         if spec.central_critic:
@@ -270,26 +287,27 @@ class ActorCritic(nn.Module):
             c = spec.critic_hidden
             self.critic = nn.Sequential(
                 _layer(nn.Linear(width, c)),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),
                 _layer(nn.Linear(c, c)),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),
                 _layer(nn.Linear(c, 1), std=1.0),
             )
-        else:
-            self.critic = _layer(nn.Linear(spec.hidden, 1), std=1.0)
 
     # --- pieces -----------------------------------------------------------------------------
     def initial_state(self, n: int, device=None) -> torch.Tensor:
         """Zero recurrent state of n agents."""
-        device = device if device is not None else self.actor.weight.device
+        device = device if device is not None else self.heads.weight.device
         return self.core.initial_state(n, device)
 
-    def _value(self, y, critic_in):
+    def _outputs(self, y, critic_in):
+        """(action outputs [..., A], values [...]) of core outputs y [..., H]."""
+        out = self.heads(y)
+        a = self.spec.n_action_outputs
         if self.spec.central_critic:
             if critic_in is None:
                 raise ValueError("a central critic needs critic_in (state vector, slot, type)")
-            return self.critic(critic_in).squeeze(-1)
-        return self.critic(y).squeeze(-1)
+            return out, self.critic(critic_in).squeeze(-1)
+        return out[..., :a], out[..., a]
 
     def _log_prob(self, out, actions):
         if self.spec.discrete:
@@ -309,13 +327,25 @@ class ActorCritic(nn.Module):
         return 1 if self.spec.discrete else 6
 
     def _sample(self, out, uniforms, deterministic):
-        if deterministic:
-            return out.argmax(-1) if self.spec.discrete else out
-        if uniforms is None:
-            uniforms = torch.rand(out.shape[0], self.noise_width, device=out.device)
+        """(actions, log-probs) of one step's action outputs."""
         if self.spec.discrete:
-            return noise.categorical(out, uniforms[:, 0])
-        return out + torch.exp(self.log_std) * noise.normal(uniforms)
+            logp_all = F.log_softmax(out, dim=-1)
+            if deterministic:
+                actions = out.argmax(-1)
+            else:
+                u = self._uniforms(out, uniforms)
+                actions = noise.categorical(logp_all, u[:, 0])
+            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if deterministic:
+            actions = out
+        else:
+            actions = out + torch.exp(self.log_std) * noise.normal(self._uniforms(out, uniforms))
+        return actions, self._log_prob(out, actions)[0]
+
+    def _uniforms(self, out, uniforms):
+        if uniforms is None:
+            return torch.rand(out.shape[0], self.noise_width, device=out.device)
+        return uniforms
 
     def act(self, obs, types, first, h, critic_in=None, uniforms=None, deterministic: bool = False):
         """One step of N agents.
@@ -336,17 +366,18 @@ class ActorCritic(nn.Module):
             (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
         """
         y, h = self.core.step(self.encoder(obs, types), first, h)
-        out = self.actor(y)
-        actions = self._sample(out, uniforms, deterministic)
-        logp, _ = self._log_prob(out, actions)
-        return actions, logp, self._value(y, critic_in), h
+        out, value = self._outputs(y, critic_in)
+        actions, logp = self._sample(out, uniforms, deterministic)
+        return actions, logp, value, h
 
     def value(self, obs, types, first, h, critic_in=None):
         """[N] values of one step (as `act`, without sampling)."""
         if self.spec.central_critic:
-            return self._value(None, critic_in)
+            if critic_in is None:
+                raise ValueError("a central critic needs critic_in (state vector, slot, type)")
+            return self.critic(critic_in).squeeze(-1)
         y, _ = self.core.step(self.encoder(obs, types), first, h)
-        return self._value(y, None)
+        return self._outputs(y, None)[1]
 
     def evaluate(self, obs, types, first, h0, actions, critic_in=None):
         """A whole rollout of N agents at once (the update's pass).
@@ -366,12 +397,12 @@ class ActorCritic(nn.Module):
         flat = _flatten(obs, t * n)
         x = self.encoder(flat, types.repeat(t, 1)).view(t, n, -1)
         y, _ = self.core.sequence(x, first, h0)
-        out = self.actor(y)
+        out, value = self._outputs(y, critic_in)
         logp, logp_all = self._log_prob(out, actions)
         entropy = self._entropy(logp_all)
         if not self.spec.discrete:
             entropy = entropy.expand(t, n)
-        return logp, entropy, self._value(y, critic_in)
+        return logp, entropy, value
 
 
 def _flatten(obs, rows: int):

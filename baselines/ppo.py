@@ -120,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from baselines.distributed import init_from_env
-    from baselines.train import Trainer, TrainingDiverged
+    from baselines.train import Trainer, TrainingDiverged, keep_freed_memory
 
     try:
         config = parse_args(argv)
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
+    keep_freed_memory()
     try:
         dist, device = init_from_env(config.device)
         trainer = Trainer(config, dist=dist, device=device)

@@ -358,9 +358,9 @@ class Trainer:
             dead = self.dead.reshape(-1)
             for i, p in enumerate(self.players()):
                 rows = p.rows
-                raw = _take(flat, rows.index)
+                raw = rows.take(flat)
                 first = self.first[rows.game]
-                alive = first | ~dead[rows.index]
+                alive = first | ~rows.take(dead)
                 learning = isinstance(p, Learner)
                 obs = p.normalize(raw) if learning else _normalize_frozen(p, raw)
                 critic_in = None
@@ -378,7 +378,7 @@ class Trainer:
                         buf.critic_in[t] = critic_in
                     if "vector" in game.obs_type:
                         p.obs_norm.add(_vector_part(raw), alive)
-                self.actions[rows.index] = actions.to(self.actions.dtype)
+                rows.put(self.actions, actions.to(self.actions.dtype))
             obs, rewards, dones, ended, info = self.venv.step(self.actions.view(b, n, *act_shape))
             self._record_step(t, rewards, dones, ended, info)
             self.obs, self.first, self.dead = obs, ended, dones
@@ -393,12 +393,12 @@ class Trainer:
         for learner in self.learners:
             rows, buf = learner.rows, learner.buffer
             alive = buf.alive[t]
-            alive_after = ~flat_dones[rows.index]
+            alive_after = ~rows.take(flat_dones)
             cont = alive_after & ~ended[rows.game]
             buf.cont[t] = cont
             buf.boot[t] = alive_after & info["truncated"][rows.game]
             buf.final_values[t] = 0.0
-            r = torch.where(alive, flat_rewards[rows.index], 0.0)
+            r = torch.where(alive, rows.take(flat_rewards), 0.0)
             buf.rewards[t] = learner.rewards(r, alive, cont)
         self.outcomes.add(ended, info)
         if bool(info["truncated"].any()):  # one scalar read: evaluate final observations
@@ -428,7 +428,7 @@ class Trainer:
         flat = _flat(self.obs, b * n)
         for learner in self.learners:
             rows = learner.rows
-            obs = learner.normalize(_take(flat, rows.index))
+            obs = learner.normalize(rows.take(flat))
             central = self.spec.central_critic
             critic_in = learner.critic_input(self.state_vectors) if central else None
             learner.buffer.next_values = learner.net.value(
@@ -817,3 +817,27 @@ def _postfix(row: dict, labels) -> str:
         if w is not None and label != "self":
             parts.append(f"win {label} {w:.2f}")
     return ", ".join(parts)
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed buffers in the heap instead of returning them to the OS.
+
+    A rollout and an update allocate the same large tensors every time; glibc hands blocks
+    above its mmap threshold back to the OS when they are freed, so each step page-faults
+    them in again (about a quarter of an update's CPU time here). Raising the mmap and trim
+    thresholds (`mallopt`) keeps them. Returns whether it was applied: glibc on Linux only,
+    and not when GIGASTEP_MALLOC_TUNING=0.
+    """
+    import ctypes
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux") or os.environ.get("GIGASTEP_MALLOC_TUNING") == "0":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    big = ctypes.c_int(2**31 - 1)
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, big)) and bool(libc.mallopt(m_trim_threshold, big))

@@ -74,7 +74,9 @@ def _ppo_case(case: Case) -> dict[str, Any]:
     import torch
 
     from baselines.config import PPOConfig
-    from baselines.train import Trainer
+    from baselines.train import Trainer, keep_freed_memory
+
+    keep_freed_memory()  # as python -m baselines.ppo does
 
     with tempfile.TemporaryDirectory() as tmp:
         config = PPOConfig(

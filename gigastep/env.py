@@ -49,6 +49,7 @@ __all__ = [
     "step",
     "step_autoreset",
     "transition",
+    "where_masked",
 ]
 
 
@@ -513,10 +514,7 @@ def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh
         config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
         jnp.where(done, fresh_comm, noise.comm), stream,
     )  # fmt: skip
-    last = obs
-    if final_obs:
-        last = observe(config, adv.state, adv.geo, adv.combat.detected,
-                       adv.combat.took_damage, noise.comm, step_stream)  # fmt: skip
+    last = _last_observation(config, adv, noise, step_stream) if final_obs else obs
     info = StepInfo(
         terminated=adv.terminated,
         truncated=adv.truncated,
@@ -583,41 +581,48 @@ def _autoreset_capacity(batch: int) -> int:
     return max(1, -(-batch // 32))
 
 
-def reset_where(reset_one, mask, keys):
-    """`jax.vmap(reset_one)(keys)` at the games where `mask` (B,) is set; the other games'
-    entries are unspecified (zeros or a fresh game).
+def where_masked(fn, mask, *args):
+    """`jax.vmap(fn)(*args)` at the games where `mask` (B,) is set; the other games' entries
+    are unspecified (zeros, or fn's value there).
 
-    Only the masked games are reset: none when no game is masked, the first
-    `_autoreset_capacity(B)` of them (gathered, reset, scattered into zeros) when few are, the
-    whole batch otherwise. The placement loop of a batched reset runs until its worst game is
-    placed, so resetting a few games costs a fraction of resetting the batch. The choice is a
-    conditional on the count of masked games: on backends that run conditionals from the
-    host (GPU) its index is read there.
+    Only the masked games are computed: none when no game is masked, the first
+    `_autoreset_capacity(B)` of them (gathered, computed, scattered into zeros) when few are,
+    the whole batch otherwise. The choice is a conditional on the count of masked games: on
+    backends that run conditionals from the host (GPU) its index is read there.
     """
     b = mask.shape[0]
     cap = _autoreset_capacity(b)
-    v_reset = jax.vmap(reset_one)
-    shapes = jax.eval_shape(v_reset, keys)
+    v_fn = jax.vmap(fn)
+    shapes = jax.eval_shape(v_fn, *args)
 
     def zeros(_):
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    def reset_few(_):
+    def few(_):
         (idx,) = jnp.nonzero(mask, size=cap, fill_value=b)
-        # the unused slots reset a copy of the first masked game and are dropped
-        few = v_reset(keys[jnp.where(idx < b, idx, idx[0])])
+        # the unused slots compute a copy of the first masked game and are dropped
+        take = jnp.where(idx < b, idx, idx[0])
+        out = v_fn(*jax.tree_util.tree_map(lambda x: x[take], args))
         return jax.tree_util.tree_map(
-            lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), few
+            lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), out
         )
 
-    def reset_all(_):
-        return v_reset(keys)
+    def every(_):
+        return v_fn(*args)
 
     count = jnp.sum(mask, dtype=jnp.int32)
     if cap >= b:
-        return jax.lax.cond(count > 0, reset_all, zeros, None)
+        return jax.lax.cond(count > 0, every, zeros, None)
     branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
-    return jax.lax.switch(branch, (zeros, reset_few, reset_all), None)
+    return jax.lax.switch(branch, (zeros, few, every), None)
+
+
+def reset_where(reset_one, mask, keys):
+    """`jax.vmap(reset_one)(keys)` at the games where `mask` (B,) is set; the other games'
+    entries are unspecified (zeros or a fresh game). See `where_masked`: resetting a few games
+    costs a fraction of resetting the batch, since the placement loop of a batched reset runs
+    until its worst game is placed."""
+    return where_masked(reset_one, mask, keys)
 
 
 def _reset_finished(config: EnvConfig, done, keys):
@@ -650,9 +655,22 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = _reset_finished(config, done, k_reset)
 
-    finish = partial(_finish_autoreset, config, final_obs=final_obs, final_state=final_state)
-    return jax.vmap(finish)(adv, noise, fresh, fresh_comm, done,
-                            streams=(step_stream, fresh_stream))  # fmt: skip
+    # The finished games' last observations are computed for those games only (a step in
+    # which few games end observes a few games twice, not the whole batch).
+    finish = partial(_finish_autoreset, config, final_obs=False, final_state=final_state)
+    obs, nxt, rewards, dones, done, info = jax.vmap(finish)(
+        adv, noise, fresh, fresh_comm, done, streams=(step_stream, fresh_stream)
+    )
+    if final_obs:
+        last = where_masked(partial(_last_observation, config), done, adv, noise, step_stream)
+        info = info.replace(final_obs=_select(done, last, obs))
+    return obs, nxt, rewards, dones, done, info
+
+
+def _last_observation(config: EnvConfig, adv: _Advanced, noise: StepNoise, stream):
+    """The observation of the state a step ended in (before any reset)."""
+    return observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
+                   noise.comm, stream)  # fmt: skip
 
 
 @partial(jax.jit, static_argnums=(0, 4))

@@ -514,8 +514,9 @@ class TorchVecEnv:
         if self._leaves is None:
             raise RuntimeError("call reset() first")
         copy = partial(jax.tree_util.tree_map, lambda t: t.clone())
+        # the key as int64: torch < 2.6 cannot save uint32 tensors
         return {
-            "key": copy(jax_to_torch(self._key)),
+            "key": jax_to_torch(self._key).to(torch.int64),
             "states": [copy(jax_to_torch(leaf)) for leaf in self._leaves],
             "last_obs": copy(self.last_obs),
         }
@@ -534,7 +535,7 @@ class TorchVecEnv:
                 f"{self.config.n_agents} agents): got leaves {got[:3]}..., expected {want[:3]}..."
             )
         put = partial(jax.device_put, device=self.jax_device)
-        self._key = put(jnp.array(np.asarray(snapshot["key"].cpu()), dtype=jnp.uint32))
+        self._key = put(jnp.asarray(np.asarray(snapshot["key"].cpu()).astype(np.uint32)))
         self._leaves = [put(jnp.array(t.cpu().numpy())) for t in snapshot["states"]]
         self.last_obs = jax.tree_util.tree_map(
             lambda t: t.to(self.device).clone(), snapshot["last_obs"]

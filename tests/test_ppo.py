@@ -141,6 +141,34 @@ def _episodes(t, n, seed=0):
     return obs, first, types
 
 
+def _image_spec(core: str) -> PolicySpec:
+    return PolicySpec(obs_type="rgb_vector", vector_size=7, image_shape=(24, 20, 3), n_types=2,
+                      discrete=True, core=core, hidden=16, s5_state_dim=8)  # fmt: skip
+
+
+@pytest.mark.parametrize("core", ["s5", "gru"])
+def test_replaying_a_rollout_of_images_and_vectors_gives_the_acting_log_probs(core):
+    torch.manual_seed(0)
+    net = ActorCritic(_image_spec(core))
+    t, n = 10, 3
+    vec, first, types = _episodes(t, n)
+    images = torch.randint(0, 256, (t, n, 24, 20, 3), dtype=torch.uint8)
+    h, acted = net.initial_state(n), []
+    with torch.no_grad():
+        for step in range(t):
+            a, logp, _, h = net.act((images[step], vec[step]), types, first[step], h)
+            acted.append((a, logp))
+        actions = torch.stack([a for a, _ in acted])
+        logp, _, _ = net.evaluate((images, vec), types, first, net.initial_state(n), actions)
+    torch.testing.assert_close(logp, torch.stack([x for _, x in acted]), atol=1e-5, rtol=1e-5)
+
+
+def test_images_too_small_for_the_cnn_are_refused():
+    with pytest.raises(ValueError, match="at least 20 x 20 pixels, got 16 x 16"):
+        PolicySpec(obs_type="rgb", vector_size=0, image_shape=(16, 16, 3), n_types=1,
+                   discrete=True)  # fmt: skip
+
+
 @pytest.mark.parametrize("core", ["s5", "gru", "mlp"])
 @pytest.mark.parametrize("discrete", [True, False])
 def test_replaying_a_rollout_gives_the_acting_log_probs_values_and_state(core, discrete):
@@ -432,3 +460,46 @@ def test_a_foreign_checkpoint_is_refused(tmp_path):
         load_checkpoint(tmp_path / "b.pt")
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+# ------------------------------------------------------------------------------------------
+# Counter-based sampling noise
+# ------------------------------------------------------------------------------------------
+
+
+def test_noise_of_a_row_does_not_depend_on_the_other_rows_drawn():
+    from baselines.noise import uniforms
+
+    every = uniforms(7, 1, 3, torch.arange(1000), 2)
+    part = uniforms(7, 1, 3, torch.arange(500, 1000), 2)
+    assert torch.equal(every[500:], part)
+    assert not torch.equal(uniforms(7, 2, 3, torch.arange(10), 2), every[:10])  # other stream
+    assert not torch.equal(uniforms(7, 1, 4, torch.arange(10), 2), every[:10])  # other step
+
+
+def test_noise_is_uniform_in_the_open_unit_interval():
+    from baselines.noise import uniforms
+
+    u = uniforms(0, 0, 0, torch.arange(200_000), 1)[:, 0].double()
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    # mean 1/2 and variance 1/12 within 5 standard errors (n = 200,000)
+    assert abs(float(u.mean()) - 0.5) < 5 * (1 / 12 / 200_000) ** 0.5
+    assert abs(float(u.var()) - 1 / 12) < 5 * (1 / 180 / 200_000) ** 0.5
+
+
+def test_categorical_samples_follow_the_probabilities():
+    from baselines.noise import categorical, uniforms
+
+    p = torch.tensor([0.1, 0.2, 0.7])
+    n = 100_000
+    a = categorical(p.log().expand(n, 3), uniforms(1, 0, 0, torch.arange(n), 1)[:, 0])
+    freq = torch.bincount(a, minlength=3).double() / n
+    assert torch.allclose(freq, p.double(), atol=5 * (0.25 / n) ** 0.5)
+
+
+def test_box_muller_normals_have_unit_moments():
+    from baselines.noise import normal, uniforms
+
+    z = normal(uniforms(2, 0, 0, torch.arange(100_000), 6)).double()
+    assert z.shape == (100_000, 3)
+    assert abs(float(z.mean())) < 0.01 and abs(float(z.std()) - 1) < 0.01

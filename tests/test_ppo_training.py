@@ -111,6 +111,39 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("scenario", "env"),
+    [
+        ("identical_2_vs_2_fobs_vec_void_cont", ""),  # continuous actions
+        (
+            "identical_2_vs_2_fobs_rgb_void_disc",
+            "obs_type=rgb_vector,resolution_x=24,resolution_y=24",
+        ),
+    ],
+)
+def test_continuous_actions_and_images_train(scenario, env, tmp_path):
+    trainer = Trainer(_tiny(tmp_path, scenario=scenario, env=env, updates=1, rollout_steps=6))
+    trainer.run()
+    assert load_checkpoint(tmp_path / "run")["update"] == 1
+    assert trainer.spec.obs_type == ("rgb_vector" if env else "vector")
+
+
+def test_a_checkpoint_file_is_a_frozen_opponent(smoke_run, tmp_path):
+    from baselines.config import preset
+
+    config = dataclasses.replace(preset("smoke"), opponent=str(smoke_run / "checkpoint.pt"),
+                                 updates=1, out=str(tmp_path / "run"), progress=False,
+                                 tensorboard=False, plots=False)  # fmt: skip
+    trainer = Trainer(config)
+    trainer.run()
+    (frozen,) = trainer.frozen
+    assert frozen.source == str(smoke_run / "checkpoint.pt")
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "win_rate/file:checkpoint" in row
+    with pytest.raises(ValueError, match="its policy differs from this run's in"):
+        Trainer(dataclasses.replace(config, hidden=16, out=str(tmp_path / "other")))
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--scenario", "identical_5_vs_5_fobs_vec_void_dsc"], "closest"),
@@ -268,7 +301,7 @@ def test_memory_stays_flat_over_200_updates(tmp_path):
 def test_s5_solves_the_memory_probe_where_an_mlp_stays_near_chance():
     from baselines.probes import train_probe
 
-    _, s5 = train_probe("s5", updates=40)
+    _, s5 = train_probe("s5", updates=100)
     _, mlp = train_probe("mlp", updates=40)
     assert s5 >= 0.95, s5
     assert mlp < 0.4, mlp  # chance is 1/4
