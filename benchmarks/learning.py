@@ -8,7 +8,7 @@ intervals). A run with several budgets is trained once and evaluated at each bud
 resumed from its checkpoint, which continues it exactly).
 
     python -m benchmarks.learning --preset paper --out results/learning   # ~80 min, 2 cores
-    python -m benchmarks.learning --preset quick --out results/learning   # ~4 min
+    python -m benchmarks.learning --preset quick --out results/learning   # ~1.5 min
 
 Writes DIR/learning.json (a list of runs: policy, scenario, scenario_hash, seed, budget_s,
 curve, final — the layout `benchmarks.report` reads), DIR/learning.png, and each run's
@@ -64,14 +64,14 @@ PRESETS: dict[str, list[Run]] = {
     "quick": [
         Run(
             "s5_quick",
-            budgets_s=(90.0,),
+            budgets_s=(60.0,),
             opponents=("random",),
             flags=("--opponent", "random", "--num-envs", "256", "--hidden", "64"),
         )  # fmt: skip
     ],
 }
-"""paper: the README's learning results (~70 min on 2 cores); quick: one 90 s run against
-random for the benchmark report (~2.5 min with its evaluation)."""
+"""paper: the README's learning results (~70 min on 2 cores); quick: one 60 s run against
+random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
 def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:

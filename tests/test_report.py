@@ -258,6 +258,7 @@ def test_learning_runs_give_one_final_row_per_opponent_and_a_curve_figure(others
     assert rows[0]["agent_steps"] == 500_000 and rows[0]["wall_s"] == 50.0  # the last point
     assert rows[0]["ci_low"] == 0.69 and rows[0]["scenario_hash"] == "0123456789ab"
     assert (out / "learning.csv").is_file() and (out / "learning.tex").is_file()
+    pytest.importorskip("matplotlib")  # the report draws figures only with matplotlib
     with Image.open(out / "learning_curves.png") as image:
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 50
 
@@ -273,6 +274,7 @@ def test_league_ratings_table_and_win_rate_heat_map(others):
     assert rep["tables"]["league_ratings"]["units"]["rating"] == "rating points"
     md = (out / "report.md").read_text()
     assert "![heat map written by the league](league/heatmap.png)" in md
+    pytest.importorskip("matplotlib")  # the report draws figures only with matplotlib
     assert "winrate_heatmap.png" in rep["files"]
     with Image.open(out / "winrate_heatmap.png") as image:
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 50
