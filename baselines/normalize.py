@@ -8,6 +8,8 @@ float64, with no host synchronisation per step.
 
 from __future__ import annotations
 
+import abc
+
 import torch
 
 __all__ = ["ObsNormalizer", "RewardScaler", "RunningMeanStd"]
@@ -76,7 +78,33 @@ class RunningMeanStd:
         self.m2 = state["m2"].to(device, torch.float64).clone()
 
 
-class ObsNormalizer:
+class _RunningStatistic(abc.ABC):
+    """A `RunningMeanStd` merged once per rollout (`commit`), with its derived constants
+    refreshed then (`_refresh`), and a state dict of the statistics only."""
+
+    enabled: bool
+    stats: RunningMeanStd
+
+    @abc.abstractmethod
+    def _refresh(self) -> None:
+        """Recompute the constants derived from the statistics."""
+
+    def commit(self, reduce=None) -> None:
+        """Merge what the rollout added (summed over processes by `reduce`)."""
+        if self.enabled:
+            self.stats.commit(reduce)
+            self._refresh()
+
+    def state_dict(self) -> dict:
+        """The statistics (the same in every process)."""
+        return self.stats.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stats.load_state_dict(state)
+        self._refresh()
+
+
+class ObsNormalizer(_RunningStatistic):
     """(x - mean) / sqrt(var + 1e-8), clipped to [-clip, clip], float32. Disabled: identity."""
 
     def __init__(self, size: int, device=None, enabled: bool = True, clip: float = 10.0):
@@ -100,20 +128,8 @@ class ObsNormalizer:
         if self.enabled:
             self.stats.add(x, mask)
 
-    def commit(self, reduce=None) -> None:
-        if self.enabled:
-            self.stats.commit(reduce)
-            self._refresh()
 
-    def state_dict(self) -> dict:
-        return self.stats.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.stats.load_state_dict(state)
-        self._refresh()
-
-
-class RewardScaler:
+class RewardScaler(_RunningStatistic):
     """Rewards divided by the running standard deviation of the discounted return.
 
     Per agent, G <- gamma G + r along its trajectory (G restarts where the trajectory ends:
@@ -141,16 +157,3 @@ class RewardScaler:
         self.stats.add(self.returns.unsqueeze(-1), alive)
         self.returns.mul_(cont.to(torch.float64))
         return rewards * self._scale
-
-    def commit(self, reduce=None) -> None:
-        if self.enabled:
-            self.stats.commit(reduce)
-            self._refresh()
-
-    def state_dict(self) -> dict:
-        """The statistics (the same in every process)."""
-        return self.stats.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.stats.load_state_dict(state)
-        self._refresh()
