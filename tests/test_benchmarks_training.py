@@ -13,11 +13,23 @@ def _run_folder(tmp_path):
     folder = tmp_path / "s5_seed0"
     folder.mkdir()
     rows = [
-        {"update": 1, "agent_steps": 100, "wall_s": 2.0, "return_team0": -1.0,
-         "win_rate/random": 0.5, "win_rate/pursuit": None},
-        {"update": 2, "agent_steps": 200, "wall_s": 4.0, "return_team0": 3.0,
-         "win_rate/random": 0.9, "win_rate/pursuit": 0.2},
-    ]  # fmt: skip
+        {
+            "update": 1,
+            "agent_steps": 100,
+            "wall_s": 2.0,
+            "return_team0": -1.0,
+            "win_rate/random": 0.5,
+            "win_rate/pursuit": None,
+        },
+        {
+            "update": 2,
+            "agent_steps": 200,
+            "wall_s": 4.0,
+            "return_team0": 3.0,
+            "win_rate/random": 0.9,
+            "win_rate/pursuit": 0.2,
+        },
+    ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
@@ -25,16 +37,30 @@ def _run_folder(tmp_path):
 def test_a_learning_curve_keeps_progress_return_and_the_win_rates_it_has(tmp_path):
     curve = learning._curve(_run_folder(tmp_path))
     assert curve == [
-        {"update": 1, "agent_steps": 100, "wall_s": 2.0, "episode_return": -1.0,
-         "win_rate": {"random": 0.5}},
-        {"update": 2, "agent_steps": 200, "wall_s": 4.0, "episode_return": 3.0,
-         "win_rate": {"random": 0.9, "pursuit": 0.2}},
-    ]  # fmt: skip
+        {
+            "update": 1,
+            "agent_steps": 100,
+            "wall_s": 2.0,
+            "episode_return": -1.0,
+            "win_rate": {"random": 0.5},
+        },
+        {
+            "update": 2,
+            "agent_steps": 200,
+            "wall_s": 4.0,
+            "episode_return": 3.0,
+            "win_rate": {"random": 0.9, "pursuit": 0.2},
+        },
+    ]
 
 
 def test_the_learning_figure_has_curves_and_evaluation_points(tmp_path):
-    row = {"name": "s5", "trained_s": 4.0, "curve": learning._curve(_run_folder(tmp_path)),
-           "final": [{"opponent": "random", "win_rate": 0.8, "ci_low": 0.7, "ci_high": 0.9}]}  # fmt: skip
+    row = {
+        "name": "s5",
+        "trained_s": 4.0,
+        "curve": learning._curve(_run_folder(tmp_path)),
+        "final": [{"opponent": "random", "win_rate": 0.8, "ci_low": 0.7, "ci_high": 0.9}],
+    }
     learning.plot([row], tmp_path / "learning.png")
     with Image.open(tmp_path / "learning.png") as image:
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 20
@@ -50,13 +76,27 @@ def test_the_paper_preset_trains_s5_twice_as_long_as_the_other_runs():
 
 def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
     rows = [
-        {"kind": "jax", "policy": "mlp", "batch": 64, "rollout_agent_steps_per_s": 2e6,
-         "rollout_min": 1.8e6, "rollout_max": 2.2e6, "peak_rss_mb": 500.0},
-        {"kind": "ppo", "policy": "s5", "batch": 64, "rollout_agent_steps_per_s": 1.5e6,
-         "rollout_min": 1.4e6, "rollout_max": 1.6e6, "update_agent_steps_per_s": 4e5,
-         "peak_rss_mb": 900.0},
+        {
+            "kind": "jax",
+            "policy": "mlp",
+            "batch": 64,
+            "rollout_agent_steps_per_s": 2e6,
+            "rollout_min": 1.8e6,
+            "rollout_max": 2.2e6,
+            "peak_rss_mb": 500.0,
+        },
+        {
+            "kind": "ppo",
+            "policy": "s5",
+            "batch": 64,
+            "rollout_agent_steps_per_s": 1.5e6,
+            "rollout_min": 1.4e6,
+            "rollout_max": 1.6e6,
+            "update_agent_steps_per_s": 4e5,
+            "peak_rss_mb": 900.0,
+        },
         {"kind": "ppo", "policy": "mlp", "batch": 128, "error": "timed out"},
-    ]  # fmt: skip
+    ]
     table = training.render(rows).splitlines()
     assert len(table) == 4  # header, rule, two rows (the failed one is left out)
     assert "| PyTorch PPO rollout, s5 | 64 | 1.50 M | 1.40 M–1.60 M | 0.75 | 400 k |" in table[3]
