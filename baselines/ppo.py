@@ -24,6 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import inspect  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -89,9 +90,13 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
         default = dataclasses.replace(default, resume=True)
     else:
         default = preset(known.preset)
+    presets = "; ".join(
+        f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items())
+        for name, values in PRESETS.items()
+    )
     description = (
-        f"{PPOConfig.__doc__.strip()}\n\nPresets (--preset NAME, before other flags): "
-        + "; ".join(f"{k}: {v}" for k, v in PRESETS.items())
+        f"{inspect.cleandoc(PPOConfig.__doc__)}\n\nPresets (--preset NAME, before the other "
+        f"flags, which override them): {presets}"
     )
     config = tyro.cli(
         PPOConfig,
