@@ -23,11 +23,10 @@ from gigastep import _native
 from gigastep import env as genv
 from gigastep import random as grandom
 from gigastep.observations.vector import (
+    jax_vector_observations,
     native_supported,
     native_vector_observations,
-    vector_observations,
 )
-from gigastep.observations.visibility import visibility
 from gigastep.types import EnvConfig, EnvState
 
 F32 = np.float32
@@ -105,8 +104,7 @@ def _random_inputs(config: EnvConfig, batch: int, seed: int):
 @functools.cache
 def _paths(config: EnvConfig):
     def jax_path(agents, episode, dist, detected, comm, boxes):
-        seen = visibility(config, agents.alive, dist, detected, comm)
-        return vector_observations(config, agents, episode, dist, seen, boxes)
+        return jax_vector_observations(config, agents, episode, dist, detected, comm, boxes)
 
     def native_path(agents, episode, dist, detected, comm, boxes):
         return native_vector_observations(config, agents, episode, dist, detected, comm, boxes)
@@ -115,14 +113,14 @@ def _paths(config: EnvConfig):
 
 
 def _assert_same_bits(got, want):
-    """Every value identical (the same float32 bits, except that the kernel writes +0 where
-    XLA's multiplication by 0 leaves -0 in the rows of unseen agents and of dead egos)."""
+    """Every value identical: the same float32 bits (signed zeros included), except that two
+    NaNs count as equal whatever their sign and payload bits."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype == np.float32
-    differ = ~((got == want) | (np.isnan(got) & np.isnan(want)))  # == : +0 equals -0
-    if differ.any():
-        where = tuple(int(i) for i in np.argwhere(differ)[0])
-        raise AssertionError(f"{int(differ.sum())} values differ; first at {where}: "
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    if not same.all():
+        where = tuple(int(i) for i in np.argwhere(~same)[0])
+        raise AssertionError(f"{int((~same).sum())} values differ; first at {where}: "
                              f"native {got[where]!r} vs JAX {want[where]!r}")  # fmt: skip
 
 
