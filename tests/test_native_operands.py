@@ -146,9 +146,8 @@ def test_the_handler_refuses_inconsistent_agent_counts(native):
 
 
 def _python_args(ops: dict):
-    state = EnvState.create(CONFIG, x=ops["x"], y=ops["y"], z=ops["z"], v=ops["v"],
-                            heading=ops["heading"], health=ops["health"], alive=ops["alive"],
-                            waypoint=ops["waypoint"], waypoint_time=ops["waypoint_time"])  # fmt: skip
+    fields = ("x", "y", "z", "v", "heading", "health", "alive", "waypoint", "waypoint_time")
+    state = EnvState.create(CONFIG, **{k: ops[k] for k in fields})
     return state.agents, state.episode, ops["dist"], ops["detected"], ops["comm"], ops["boxes"]
 
 
