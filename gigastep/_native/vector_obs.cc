@@ -8,24 +8,10 @@
 // for bit on every state, except that where both give NaN its sign and payload bits are not
 // promised; tests/test_native_vector_obs.py and tests/test_nonfinite.py hold them to that.
 // Non-finite states are defined, in both paths alike: an agent whose x, y, z, heading or
-// speed is not finite is seen by nobody, shares nothing and observes all zeros (as a dead
-// ego); a seen agent at a distance that is not below +inf sorts after every smaller distance
-// (as if at FLT_MAX), so seen agents always fill the rows right after the ego. XLA rewrites a division by a
-// constant into a multiplication by its float32 reciprocal and fuses one multiply-subtract
-// (in wrap_angle); the code below does the same, explicitly.
-//
-// Compile with -ffp-contract=off: the compiler must not fuse anything else.
-//
-// Inputs (leading batch dims "..." are the same for every operand, vmap_method="broadcast_all"):
-//   x, y, z, heading, v, health: (..., n) f32     alive: (..., n) pred
-//   dist: (..., n, n) f32        detected: (..., n, n) pred [i, j]: j detects i
-//   comm: (..., n, n) f32 uniforms [e, j], or (..., 3) u32 (seed0, seed1, start): the
-//         counter stream of gigastep/random.py that those uniforms come from
-//   boxes: (..., NB >= n_boxes, 4) f32 (world coordinates)
-//   waypoint: (..., 4) f32       waypoint_time: (...) f32
-// Output: (..., n, L) f32, L = 9 m + 5 [waypoints] + 4 n_boxes.
-// Every operand's shape and dtype is checked against these (the batch dims and n are x's)
-// before anything is read; a mismatch is an FFI error naming the operand.
+// speed is not finite is seen by nobody, observes all zeros (as a dead ego) and shares
+// nothing, not even its detections; a seen agent at a distance that is not below +inf sorts
+// after every smaller distance (as if at FLT_MAX), so seen agents always fill the rows right
+// after the ego.
 
 #include <algorithm>
 #include <atomic>
@@ -124,11 +110,11 @@ uint64_t Observable(const Params& p, const Game& g, uint64_t* finite_bits) {
 void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
                 uint64_t* seen) {
   const int n = p.n;
-  uint64_t det[kMaxAgents];  // det[i]: bit j set iff j detects i
+  uint64_t det[kMaxAgents];  // det[i]: bit j set iff j (finite) detects i
   for (int i = 0; i < n; ++i) {
     uint64_t b = 0;
     for (int j = 0; j < n; ++j) b |= static_cast<uint64_t>(g.detected[i * n + j]) << j;
-    det[i] = b;
+    det[i] = b & finite;
   }
   uint64_t team1 = 0;
   for (int j = 0; j < n; ++j) team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;

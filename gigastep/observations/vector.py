@@ -10,11 +10,12 @@ sprite_i. The ego row holds its own x / limit_x, y / limit_y, z / z_max, h, v / 
 and sprite. A dead ego's observation is all zeros.
 
 An agent whose x, y, z, heading or speed is not finite (`visibility.finite_agents`) is seen
-by nobody and observes all zeros; a seen agent at a distance that is not below +inf (an
-overflow of far-apart finite positions) sorts after every smaller distance, so the rows after
-the ego always hold the seen agents. `jax_vector_observations` and the native kernel give the
-same float32 values bit for bit on every state, except that where both give NaN (say a
-feature that overflows to inf - inf) the NaN's sign and payload bits may differ.
+by nobody, observes all zeros and shares nothing (not even its detections); a seen agent at a
+distance that is not below +inf (an overflow of far-apart finite positions) sorts after every
+smaller distance, so the rows after the ego always hold the seen agents.
+`jax_vector_observations` and the native kernel give the same float32 values bit for bit on
+every state, except that where both give NaN (say a feature that overflows to inf - inf) the
+NaN's sign and payload bits may differ.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ __all__ = ["finite_agents", "visibility"]
 def finite_agents(agents):
     """(n,) bool: agents whose x, y, z, heading and speed are all finite.
 
-    The observations treat any other agent as seen by nobody, and as a dead ego (all-zero
-    observation) itself, in the JAX path and the native kernel alike. States built by hand are
+    The observations treat any other agent as seen by nobody, sharing nothing (not even its
+    detections) and, as a dead ego, observing all zeros, in the JAX path and the native kernel
+    alike. States built by hand are
     refused when not finite (`EnvState.create`); this defines what happens when a state
     becomes non-finite anyway (say through `dataclasses.replace`, or a huge action).
     """
@@ -30,8 +31,8 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None
     shares with itself, opponents and dead agents never. e sees every agent detected by a
     sharing teammate, and the sharing teammates themselves.
     Deterministic communication: e sees every agent its team detects and its alive teammates.
-    A dead ego sees nothing. An agent that is not `finite` shares nothing, sees nothing and is
-    seen by nobody.
+    A dead ego sees nothing. An agent that is not `finite` sees nothing, is seen by nobody and
+    shares nothing (not even its detections, in either mode).
 
     Args:
         alive: (n,) bool. dist: (n, n) float32 planar distances. detected: (n, n) bool HD[i, j].
@@ -39,7 +40,7 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None
         finite: (n,) bool, `finite_agents(agents)`; None: every agent is finite.
     """
     if finite is not None:
-        alive = alive & finite
+        alive, detected = alive & finite, detected & finite[None, :]
     teams = np.asarray(config.teams)
     same = jnp.asarray(teams[:, None] == teams[None, :])  # [e, j]
     n = config.n_agents
