@@ -1,6 +1,6 @@
 """Run the native observation kernel under AddressSanitizer + UndefinedBehaviorSanitizer.
 
-    python tests/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~2 min
+    python tests/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
     python tests/sanitize_native.py --opt -O3  # the optimised code the library ships
 
 Builds gigastep/_native/vector_obs.cc with ``-fsanitize=address,undefined
@@ -105,8 +105,10 @@ def main(argv=None) -> int:
         env = dict(os.environ, GIGASTEP_CACHE_DIR=cache, GIGASTEP_NATIVE="1",
                    GIGASTEP_NATIVE_FLAGS=f"-fsanitize=address,undefined "
                    f"-fno-sanitize-recover=all -fno-omit-frame-pointer -g {args.opt}",
-                   LD_PRELOAD=" ".join(preload), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-                   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+                   LD_PRELOAD=" ".join(preload),
+                   # Reports go to files: pytest's fd capture would drop them with the process.
+                   ASAN_OPTIONS=f"detect_leaks=0:log_path={cache}/report",
+                   UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={cache}/report",
                    JAX_PLATFORMS="cpu")  # fmt: skip
         runs = [
             [sys.executable, "-m", "pytest", *TESTS, "-q", "-p", "no:randomly",
@@ -116,6 +118,11 @@ def main(argv=None) -> int:
         failed = False
         for cmd in runs:
             code, out = _run(cmd, env)
+            for report in sorted(Path(cache).glob("report*")):
+                text = report.read_text(errors="replace")
+                print(text[:6000], flush=True)
+                out += text
+                report.unlink()
             reports = sorted(set(REPORT.findall(out)))
             if code != 0 or reports:
                 print(f"FAILED (exit {code}; sanitizer reports: {reports or 'none'})")
