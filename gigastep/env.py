@@ -23,7 +23,7 @@ from gigastep.observations.vector import (
     native_vector_observations,
     vector_observations,
 )
-from gigastep.observations.visibility import visibility
+from gigastep.observations.visibility import finite_agents, visibility
 from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
     AgentState,
@@ -193,7 +193,8 @@ def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm
 
 def _observe_jax(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise):
     agents, episode = state.agents, state.episode
-    seen = visibility(config, agents.alive, geo.dist, detected, comm_noise)
+    finite = finite_agents(agents)
+    seen = visibility(config, agents.alive, geo.dist, detected, comm_noise, finite)
     out = []
     if config.obs_type in ("rgb", "rgb_vector"):
         from gigastep.observations.rgb import rgb_observations

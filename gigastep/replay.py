@@ -39,7 +39,7 @@ import numpy as np
 from gigastep._files import atomic_path
 from gigastep.env import GigastepEnv
 from gigastep.evaluation import ScriptedPlayer, resolve_player
-from gigastep.types import AgentState, EnvState, EpisodeState
+from gigastep.types import AgentState, EnvState, EpisodeState, check_finite_state
 
 __all__ = [
     "FORMAT_VERSION",
@@ -513,16 +513,24 @@ def _flat(state: EnvState) -> dict[str, np.ndarray]:
 
 
 def save_state(state: EnvState, path) -> None:
-    """Write an `EnvState` (any leading batch axes) to a compressed .npz, atomically."""
+    """Write an `EnvState` (any leading batch axes) to a compressed .npz, atomically; refused
+    (ValueError) if a position, speed or heading is not finite, as `load_state` would refuse
+    the file."""
     if not isinstance(state, EnvState):
         raise TypeError(f"save_state takes an EnvState, got {type(state).__name__}")
+    check_finite_state(state, "save_state")
     with atomic_path(path, suffix=".npz") as tmp:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, __format__=np.asarray(STATE_FORMAT), **_flat(state))
 
 
 def load_state(path) -> EnvState:
-    """Read an `EnvState` written by `save_state` (no pickle); arrays come back as JAX arrays."""
+    """Read an `EnvState` written by `save_state` (no pickle); arrays come back as JAX arrays.
+
+    Raises:
+        ValueError: not a state file, a field is missing, or a position, speed or heading is
+            not finite (`gigastep.types.check_finite_state`).
+    """
     path = os.fspath(path)
     arrays = _read_npz(path, "state file", ValueError)
     if str(arrays.pop("__format__", "")) != STATE_FORMAT:
@@ -534,4 +542,6 @@ def load_state(path) -> EnvState:
         if missing:
             raise ValueError(f"{path!r} lacks the state fields {part}.{missing}")
         parts[part] = cls(**{n: jnp.asarray(arrays[f"{part}.{n}"]) for n in names})
-    return EnvState(**parts)
+    state = EnvState(**parts)
+    check_finite_state(state, f"load_state({path!r})")
+    return state

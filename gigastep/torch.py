@@ -33,7 +33,7 @@ import torch
 from gigastep import env as _env
 from gigastep.observations.global_state import state_vector
 from gigastep.opponents import VersusEnv, get_policy, observe_state, resolve_env
-from gigastep.types import EnvConfig, EnvState
+from gigastep.types import EnvConfig, EnvState, check_finite_state
 
 __all__ = [
     "JAX_MEMORY_SETTING",
@@ -471,6 +471,7 @@ class TorchVecEnv:
             raise TypeError("states must be an EnvState batched along axis 0")
         if leaves[0].shape[0] != self.num_envs:
             raise ValueError(f"states hold {leaves[0].shape[0]} games, expected {self.num_envs}")
+        check_finite_state(states, "TorchVecEnv.reset_to")
         states = jax.tree_util.tree_map(
             lambda x: jax.device_put(jnp.array(x, copy=True), self.jax_device), states
         )

@@ -446,6 +446,35 @@ def _set(obj, name, value):
 # ------------------------------------------------------------------------------------------
 
 
+FINITE_FIELDS = ("x", "y", "z", "v", "heading")  # what `check_finite_state` requires finite
+
+
+def check_finite_state(state, where: str) -> None:
+    """Refuse a state (any leading batch axes) whose positions, speeds or headings are not all
+    finite: a ValueError naming `where`, the field, the game (when batched) and the agent.
+
+    Traced states (inside `jax.jit`) are not checked: their values are unknown there.
+    """
+    import jax
+    import numpy as np
+
+    for name in FINITE_FIELDS:
+        value = getattr(state.agents, name)
+        if isinstance(value, jax.core.Tracer):
+            return
+        value = np.asarray(value)
+        bad = ~np.isfinite(value)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            *game, agent = index
+            at = f"game {game[0] if len(game) == 1 else tuple(game)}, " if game else ""
+            raise ValueError(
+                f"{where}: {name} of {at}agent {agent} is {float(value[index])}; positions "
+                f"(x, y, z), speeds (v) and headings must be finite ({int(bad.sum())} "
+                f"non-finite value{'s' if bad.sum() > 1 else ''} in {name})"
+            )
+
+
 @chex.dataclass(frozen=True)
 class AgentState:
     """Per-agent state, struct of arrays with one leading agent axis."""
@@ -489,6 +518,9 @@ class EnvState:
             config: the environment's config (gives n and max health).
             x, y: (n,) positions. z defaults to 0, v to 1, heading to 0, health to max_health,
                 alive to True, tracked to 0.
+
+        Raises:
+            ValueError: a position, speed or heading is not finite (NaN or infinite).
         """
         n = config.n_agents
 
@@ -518,7 +550,9 @@ class EnvState:
             step=jnp.asarray(step, jnp.int32),
             returns=jnp.zeros(n, jnp.float32),
         )
-        return EnvState(agents=agents, episode=episode)
+        state = EnvState(agents=agents, episode=episode)
+        check_finite_state(state, "EnvState.create")
+        return state
 
 
 @chex.dataclass(frozen=True)

@@ -282,6 +282,8 @@ def test_ci_installs_lints_and_tests_as_the_readme_says():
     assert install.startswith("pip install ")
     arguments = install.removeprefix("pip install ")
     assert any(line.startswith("python -m pip install") and line.endswith(arguments) for line in ci)
-    test, lint = _section_commands("Test")
+    test, jax_path, lint, sanitize = _section_commands("Test")
     assert test == "python -m pytest -n 2" and test in ci
+    assert jax_path.startswith("GIGASTEP_NATIVE=0 python -m pytest") and jax_path in ci
     assert lint == "ruff check . && ruff format --check ." and lint in ci
+    assert sanitize == "python tests/sanitize_native.py"  # documented, not run by CI

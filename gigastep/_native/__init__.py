@@ -3,14 +3,19 @@
 One kernel today: ``gigastep_vector_obs`` (``vector_obs.cc``), visibility plus the vector
 observation of a batch of games in one pass. On the CPU it replaces the XLA lowering of
 `gigastep.observations.visibility` + `gigastep.observations.vector` with the same values
-bit for bit (+0 where XLA may leave -0; the tests compare both paths); on other platforms
-the JAX code runs.
+bit for bit on every state, finite or not, except that where both give NaN its sign and
+payload bits are not promised (`gigastep.observations.vector` defines non-finite states; the
+tests compare both paths); on other platforms the JAX code runs. Every operand's shape and
+dtype is checked by the kernel itself (an FFI error naming the operand, never a read out of
+bounds) and before the call.
 
 The shared library is built with the system C++ compiler the first time a CPU step needs it
 (a few seconds) and cached under ``$GIGASTEP_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/gigastep`` or ``~/.cache/gigastep``), keyed by the source, the jaxlib
 version, the compiler and its flags. Without a compiler, or with ``GIGASTEP_NATIVE=0``, the
 pure JAX path runs: same observations, slower (see README, "Throughput").
+``GIGASTEP_NATIVE_FLAGS`` adds compiler flags (split as a shell would; they enter the cache
+key), for instance the sanitizer build of tests/sanitize_native.py.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -55,6 +61,11 @@ def _compiler() -> str | None:
     return None
 
 
+def _flags() -> list[str]:
+    """The compiler flags: ours, then those of ``$GIGASTEP_NATIVE_FLAGS`` (later flags win)."""
+    return [*_FLAGS, *shlex.split(os.environ.get("GIGASTEP_NATIVE_FLAGS", ""))]
+
+
 def _cache_dir() -> Path:
     if os.environ.get("GIGASTEP_CACHE_DIR"):
         return Path(os.environ["GIGASTEP_CACHE_DIR"])
@@ -81,13 +92,14 @@ def build_library(force: bool = False) -> Path:
         cxx_version = version.stdout.splitlines()[0] if version.stdout else ""
     except (OSError, subprocess.SubprocessError) as err:
         raise BuildError(f"{cxx} --version failed: {err}") from None
+    flags = _flags()
     digest = hashlib.sha256()
     for part in (
         _SOURCE.read_bytes(),
         jaxlib.__version__.encode(),
         cxx.encode(),
         cxx_version.encode(),
-        " ".join(_FLAGS).encode(),
+        "\0".join(flags).encode(),
         platform.machine().encode(),
     ):
         digest.update(part)
@@ -101,7 +113,7 @@ def build_library(force: bool = False) -> Path:
     # half-written library, and the last rename wins with identical content.
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=suffix, dir=out.parent)
     os.close(fd)
-    cmd = [cxx, *_FLAGS, f"-I{include}", str(_SOURCE), "-o", tmp]
+    cmd = [cxx, *flags, f"-I{include}", str(_SOURCE), "-o", tmp]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:

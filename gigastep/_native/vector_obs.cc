@@ -5,30 +5,25 @@
 // element: XLA's CPU backend re-evaluates fused producers (bit sets, the counting sort)
 // for every element of a gathered consumer. Every floating-point operation below is the one
 // XLA's CPU backend performs for the JAX code, in the same order, so the two paths agree bit
-// for bit (except that rows XLA multiplies by 0 are written as +0 where XLA may leave -0);
-// tests/test_native_vector_obs.py holds them to that. XLA rewrites a division by a
-// constant into a multiplication by its float32 reciprocal and fuses one multiply-subtract
-// (in wrap_angle); the code below does the same, explicitly.
-//
-// Compile with -ffp-contract=off: the compiler must not fuse anything else.
-//
-// Inputs (leading batch dims "..." are the same for every operand, vmap_method="broadcast_all"):
-//   x, y, z, heading, v, health: (..., n) f32     alive: (..., n) pred
-//   dist: (..., n, n) f32        detected: (..., n, n) pred [i, j]: j detects i
-//   comm: (..., n, n) f32 uniforms [e, j], or (..., 3) u32 (seed0, seed1, start): the
-//         counter stream of gigastep/random.py that those uniforms come from
-//   boxes: (..., NB >= n_boxes, 4) f32 (world coordinates)
-//   waypoint: (..., 4) f32       waypoint_time: (...) f32
-// Output: (..., n, L) f32, L = 9 m + 5 [waypoints] + 4 n_boxes.
+// for bit on every state, except that where both give NaN its sign and payload bits are not
+// promised; tests/test_native_vector_obs.py and tests/test_nonfinite.py hold them to that.
+// Non-finite states are defined, in both paths alike: an agent whose x, y, z, heading or
+// speed is not finite is seen by nobody, observes all zeros (as a dead ego) and shares
+// nothing, not even its detections; a seen agent at a distance that is not below +inf sorts
+// after every smaller distance (as if at FLT_MAX), so seen agents always fill the rows right
+// after the ego.
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cfloat>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -96,23 +91,36 @@ inline float StreamUniform(const uint32_t* stream, int k) {
   return static_cast<float>(bits >> 8) * 0x1p-24f;
 }
 
-// seen[e] as a bit set over i (visibility.py).
-void Visibility(const Params& p, const Game& g, uint64_t* seen) {
+// Bit j set iff agent j is alive and its x, y, z, heading and speed are finite: only these
+// agents share, see or are seen (finite[] of visibility.py; a NaN compares false with
+// everything, so the rules below would otherwise depend on where a NaN sits).
+uint64_t Observable(const Params& p, const Game& g, uint64_t* finite_bits) {
+  uint64_t valid = 0, finite = 0;
+  for (int j = 0; j < p.n; ++j) {
+    const bool ok = std::isfinite(g.x[j]) && std::isfinite(g.y[j]) && std::isfinite(g.z[j]) &&
+                    std::isfinite(g.h[j]) && std::isfinite(g.v[j]);
+    finite |= static_cast<uint64_t>(ok) << j;
+    valid |= static_cast<uint64_t>(ok && g.alive[j]) << j;
+  }
+  *finite_bits = finite;
+  return valid;
+}
+
+// seen[e] as a bit set over i (visibility.py); `alive` is Observable's bit set.
+void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
+                uint64_t* seen) {
   const int n = p.n;
-  uint64_t det[kMaxAgents];  // det[i]: bit j set iff j detects i
+  uint64_t det[kMaxAgents];  // det[i]: bit j set iff j (finite) detects i
   for (int i = 0; i < n; ++i) {
     uint64_t b = 0;
     for (int j = 0; j < n; ++j) b |= static_cast<uint64_t>(g.detected[i * n + j]) << j;
-    det[i] = b;
+    det[i] = b & finite;
   }
+  uint64_t team1 = 0;
+  for (int j = 0; j < n; ++j) team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;
   if (p.stochastic_comm) {
-    uint64_t team1 = 0, alive = 0;
-    for (int j = 0; j < n; ++j) {
-      team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;
-      alive |= static_cast<uint64_t>(g.alive[j]) << j;
-    }
     for (int e = 0; e < n; ++e) {
-      if (!g.alive[e]) {  // a dead ego sees nothing
+      if (!((alive >> e) & 1)) {  // a dead (or non-finite) ego sees nothing
         seen[e] = 0;
         continue;
       }
@@ -134,14 +142,9 @@ void Visibility(const Params& p, const Game& g, uint64_t* seen) {
       }
       uint64_t row = share;  // i itself shares, or a sharing teammate detects i
       for (int i = 0; i < n; ++i) row |= static_cast<uint64_t>((share & det[i]) != 0) << i;
-      seen[e] = row;
+      seen[e] = row & finite;
     }
   } else {
-    uint64_t team1 = 0, alive = 0;
-    for (int j = 0; j < n; ++j) {
-      team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;
-      alive |= static_cast<uint64_t>(g.alive[j]) << j;
-    }
     uint64_t by_team1 = 0, by_team0 = 0;  // bit i: agent i detected by a member of that team
     for (int i = 0; i < n; ++i) {
       by_team1 |= static_cast<uint64_t>((det[i] & team1) != 0) << i;
@@ -150,10 +153,15 @@ void Visibility(const Params& p, const Game& g, uint64_t* seen) {
     for (int e = 0; e < n; ++e) {
       const bool in1 = p.teams[e] == 1;
       const uint64_t mates = in1 ? team1 : ~team1;
-      seen[e] = g.alive[e] ? ((in1 ? by_team1 : by_team0) | (mates & alive)) : 0;
+      seen[e] = ((alive >> e) & 1) ? ((in1 ? by_team1 : by_team0) | (mates & alive)) & finite
+                                   : 0;
     }
   }
 }
+
+// The sort key of a seen agent at distance d: d, or FLT_MAX when d is not below +inf (NaN,
+// +inf), so that every seen agent sorts before the unseen ones (key +inf).
+inline float SeenKey(float d) { return d < INFINITY ? d : FLT_MAX; }
 
 // idx[0..rows): the agents of ego e's first rows, rows = min(m, agents e sees): the ego
 // (key -1), then the agents it sees by increasing distance, ties by index (vector.py's
@@ -170,7 +178,7 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
     typedef int32_t I4 __attribute__((vector_size(16)));
     float key[16];
     for (int i = 0; i < 16; ++i) {
-      key[i] = i < n && ((seen_e >> i) & 1) ? dist[i] : INFINITY;
+      key[i] = i < n && ((seen_e >> i) & 1) ? SeenKey(dist[i]) : INFINITY;
     }
     key[e] = -1.0f;
     const int words = (n + 3) / 4;
@@ -206,7 +214,7 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
   const int cap = rows - 1;
   for (uint64_t bits = seen_e & ~(uint64_t{1} << e); bits && cap > 0; bits &= bits - 1) {
     const int i = __builtin_ctzll(bits);
-    const float k = dist[i];
+    const float k = SeenKey(dist[i]);
     if (size == cap && !(k < best[cap - 1])) continue;
     int pos = size < cap ? size++ : cap - 1;
     while (pos > 0 && k < best[pos - 1]) {
@@ -221,8 +229,9 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
 
 void ObserveGame(const Params& p, const Game& g) {
   const int n = p.n, m = p.m, L = p.L;
-  uint64_t seen[kMaxAgents];
-  Visibility(p, g, seen);
+  uint64_t seen[kMaxAgents], finite;
+  const uint64_t valid = Observable(p, g, &finite);
+  Visibility(p, g, valid, finite, seen);
   float tail[5 + 4 * 64];  // waypoint and box values, the same for every alive ego
   const int nb = p.n_boxes, tail_size = (p.waypoints ? 5 : 0) + 4 * nb;
   float* box = tail + (p.waypoints ? 5 : 0);
@@ -237,7 +246,7 @@ void ObserveGame(const Params& p, const Game& g) {
   int idx[kMaxAgents];
   for (int e = 0; e < n; ++e) {
     float* o = g.out + static_cast<int64_t>(e) * L;
-    if (!g.alive[e]) {  // a dead ego observes nothing
+    if (!((valid >> e) & 1)) {  // a dead (or non-finite) ego observes nothing
       std::memset(o, 0, sizeof(float) * L);
       continue;
     }
@@ -274,8 +283,7 @@ void ObserveGame(const Params& p, const Game& g) {
       q[7] = g.health[i] - 0.0f * he_health;
       q[8] = p.sprites[i] - 0.0f * se;
     }
-    // Rows of unseen agents: XLA multiplies them by 0 (its zeros carry the sign of the
-    // feature; the kernel writes +0, the same number).
+    // Rows of unseen agents: +0 (the JAX path selects 0 there).
     std::memset(o + 9 * rows, 0, sizeof(float) * 9 * (m - rows));
     float* t = o + 9 * m;
     if (p.waypoints) {
@@ -328,6 +336,32 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t total, int64_t grain, const Body
   state->cv.wait(lock, [&] { return state->done.load() == chunks; });
 }
 
+// "(2, 3)" for dims {2, 3}, "()" for a scalar.
+template <typename Dims>
+std::string ShapeText(const Dims& dims) {
+  std::string s = "(";
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (k) s += ", ";
+    s += std::to_string(dims[k]);
+  }
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+// Success iff `dims` is `lead` followed by `tail`; else an error naming the operand and both
+// shapes.
+template <typename Dims>
+ffi::Error CheckShape(const char* name, const Dims& dims, const std::vector<int64_t>& lead,
+                      std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> want(lead);
+  want.insert(want.end(), tail);
+  bool same = dims.size() == want.size();
+  for (size_t k = 0; same && k < want.size(); ++k) same = dims[k] == want[k];
+  if (same) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(std::string("gigastep_vector_obs: operand ") + name +
+                                     " has shape " + ShapeText(dims) + ", expected " +
+                                     ShapeText(want) + " (batch dims and n from x)");
+}
+
 ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> y,
                          ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> heading,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> health,
@@ -340,34 +374,59 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
                          float inv_diag, float lx, float ly, ffi::Span<const int64_t> teams,
                          ffi::Span<const float> sprites) {
   const auto dims = x.dimensions();
-  if (dims.size() < 1) return ffi::Error::InvalidArgument("x must have an agent axis");
-  const int n = static_cast<int>(dims.back());
-  if (n < 1 || n > kMaxAgents || static_cast<int64_t>(teams.size()) != n ||
-      static_cast<int64_t>(sprites.size()) != n || m < 1 || m > n) {
-    return ffi::Error::InvalidArgument("gigastep_vector_obs: inconsistent agent counts");
+  if (dims.size() < 1) {
+    return ffi::Error::InvalidArgument("gigastep_vector_obs: operand x has shape (), expected "
+                                       "(..., n): an agent axis");
   }
+  const int64_t n64 = dims.back();
+  if (n64 < 1 || n64 > kMaxAgents || static_cast<int64_t>(teams.size()) != n64 ||
+      static_cast<int64_t>(sprites.size()) != n64 || m < 1 || m > n64) {
+    return ffi::Error::InvalidArgument(
+        "gigastep_vector_obs: inconsistent agent counts: x has n = " + std::to_string(n64) +
+        " agents (at most 64), teams " + std::to_string(teams.size()) + ", sprites " +
+        std::to_string(sprites.size()) + ", rows m = " + std::to_string(m) + " (1 <= m <= n)");
+  }
+  if (n_boxes < 0 || n_boxes > 64) {
+    return ffi::Error::InvalidArgument("gigastep_vector_obs: n_boxes = " +
+                                       std::to_string(n_boxes) + ", expected 0..64");
+  }
+  const int n = static_cast<int>(n64);
+  const std::vector<int64_t> lead(dims.begin(), dims.end() - 1);
+  const int64_t L = 9 * m + (waypoints ? 5 : 0) + 4 * n_boxes;
   const auto box_dims = boxes.dimensions();
-  if (box_dims.size() < 2 || box_dims.back() != 4 || n_boxes < 0 || n_boxes > 64 ||
-      box_dims[box_dims.size() - 2] < n_boxes) {
-    return ffi::Error::InvalidArgument("gigastep_vector_obs: boxes must be (..., >= n_boxes, 4)");
+  // Boxes: (..., NB, 4) with any NB >= n_boxes (only the first n_boxes are read).
+  const int64_t nb = box_dims.size() == lead.size() + 2 ? box_dims[lead.size()] : -1;
+  const bool from_stream = comm.element_type() == ffi::DataType::U32;
+  if (!from_stream && comm.element_type() != ffi::DataType::F32) {
+    return ffi::Error::InvalidArgument(
+        "gigastep_vector_obs: operand comm must be float32 noise (..., n, n) or a uint32 "
+        "stream (..., 3)");
+  }
+  for (const ffi::Error& err : {
+           CheckShape("y", y.dimensions(), lead, {n64}),
+           CheckShape("z", z.dimensions(), lead, {n64}),
+           CheckShape("heading", heading.dimensions(), lead, {n64}),
+           CheckShape("v", v.dimensions(), lead, {n64}),
+           CheckShape("health", health.dimensions(), lead, {n64}),
+           CheckShape("alive", alive.dimensions(), lead, {n64}),
+           CheckShape("dist", dist.dimensions(), lead, {n64, n64}),
+           CheckShape("detected", detected.dimensions(), lead, {n64, n64}),
+           from_stream ? CheckShape("comm (uint32 stream)", comm.dimensions(), lead, {3})
+                       : CheckShape("comm (float32 noise)", comm.dimensions(), lead, {n64, n64}),
+           CheckShape("boxes", box_dims, lead, {std::max(nb, n_boxes), 4}),
+           CheckShape("waypoint", waypoint.dimensions(), lead, {4}),
+           CheckShape("waypoint_time", waypoint_time.dimensions(), lead, {}),
+           CheckShape("out", out->dimensions(), lead, {n64, L}),
+       }) {
+    if (err.failure()) return err;
   }
   const int64_t games = x.element_count() / n;
   Params p;
   p.n = n;
   p.m = static_cast<int>(m);
   p.n_boxes = static_cast<int>(n_boxes);
-  p.box_stride = static_cast<int>(box_dims[box_dims.size() - 2]) * 4;
-  p.L = 9 * p.m + (waypoints ? 5 : 0) + 4 * p.n_boxes;
-  if (out->element_count() != games * n * p.L || dist.element_count() != games * n * n) {
-    return ffi::Error::InvalidArgument("gigastep_vector_obs: operand shapes disagree");
-  }
-  const bool from_stream = comm.element_type() == ffi::DataType::U32;
-  if (from_stream ? comm.element_count() != games * 3
-                  : (comm.element_type() != ffi::DataType::F32 ||
-                     comm.element_count() != games * n * n)) {
-    return ffi::Error::InvalidArgument(
-        "gigastep_vector_obs: comm must be (..., n, n) f32 noise or a (..., 3) u32 stream");
-  }
+  p.box_stride = static_cast<int>(std::max<int64_t>(nb, 0)) * 4;
+  p.L = static_cast<int>(L);
   p.stochastic_comm = stochastic_comm;
   p.waypoints = waypoints;
   p.comm_range = comm_range;

@@ -8,6 +8,14 @@ Row features for another agent i (all times seen_i): seen, same team, (x_i - x_e
 (y_i - y_e) / limit_y, (z_i - z_e) / z_max, wrap(h_i - h_e), (v_i - v_e) / diag, health_i,
 sprite_i. The ego row holds its own x / limit_x, y / limit_y, z / z_max, h, v / diag, health
 and sprite. A dead ego's observation is all zeros.
+
+An agent whose x, y, z, heading or speed is not finite (`visibility.finite_agents`) is seen
+by nobody, observes all zeros and shares nothing (not even its detections); a seen agent at a
+distance that is not below +inf (an overflow of far-apart finite positions) sorts after every
+smaller distance, so the rows after the ego always hold the seen agents.
+`jax_vector_observations` and the native kernel give the same float32 values bit for bit on
+every state, except that where both give NaN (say a feature that overflows to inf - inf) the
+NaN's sign and payload bits may differ.
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep.dynamics import wrap_angle
+from gigastep.observations.visibility import finite_agents, visibility
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["N_AGENT_FEATURES", "native_supported", "native_vector_observations", "nearest_first",
-           "vector_observations"]  # fmt: skip
+__all__ = ["N_AGENT_FEATURES", "jax_vector_observations", "native_supported",
+           "native_vector_observations", "nearest_first", "vector_observations"]  # fmt: skip
 
 N_AGENT_FEATURES = 9
 
@@ -62,14 +71,16 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     n, m = config.n_agents, config.vec_agents
     lx, ly = config.limit_x, config.limit_y
     diag = math.sqrt(lx * lx + ly * ly)
-    # Ego first (-1), seen agents by distance, unseen last in index order.
-    rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, dist, jnp.inf))
+    # Ego first (-1), seen agents by distance, unseen last in index order. A seen agent's key
+    # stays below the unseen agents' +inf even at a NaN or +inf distance.
+    key = jnp.where(dist < np.inf, dist, np.finfo(np.float32).max)
+    rank = jnp.where(jnp.eye(n, dtype=bool), -1.0, jnp.where(seen, key, jnp.inf))
     idx = nearest_first(rank, m)  # (n, m)
     # Seen agents come right after the ego (which an alive ego always sees), unseen ones last:
     # slot p holds a seen agent iff p < the number of agents e sees (no gather needed; a dead
     # ego sees nothing, so all its slots are unseen).
     count = jnp.sum(seen, axis=1, dtype=jnp.int32)
-    s = (jnp.arange(m)[None, :] < count[:, None]).astype(jnp.float32)
+    s = jnp.arange(m)[None, :] < count[:, None]
     teams = jnp.asarray(config.teams, jnp.float32)
     sprites = jnp.asarray(config.sprites, jnp.float32)
     # Per-agent rows in feature order, with a constant 1 for the seen flag, gathered as whole
@@ -95,7 +106,8 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     scale = np.ones(N_AGENT_FEATURES, np.float32)
     scale[2:5] = [1.0 / lx, 1.0 / ly, 1.0 / config.z_max]
     scale[6] = 1.0 / diag
-    rows = d * jnp.asarray(scale) * s[..., None]  # (n, m, 9)
+    # Selects, not products with 0/1: an unseen agent's NaN or inf stays out of the zeros.
+    rows = jnp.where(s[..., None], d * jnp.asarray(scale), 0.0)  # (n, m, 9)
     parts = [rows.reshape(n, m * N_AGENT_FEATURES)]
     if config.enable_waypoints:
         active = (episode.waypoint_time > 0).astype(jnp.float32)
@@ -109,7 +121,17 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
         flat = (boxes[: config.max_boxes] / scale).reshape(-1)
         parts.append(jnp.broadcast_to(flat, (n, flat.shape[0])))
     obs = jnp.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
-    return obs * agents.alive[:, None].astype(jnp.float32)
+    return jnp.where((agents.alive & finite_agents(agents))[:, None], obs, 0.0)
+
+
+def jax_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist,
+                            detected, comm_noise, boxes):  # fmt: skip
+    """`visibility` followed by `vector_observations`: the JAX path, which every GPU runs, of
+    what `native_vector_observations` computes on the CPU (same arguments but the stream).
+    (n, L) float32."""
+    finite = finite_agents(agents)
+    seen = visibility(config, agents.alive, dist, detected, comm_noise, finite)
+    return vector_observations(config, agents, episode, dist, seen, boxes)
 
 
 # The native kernel keeps bit sets in one 64-bit word per agent and boxes on its stack.
@@ -130,9 +152,9 @@ def native_supported(config: EnvConfig) -> bool:
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
                                dist, detected, comm_noise, boxes, comm_stream=None):  # fmt: skip
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
-    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc): the JAX path's values bit for
-    bit (+0 where XLA may leave -0). CPU only (callers pick it with
-    `jax.lax.platform_dependent`).
+    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc): the values of
+    `jax_vector_observations` bit for bit (NaNs aside, module docstring). CPU only (callers
+    pick it with `jax.lax.platform_dependent`).
 
     Args:
         detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
@@ -140,15 +162,47 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
             (`gigastep.random.stream`); the kernel then hashes them itself and `comm_noise`
             is not read (nor, in a compiled step, computed).
         Others as in `vector_observations`.
+
+    Raises:
+        ValueError: an operand's shape or dtype does not fit the config (before any call).
     """
+    _check_operands(config, agents, episode, dist, detected, comm_noise, boxes, comm_stream)
     return _native_call(config, agents, episode, dist, detected, comm_noise, boxes, comm_stream)
+
+
+def _check_operands(config: EnvConfig, agents, episode, dist, detected, comm_noise, boxes,
+                    comm_stream):  # fmt: skip
+    """ValueError naming the first operand whose (per-game) shape or dtype is wrong."""
+    n, floating = config.n_agents, jnp.floating
+    checks = [(f"agents.{name}", getattr(agents, name), (n,), floating)
+              for name in ("x", "y", "z", "heading", "v", "health")]  # fmt: skip
+    checks += [
+        ("agents.alive", agents.alive, (n,), jnp.bool_),
+        ("dist", dist, (n, n), floating),
+        ("detected", detected, (n, n), jnp.bool_),
+        ("comm_noise", comm_noise, (n, n), floating),
+        ("episode.waypoint", episode.waypoint, (4,), floating),
+        ("episode.waypoint_time", episode.waypoint_time, (), floating),
+    ]
+    if comm_stream is not None:
+        checks.append(("comm_stream", comm_stream, (3,), jnp.unsignedinteger))
+    nb = np.shape(boxes)[0] if np.ndim(boxes) == 2 else -1
+    checks.append(("boxes", boxes, (max(nb, config.max_boxes), 4), floating))
+    for name, value, shape, kind in checks:
+        dtype = jnp.result_type(value)
+        if np.shape(value) != shape or not jnp.issubdtype(dtype, kind):
+            want = {jnp.bool_: "bool", jnp.unsignedinteger: "uint32"}.get(kind, "float32")
+            raise ValueError(
+                f"native_vector_observations: {name} has shape {np.shape(value)} and dtype "
+                f"{dtype}; expected shape {shape} ({want}) for {n} agents"
+                + (f" and {config.max_boxes} boxes" if name == "boxes" else "")
+            )
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise, boxes,
                  comm_stream):  # fmt: skip
     n = config.n_agents
-    lx, ly = config.limit_x, config.limit_y
     call = jax.ffi.ffi_call(
         "gigastep_vector_obs",
         jax.ShapeDtypeStruct((n, config.vector_size), jnp.float32),
@@ -165,7 +219,14 @@ def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise,
         agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
         agents.alive.astype(bool), dist.astype(f32), detected.astype(bool),
         comm, boxes.astype(f32), episode.waypoint.astype(f32),
-        episode.waypoint_time.astype(f32),
+        episode.waypoint_time.astype(f32), **native_attributes(config),
+    ))  # fmt: skip
+
+
+def native_attributes(config: EnvConfig) -> dict:
+    """The FFI attributes of a ``gigastep_vector_obs`` call for `config` (its constants)."""
+    lx, ly = config.limit_x, config.limit_y
+    return dict(
         m=np.int64(config.vec_agents), n_boxes=np.int64(config.max_boxes),
         stochastic_comm=bool(config.stochastic_comm), waypoints=bool(config.enable_waypoints),
         comm_range=np.float32(config.communication_range),
@@ -174,7 +235,7 @@ def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise,
         inv_diag=np.float32(1.0 / math.sqrt(lx * lx + ly * ly)),
         lx=np.float32(lx), ly=np.float32(ly),
         teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.float32),
-    ))  # fmt: skip
+    )  # fmt: skip
 
 
 @_native_call.defjvp
@@ -182,11 +243,9 @@ def _native_call_jvp(config: EnvConfig, primals, tangents):
     """Derivatives come from the JAX path (same function, so the same derivatives): the
     kernel's value, the JAX code's tangent. Without differentiation this rule is never
     traced."""
-    from gigastep.observations.visibility import visibility
 
-    def jax_path(agents, episode, dist, detected, comm_noise, boxes):
-        seen = visibility(config, agents.alive, dist, detected, comm_noise)
-        return vector_observations(config, agents, episode, dist, seen, boxes)
+    def jax_path(*args):
+        return jax_vector_observations(config, *args)
 
     _, tangent = jax.jvp(jax_path, primals[:6], tangents[:6])
     return _native_call(config, *primals), tangent

@@ -7,10 +7,23 @@ import numpy as np
 
 from gigastep.types import EnvConfig
 
-__all__ = ["visibility"]
+__all__ = ["finite_agents", "visibility"]
 
 
-def visibility(config: EnvConfig, alive, dist, detected, comm_noise):
+def finite_agents(agents):
+    """(n,) bool: agents whose x, y, z, heading and speed are all finite.
+
+    The observations treat any other agent as seen by nobody, sharing nothing (not even its
+    detections) and, as a dead ego, observing all zeros, in the JAX path and the native kernel
+    alike. States built by hand are
+    refused when not finite (`EnvState.create`); this defines what happens when a state
+    becomes non-finite anyway (say through `dataclasses.replace`, or a huge action).
+    """
+    ok = jnp.isfinite(agents.x) & jnp.isfinite(agents.y) & jnp.isfinite(agents.z)
+    return ok & jnp.isfinite(agents.heading) & jnp.isfinite(agents.v)
+
+
+def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None):
     """seen[e, i]: ego e sees agent i. (n, n) bool.
 
     Stochastic communication: teammate j shares with ego e iff
@@ -18,12 +31,16 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise):
     shares with itself, opponents and dead agents never. e sees every agent detected by a
     sharing teammate, and the sharing teammates themselves.
     Deterministic communication: e sees every agent its team detects and its alive teammates.
-    A dead ego sees nothing.
+    A dead ego sees nothing. An agent that is not `finite` sees nothing, is seen by nobody and
+    shares nothing (not even its detections, in either mode).
 
     Args:
         alive: (n,) bool. dist: (n, n) float32 planar distances. detected: (n, n) bool HD[i, j].
         comm_noise: (n, n) float32 uniforms [e, j].
+        finite: (n,) bool, `finite_agents(agents)`; None: every agent is finite.
     """
+    if finite is not None:
+        alive, detected = alive & finite, detected & finite[None, :]
     teams = np.asarray(config.teams)
     same = jnp.asarray(teams[:, None] == teams[None, :])  # [e, j]
     n = config.n_agents
@@ -54,7 +71,8 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise):
         by_team0 = jnp.any(detected & ~team1[None, :], axis=1)
         by_my_team = jnp.where(team1[:, None], by_team1[None, :], by_team0[None, :])  # [e, i]
         seen = by_my_team | (same & alive[None, :])
-    return seen & alive[:, None]
+    seen = seen & alive[:, None]
+    return seen if finite is None else seen & finite[None, :]
 
 
 def _bits(mask):
