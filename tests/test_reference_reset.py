@@ -46,26 +46,48 @@ SPECIAL = dict(  # SPEC §9.1 types more_health, more_range, faster, super, defa
 
 CONFIGS = {
     # every built-in map on a non-square world, heterogeneous types, waypoints, stochastic comm
-    "all_special_20x15": EnvConfig(map_set="all", limit_x=20.0, limit_y=15.0, obs_type="vector",
-                                   enable_waypoints=True, **SPECIAL),  # fmt: skip
+    "all_special_20x15": EnvConfig(
+        map_set="all",
+        limit_x=20.0,
+        limit_y=15.0,
+        obs_type="vector",
+        enable_waypoints=True,
+        **SPECIAL,
+    ),
     # the two empty maps, deterministic communication, 20 agents (many redraws)
-    "empty_20": EnvConfig(teams=(0,) * 10 + (1,) * 10, map_set="empty", obs_type="vector",
-                          stochastic_obs=False, stochastic_comm=False),  # fmt: skip
+    "empty_20": EnvConfig(
+        teams=(0,) * 10 + (1,) * 10,
+        map_set="empty",
+        obs_type="vector",
+        stochastic_obs=False,
+        stochastic_comm=False,
+    ),
     # a user map set: crowded regions overlapping boxes, heights, wrapping headings
-    "user_crowded": EnvConfig(teams=(0,) * 6 + (1,) * 4, maps=(CROWDED, MapSpec(name="open")),
-                              obs_type="vector", collision_altitude=0.3),  # fmt: skip
+    "user_crowded": EnvConfig(
+        teams=(0,) * 6 + (1,) * 4,
+        maps=(CROWDED, MapSpec(name="open")),
+        obs_type="vector",
+        collision_altitude=0.3,
+    ),
     # rounds run out: three team-0 agents in a 0.05 x 0.05 region never separate
-    "exhausted": EnvConfig(teams=(0, 0, 0, 1), maps=(TINY,), obs_type="vector",
-                           reset_max_rounds=3),  # fmt: skip
+    "exhausted": EnvConfig(teams=(0, 0, 0, 1), maps=(TINY,), obs_type="vector", reset_max_rounds=3),
     # no redraws at all: the first draw is kept
-    "no_rounds": EnvConfig(teams=(0,) * 6 + (1,) * 4, maps=(CROWDED,), obs_type="vector",
-                           reset_max_rounds=0),  # fmt: skip
+    "no_rounds": EnvConfig(
+        teams=(0,) * 6 + (1,) * 4, maps=(CROWDED,), obs_type="vector", reset_max_rounds=0
+    ),
     # no collisions (hide and seek): only boxes force redraws
-    "no_collisions": EnvConfig(teams=(0,) * 6 + (1,) * 4, maps=(CROWDED,), obs_type="vector",
-                               collision_range=0.0),  # fmt: skip
+    "no_collisions": EnvConfig(
+        teams=(0,) * 6 + (1,) * 4, maps=(CROWDED,), obs_type="vector", collision_range=0.0
+    ),
     # RGB first observation (small images)
-    "rgb_four_rooms": EnvConfig(teams=(0, 0, 0, 1, 1, 1), map_set="four_rooms", obs_type="rgb",
-                                resolution_x=16, resolution_y=12, max_health=(2.0,) * 6),
+    "rgb_four_rooms": EnvConfig(
+        teams=(0, 0, 0, 1, 1, 1),
+        map_set="four_rooms",
+        obs_type="rgb",
+        resolution_x=16,
+        resolution_y=12,
+        max_health=(2.0,) * 6,
+    ),
 }
 
 
