@@ -23,11 +23,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from gigastep import _files
 
 __all__ = [
     "FORMAT",
@@ -48,18 +49,10 @@ _NUMBERED = re.compile(r"checkpoint_(\d{6})\.pt$")
 def atomic_save(obj, path: str | os.PathLike) -> None:
     """`torch.save(obj, path)` through a temporary file in the same folder and `os.replace`,
     so a reader (or a run killed mid-write) never sees a partial file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with _files.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def save_checkpoint(run_dir: str | os.PathLike, update: int, payload: dict, keep: int) -> Path:

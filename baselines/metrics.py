@@ -30,8 +30,9 @@ import json
 import math
 import os
 import resource
-import tempfile
 from pathlib import Path
+
+from gigastep import _files
 
 __all__ = ["MetricsLogger", "current_rss_mb", "peak_rss_mb"]
 
@@ -51,10 +52,7 @@ def current_rss_mb() -> float:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    _files.write_text(path, text)
 
 
 def _clean(value):
@@ -170,11 +168,11 @@ class MetricsLogger:
             if ax.lines:
                 ax.legend(fontsize=8)
         fig.tight_layout()
-        fd, tmp = tempfile.mkstemp(prefix=".learning_curves.", suffix=".png", dir=self.dir)
-        os.close(fd)
-        fig.savefig(tmp, dpi=90)
-        plt.close(fig)
-        os.replace(tmp, self.dir / "learning_curves.png")
+        try:
+            with _files.atomic_path(self.dir / "learning_curves.png") as tmp:
+                fig.savefig(tmp, dpi=90)
+        finally:
+            plt.close(fig)
 
     def close(self) -> None:
         if self.writer is not None:

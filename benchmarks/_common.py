@@ -19,12 +19,13 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gigastep import _files
 
 __all__ = [
     "Column",
@@ -428,14 +429,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     the folder if needed: a reader never sees a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _files.write_text(path, text)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

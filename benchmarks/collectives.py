@@ -63,6 +63,7 @@ from benchmarks._common import (
     run_info,
     write_json,
 )
+from gigastep import _files
 
 __all__ = [
     "OPS",
@@ -892,23 +893,17 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, path)
+        with _files.atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
 
 
 def _write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    _files.write_text(path, text)
 
 
 def report(rows: list[dict[str, Any]], opts: Options) -> None:

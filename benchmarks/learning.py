@@ -12,7 +12,12 @@ resumed from its checkpoint, which continues it exactly).
 
 Writes DIR/learning.json (a list of runs: policy, scenario, scenario_hash, seed, budget_s,
 curve, final — the layout `benchmarks.report` reads), DIR/learning.png, and each run's
-folder (metrics, checkpoints, config).
+folder (metrics, config, checkpoints — `checkpoint_<budget>s.pt` at each budget — and
+`result_<budget>s.json` once a budget is evaluated).
+
+An interrupted sweep continues where it stopped when rerun with the same --out: a budget whose
+result file exists is not redone, and a run stopped short of its budget is resumed from its
+last checkpoint (the trainer continues it exactly).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +59,10 @@ class Run:
 # per update, width 128, against pursuit 70% / random 30% with the auxiliary damage reward,
 # constant learning rate); each run is stopped by its time budget.
 RECIPE = ("--preset", "cpu")
+
+# A checkpoint this far past a budget belongs to a later budget (the trainer stops within one
+# update, a few seconds, of its budget).
+_LATE_S = 60.0
 
 PRESETS: dict[str, list[Run]] = {
     "paper": [
@@ -155,15 +165,31 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
     rows = []
     for run in runs:
         folder = out / f"{run.name}_seed{run.seed}"
-        for i, budget in enumerate(run.budgets_s):
+        for budget in run.budgets_s:
+            done = folder / f"result_{budget:.0f}s.json"
+            if done.is_file():
+                print(f"[learning] {run.name}: {budget:.0f} s already evaluated", file=log)
+                rows.append(json.loads(done.read_text()))
+                continue
+            started = (folder / "checkpoint.pt").is_file()
+            trained_s = json_checkpoint_info(folder)["wall_s"] if started else 0.0
+            if trained_s > budget + _LATE_S:
+                raise ValueError(
+                    f"{folder} has trained past {budget:.0f} s without an evaluation at that "
+                    f"budget ({done.name} is missing): remove the folder to rerun it"
+                )
+            if folder.exists() and not started:
+                raise ValueError(f"{folder} exists without a checkpoint: remove it to rerun it")
             print(
                 f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s",
                 file=log,
                 flush=True,
             )
-            if i == 0 and folder.exists():
-                raise ValueError(f"{folder} exists: choose another --out or remove it")
-            _ppo(run, folder, budget, resume=i > 0)
+            if trained_s < budget:
+                _ppo(run, folder, budget, resume=started)
+            # The next budget continues this checkpoint; keep a copy of this one so that its
+            # evaluation can be redone.
+            shutil.copyfile(folder / "checkpoint.pt", folder / f"checkpoint_{budget:.0f}s.pt")
             ckpt = json_checkpoint_info(folder)
             print(
                 f"[learning] {run.name}: {ckpt['update']} updates, {ckpt['wall_s']:.0f} s; "
@@ -171,7 +197,9 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                 file=log,
                 flush=True,
             )
-            final = _evaluate(folder / "checkpoint.pt", run, games, seed=10_000 + run.seed)
+            final = _evaluate(
+                folder / f"checkpoint_{budget:.0f}s.pt", run, games, seed=10_000 + run.seed
+            )
             for f in final:
                 print(
                     f"[learning]   vs {f['opponent']}: win rate {f['win_rate']:.3f} "
@@ -197,6 +225,7 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                     "recipe": [*RECIPE, *run.flags],
                 }
             )
+            write_json(done, rows[-1])
     return rows
 
 

@@ -20,11 +20,12 @@ import json
 import math
 import os
 import sys
-import tempfile
 import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from gigastep import _files
 
 __all__ = [
     "plot_heatmap",
@@ -58,14 +59,11 @@ def save_figure(fig, out: str | os.PathLike, title: str = "", footer: str = "",
     meta = {"Title": title, "Software": "gigastep benchmarks"}
     if description is not None:
         meta["Description"] = json.dumps(description, default=str)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".png", dir=out.parent)
-    os.close(fd)
     try:
-        # A tight box keeps long tick labels, the legend and the footer inside the image.
-        fig.savefig(tmp, dpi=150, format="png", metadata=meta, bbox_inches="tight")
-        os.replace(tmp, out)
+        with _files.atomic_path(out, suffix=".png") as tmp:
+            # A tight box keeps long tick labels, the legend and the footer inside the image.
+            fig.savefig(tmp, dpi=150, format="png", metadata=meta, bbox_inches="tight")
     finally:
-        Path(tmp).unlink(missing_ok=True)
         plt.close(fig)
     return out
 

@@ -25,11 +25,20 @@ def atomic_path(path, suffix: str | None = None) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        # mkstemp creates the file readable by its owner only; give it the permissions that
+        # open() would have (0o666 less the umask), so results on a shared disk stay readable.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path, text: str) -> None:

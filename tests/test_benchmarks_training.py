@@ -101,3 +101,60 @@ def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
     assert len(table) == 4  # header, rule, two rows (the failed one is left out)
     assert "| PyTorch PPO rollout, s5 | 64 | 1.50 M | 1.40 M–1.60 M | 0.75 | 400 k |" in table[3]
     assert "| JAX scan, mlp | 64 | 2.00 M |" in table[2]
+
+
+FINAL = {"opponent": "random", "games": 4, "win_rate": 0.5, "ci_low": 0.2, "ci_high": 0.8}
+
+
+def _fake_training(monkeypatch, calls):
+    """`_ppo` records (budget, resume) and leaves a run folder as the trainer would; the
+    evaluation is replaced by one fixed row."""
+
+    def ppo(run, out, budget, resume):
+        calls.append((budget, resume))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "checkpoint.pt").write_bytes(b"")
+        (out / "config.json").write_text(json.dumps({"scenario_hash": "h"}))
+        (out / "metrics.jsonl").write_text(json.dumps({"update": 1, "wall_s": budget}) + "\n")
+        state["wall_s"] = budget
+
+    state = {"wall_s": 0.0}
+    monkeypatch.setattr(learning, "_ppo", ppo)
+    monkeypatch.setattr(
+        learning,
+        "json_checkpoint_info",
+        lambda folder: {"update": 1, "agent_steps": 10, "wall_s": state["wall_s"]},
+    )
+    monkeypatch.setattr(learning, "_evaluate", lambda *a, **k: [FINAL])
+    return state
+
+
+def test_a_rerun_sweep_redoes_no_evaluated_budget_and_resumes_a_run_stopped_short(
+    tmp_path, monkeypatch
+):
+    calls = []
+    state = _fake_training(monkeypatch, calls)
+    run = learning.Run("s5", budgets_s=(10.0, 30.0))
+    first = learning.run_learning([run], tmp_path, games=4)
+    assert calls == [(10.0, False), (30.0, True)]
+    (tmp_path / "s5_seed0" / "result_30s.json").unlink()  # as if stopped during budget 30
+    state["wall_s"] = 20.0
+    calls.clear()
+    again = learning.run_learning([run], tmp_path, games=4)
+    assert calls == [(30.0, True)]
+    assert [r["budget_s"] for r in again] == [r["budget_s"] for r in first] == [10.0, 30.0]
+
+
+def test_a_run_trained_past_a_budget_it_never_evaluated_is_refused(tmp_path, monkeypatch):
+    calls = []
+    state = _fake_training(monkeypatch, calls)
+    run = learning.Run("s5", budgets_s=(10.0, 300.0))
+    learning.run_learning([run], tmp_path, games=4)
+    (tmp_path / "s5_seed0" / "result_10s.json").unlink()
+    state["wall_s"] = 300.0
+    try:
+        learning.run_learning([run], tmp_path, games=4)
+    except ValueError as err:
+        assert "trained past 10 s" in str(err) and "result_10s.json" in str(err)
+    else:
+        raise AssertionError("a run past an unevaluated budget was accepted")

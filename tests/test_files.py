@@ -1,0 +1,41 @@
+"""Atomic writes (`gigastep._files`), which every writer of the library, the baselines and the
+benchmarks goes through."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gigastep import _files
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_written_file_has_the_permissions_open_would_give_it(tmp_path, umask_022):
+    _files.write_text(tmp_path / "a.json", "{}")
+    plain = tmp_path / "b.json"
+    plain.write_text("{}")
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "a.json").stat().st_mode == plain.stat().st_mode
+
+
+def test_a_failed_write_leaves_neither_the_target_nor_a_temporary_file(tmp_path):
+    with pytest.raises(RuntimeError), _files.atomic_path(tmp_path / "x.pt") as tmp:
+        with open(tmp, "w") as f:
+            f.write("partial")
+        raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_replaces_the_old_file_whole(tmp_path):
+    target = tmp_path / "m.csv"
+    target.write_text("old\n")
+    _files.write_text(target, "new\n")
+    assert target.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
