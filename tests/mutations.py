@@ -186,7 +186,7 @@ def run_pytest(copy: Path, args, env, timeout: float) -> tuple[int | None, str, 
 
 
 def first_failure(output: str) -> str:
-    match = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    match = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", output, re.MULTILINE)
     return match.group(1) if match else "?"
 
 
