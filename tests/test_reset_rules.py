@@ -21,6 +21,8 @@ import pytest
 from scipy import stats
 
 from gigastep import EnvConfig, GigastepEnv, MapSpec
+from gigastep import env as genv
+from tests import reference as ref
 from tests.spec_maps import SPEC_MAPS, scaled
 
 N_KEYS = 4096
@@ -243,20 +245,27 @@ def test_padding_boxes_do_not_force_redraws():
     walls = MapSpec(name="walls", boxes=((4.0, 4.0, 5.0, 5.0), (6.0, 6.0, 7.0, 7.0)))
     config = EnvConfig(teams=(0, 1), maps=(corner, walls), obs_type="vector")
     keys = jax.random.split(jax.random.key(5), 64)
-    states = jax.jit(jax.vmap(GigastepEnv(config).reset))(keys)[1]
-    firsts = jax.jit(jax.vmap(GigastepEnv(config.replace(reset_max_rounds=0)).reset))(keys)[1]
-    games = np.asarray(states.episode.map_idx) == 0
+
+    @jax.jit
+    def reset_and_first_draw(keys):
+        states = jax.vmap(functools.partial(genv.reset_state, config))(keys)[0]
+        k_place = jax.vmap(genv._reset_keys)(keys)[:, 1]
+        u = jax.vmap(lambda k: genv._placement_uniforms(config, k, 0))(k_place)
+        return states.agents.x[:, 0], states.episode.map_idx, u[:, 0, 0]
+
+    x, map_idx, u = (np.asarray(v) for v in reset_and_first_draw(keys))
+    games = map_idx == 0
     assert games.sum() > 10
-    np.testing.assert_array_equal(np.asarray(states.agents.x)[games],
-                                  np.asarray(firsts.agents.x)[games])  # fmt: skip
+    first = np.float32(0.0) + u * np.float32(0.05)  # §6.2: lo + u (hi - lo), region [0, 0.05]
+    np.testing.assert_allclose(x[games], first[games], rtol=1e-6, atol=1e-8)
 
 
 def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_step():
     """Defined rule (gigastep.env._reset_state_streamed): after reset_max_rounds redraws the
     game starts with the last round's positions, conflicts or not. Three team-0 agents in a
     0.05 x 0.05 region can never be 0.5 apart: the reset still returns a valid game inside the
-    start regions, the agents are alive and close, and on the first step they collide and die;
-    the team-1 agent, placed far away, lives on."""
+    start regions, the agents are alive and close, and on the first step (computed by the NumPy
+    reference) they collide and die; the team-1 agent, placed far away, lives on."""
     tiny = MapSpec(name="tiny", start_team0=(5.0, 5.0, 5.05, 5.05),
                    start_team1=(1.0, 1.0, 2.0, 9.0))  # fmt: skip
     config = EnvConfig(teams=(0, 0, 0, 1), maps=(tiny,), obs_type="vector", reset_max_rounds=3,
@@ -268,8 +277,12 @@ def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_
     assert a.alive.all() and np.isfinite(a.x).all() and np.isfinite(a.y).all()
     assert in_closed(a.x[:, :3], a.y[:, :3], (5.0, 5.0, 5.05, 5.05)).all()
     assert close_pairs(config, a, 0.0)[:, :3, :3].sum(axis=(1, 2)).min() == 6
-    _, _, _, dones, _ = env.v_step(s, jnp.zeros((32, 4, 3)), keys)
-    assert np.asarray(dones)[:, :3].all() and not np.asarray(dones)[:, 3].any()
+    noise = {"detection": np.zeros((4, 4), np.float32), "comm": np.zeros((4, 4), np.float32),
+             "waypoint": np.full(4, 0.99, np.float32)}  # fmt: skip
+    for b in range(len(keys)):  # the first step, by the NumPy reference (SPEC §4.4)
+        game = ref.state_to_numpy(jax.tree_util.tree_map(lambda v, b=b: v[b], s))
+        dones = ref.reference_step(config, game, np.zeros((4, 3), np.float32), noise)[3]
+        assert dones[:3].all() and not dones[3], b
 
 
 # --- the map choice (§15 row 4) --------------------------------------------------------------
