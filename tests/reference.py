@@ -1,10 +1,11 @@
-"""A plain, obviously-correct NumPy reference of one Gigastep step, written from SPEC.md alone.
+"""A plain, obviously-correct NumPy reference of a Gigastep step and reset, from SPEC.md alone.
 
 This module is deliberately slow: every phase is a small function with explicit Python loops
 over agents and pairs, in float32 where rounding matters. It exists so that the fast JAX step
-can be checked against it (tests/test_reference_equivalence.py) and an optimisation cannot
-silently change the game. Section numbers refer to /work/shared/SPEC.md; where §15 (this
-project's decisions) overrides §0-§14 the row is cited as "§15 row N".
+and reset can be checked against it (tests/test_reference_equivalence.py,
+tests/test_reference_reset.py) and an optimisation cannot silently change the game. Section
+numbers refer to /work/shared/SPEC.md; where §15 (this project's decisions) overrides §0-§14
+the row is cited as "§15 row N".
 
 Conventions (fixed by the lead's contract, all from §15):
   * `alive` is bool; `dones = ~alive'`; headings wrap with a floor-mod into [-pi, pi).
@@ -680,6 +681,103 @@ def reference_step_details(config, state: dict, actions, noise: dict):
 def reference_step(config, state: dict, actions, noise: dict):
     """One step (§4): (obs, next_state, rewards, dones, ep_done)."""
     return reference_step_details(config, state, actions, noise)[:5]
+
+
+# ------------------------------------------------------------------------------------------
+# §6 Reset (with §15 rows 4, 22, 23)
+# ------------------------------------------------------------------------------------------
+#
+# Decisions the SPEC leaves room for, taken as this project's reset documents them
+# (`gigastep.env._reset_state_streamed`):
+#   * The random draws are inputs: the map index (uniform over config.maps, §15 row 4) and one
+#     (4, n) array of uniforms in [0, 1) per round (round 0 the first draw, round r the r-th
+#     redraw): the fractions of x, y, z and heading across each agent's ranges.
+#   * Of a pair that is too close, only the later agent (higher index) is redrawn.
+#   * With collision_range = 0 (no collisions in the step) pairs are never in conflict.
+#   * After `reset_max_rounds` redraws the positions of the last round are kept, conflicts or
+#     not.
+
+
+def start_ranges(config, map_idx: int, agent: int):
+    """§8.1 with §15 row 23: agent's start region (scaled as §8.2), height and heading range.
+    Team 0 starts in start_team0 (region "a"), team 1 in start_team1."""
+    spec = config.maps[int(map_idx)]
+    sx, sy = config.limit_x / 10.0, config.limit_y / 10.0
+    team = config.teams[agent]
+    region = spec.start_team0 if team == 0 else spec.start_team1
+    heading = spec.heading_team0 if team == 0 else spec.heading_team1
+    region = (F32(region[0] * sx), F32(region[1] * sy), F32(region[2] * sx), F32(region[3] * sy))
+    return region, (F32(spec.height[0]), F32(spec.height[1])), (F32(heading[0]), F32(heading[1]))
+
+
+def placement_draw(config, map_idx: int, u, agent: int):
+    """§6.2 for one agent from its four uniforms u (4,): lo + u (hi - lo) per coordinate, the
+    heading wrapped into [-pi, pi) (§15 row 3). Returns (x, y, z, heading) float32."""
+    (x1, y1, x2, y2), (z1, z2), (h1, h2) = start_ranges(config, map_idx, agent)
+    u = np.asarray(u, np.float32)
+    x = F32(x1 + F32(u[0]) * F32(x2 - x1))
+    y = F32(y1 + F32(u[1]) * F32(y2 - y1))
+    z = F32(z1 + F32(u[2]) * F32(z2 - z1))
+    h = wrap_angle(F32(h1 + F32(u[3]) * F32(h2 - h1)))
+    return x, y, z, h
+
+
+def placement_conflict(config, map_idx: int, pos: dict, i: int, margin=0.1) -> bool:
+    """§6.3 with §15 row 22: agent i must be redrawn if it is closer than collision_range +
+    margin in the plane and collision_altitude + margin in altitude to an earlier agent, or
+    strictly inside a real (not padding) box enlarged by margin on every side."""
+    spec = config.maps[int(map_idx)]
+    m = F32(margin)
+    if config.collision_range > 0:
+        radius2 = F32((config.collision_range + margin) ** 2)
+        for j in range(i):
+            close = sq_dist(pos, i, j) < radius2
+            if close and abs(F32(pos["z"][i] - pos["z"][j])) < F32(config.collision_altitude) + m:
+                return True
+    x, y = pos["x"][i], pos["y"][i]
+    for x1, y1, x2, y2 in scaled_boxes(config, map_idx)[: len(spec.boxes)]:
+        if x1 - m < x < x2 + m and y1 - m < y < y2 + m:
+            return True
+    return False
+
+
+def reference_reset_state(config, map_idx: int, uniforms) -> tuple[dict, int]:
+    """§6.2-§6.4 with §15 rows 22 and 23, given the draws. `uniforms` (R + 1, 4, n) holds at
+    least reset_max_rounds + 1 rounds. Returns (state with the keys of STATE_KEYS, number of
+    redraw rounds made)."""
+    n = config.n_agents
+    pos = {k: np.zeros(n, np.float32) for k in ("x", "y", "z", "heading")}
+    for i in range(n):
+        pos["x"][i], pos["y"][i], pos["z"][i], pos["heading"][i] = placement_draw(
+            config, map_idx, uniforms[0][:, i], i
+        )
+    rounds = 0
+    for r in range(1, config.reset_max_rounds + 1):
+        need = [placement_conflict(config, map_idx, pos, i) for i in range(n)]
+        if not any(need):
+            break
+        for i in range(n):  # every conflict is decided on the positions before this round
+            if need[i]:
+                pos["x"][i], pos["y"][i], pos["z"][i], pos["heading"][i] = placement_draw(
+                    config, map_idx, uniforms[r][:, i], i
+                )
+        rounds = r
+    state = dict(
+        **pos, v=np.ones(n, np.float32), health=np.asarray(config.max_health, np.float32),
+        alive=np.ones(n, bool), tracked=np.zeros((n, n), np.int32), map_idx=np.int32(map_idx),
+        waypoint=np.zeros(4, np.float32), waypoint_time=F32(0), aux_rewards_factor=F32(1),
+        step=np.int32(0), returns=np.zeros(n, np.float32),
+    )  # fmt: skip
+    return state, rounds
+
+
+def reference_reset(config, map_idx: int, uniforms, noise_comm):
+    """§6 (reset): (obs, state, rounds). The first observation is that of §6.4: no detections
+    (HD = 0), no damage, communication noise `noise_comm` (n, n)."""
+    n = config.n_agents
+    state, rounds = reference_reset_state(config, map_idx, uniforms)
+    seen = visibility(config, state, np.zeros((n, n), bool), np.asarray(noise_comm))
+    return observations(config, state, seen, np.zeros(n, bool)), state, rounds
 
 
 # ------------------------------------------------------------------------------------------
