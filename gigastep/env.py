@@ -326,9 +326,9 @@ def _reset_state_streamed(config: EnvConfig, key):
     whatever it is). If conflicts remain after the last one, the game starts with the positions
     of the last round as they are: the reset never fails and never loops further; a pair left
     too close collides on the first step if it is within the collision cylinder, and an agent
-    left in a box dies on it. Crowded start regions hit this: with the default 10 rounds about
-    9% of identical_20_vs_5's games (20 agents in a 8 x 2 band) start with a conflict, 0.3%
-    with 20 rounds, none in 4096 with 30; identical_10_vs_10 about 1 game in 2000.
+    left in a box dies on it. Crowded start regions need many rounds: with 10 rounds about 9%
+    of identical_20_vs_5's games (20 agents in a 8 x 2 band) started with a conflict, 0.4%
+    with 20 rounds, none in 4096 with 30; hence the default of 100.
     """
     n = config.n_agents
     k_map, k_place, k_comm = _reset_keys(key)

@@ -37,7 +37,7 @@ from pettingzoo import ParallelEnv
 from gigastep import env as _env
 from gigastep.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import observe_state, resolve_env, team_outcome
-from gigastep.types import EnvConfig, EnvState, closest
+from gigastep.types import EnvConfig, EnvState, check_finite_state, closest
 
 __all__ = ["GigastepParallelEnv", "agent_names", "parallel_env"]
 
@@ -212,6 +212,7 @@ class GigastepParallelEnv(ParallelEnv):
         if state.agents.x.shape != (n,):
             raise ValueError(f"options['state'] must be one game of {n} agents (x of shape "
                              f"({n},)), got x of shape {state.agents.x.shape}")  # fmt: skip
+        check_finite_state(state, "options['state']")
 
     def _per_agent(self, obs, agents):
         if isinstance(obs, tuple):

@@ -294,8 +294,9 @@ class EnvConfig:
     """Time limit in steps (the step reaching it is truncated); None for no limit."""
     episode_ends_one_team_dead: bool = True
     """End the episode when either team is eliminated (else when both are)."""
-    reset_max_rounds: int = 10
-    """Rounds of resampling at reset until no start positions collide."""
+    reset_max_rounds: int = 100
+    """Most redraws of conflicting start positions at reset (the loop stops as soon as none
+    conflicts; 10 left 9% of identical_20_vs_5's games starting with a close pair)."""
 
     def __post_init__(self):
         teams = tuple(self.teams)

@@ -71,7 +71,7 @@ SPEC_DEFAULTS = {
     "max_agents_in_vec_obs": (15, "§1 max_agent_in_vec_obs"),
     "max_episode_length": (500, "§1"),
     "episode_ends_one_team_dead": (True, "§1"),
-    "reset_max_rounds": (10, "§15 row 22: bounded, up to 10 rounds"),
+    "reset_max_rounds": (100, "§15 row 22: bounded; 10 left crowded starts in conflict"),
     # §1 agents, with §15 row 23 (team 0 first): 10 agents, 5 of each team
     "teams": ((0,) * 5 + (1,) * 5, "§1 n_agents = 10, per_agent_team with §15 row 23"),
     "sprites": ((1,) * 10, "§1 per_agent_sprites"),

@@ -118,6 +118,14 @@ def test_reset_from_a_given_state_leaves_its_dead_agents_out():
     assert env.agents == ["team0_agent0", "team1_agent0"] == sorted(obs) == sorted(infos)
 
 
+def test_reset_from_a_state_with_a_non_finite_position_is_refused():
+    env = parallel_env(DUEL)
+    start = EnvState.create(DUEL, x=[5.0, 2.0, 8.0], y=[5.0, 8.0, 5.0])
+    bad = start.replace(agents=start.agents.replace(y=start.agents.y.at[1].set(np.nan)))
+    with pytest.raises(ValueError, match=r"options\['state'\].*y.*agent 1"):
+        env.reset(seed=0, options={"state": bad})
+
+
 def test_missing_and_malformed_actions_are_clear_errors():
     env = parallel_env(DUEL)
     env.reset(seed=0)

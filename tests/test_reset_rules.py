@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import gigastep
 from gigastep import EnvConfig, GigastepEnv, MapSpec
 from gigastep import env as genv
 from tests import reference as ref
@@ -56,6 +57,9 @@ CONFIGS = {
         collision_altitude=0.3,
     ),  # fmt: skip
     "empty": EnvConfig(obs_type="vector"),
+    # The most crowded start of the catalogue, with its default rounds: 20 agents in a band of
+    # 8 x 2 (with 10 rounds, 9% of its games started with a close pair).
+    "crowded": gigastep.make("identical_20_vs_5_fobs_vec_void_disc").config,
 }
 CONFIGS["user_first_draw"] = CONFIGS["user"].replace(reset_max_rounds=0)
 
@@ -220,7 +224,7 @@ def test_first_draws_do_conflict_so_the_resampling_rules_are_exercised():
     assert in_boxes("user_first_draw", s, MARGIN).any(axis=1).sum() > 100
 
 
-@pytest.mark.parametrize("name", ["all", "user", "empty"])
+@pytest.mark.parametrize("name", ["all", "user", "empty", "crowded"])
 def test_no_starting_pair_is_within_the_enlarged_collision_cylinder(name):
     """After resampling, every pair is at least collision_range + 0.1 apart in the plane or
     collision_altitude + 0.1 in altitude, so no pair collides on the first step."""
