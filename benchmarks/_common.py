@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gigastep import _files
-
 __all__ = [
     "Column",
     "Timing",
@@ -427,6 +425,9 @@ def latex_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], capti
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` atomically (temporary file in the same folder, then rename), creating
     the folder if needed: a reader never sees a half-written file."""
+    # Imported here: the report's parent process must not import JAX (gigastep's __init__).
+    from gigastep import _files
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _files.write_text(path, text)

@@ -25,8 +25,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gigastep import _files
-
 __all__ = [
     "plot_heatmap",
     "plot_learning_curves",
@@ -59,6 +57,8 @@ def save_figure(fig, out: str | os.PathLike, title: str = "", footer: str = "",
     meta = {"Title": title, "Software": "gigastep benchmarks"}
     if description is not None:
         meta["Description"] = json.dumps(description, default=str)
+    from gigastep import _files  # here: plotting a JSON file needs no JAX
+
     try:
         with _files.atomic_path(out, suffix=".png") as tmp:
             # A tight box keeps long tick labels, the legend and the footer inside the image.
