@@ -104,9 +104,15 @@ MUTATIONS = [
     Mutation("jax_heading_wrap_removed", "gigastep/observations/vector.py",
              "d = jnp.where(jnp.asarray(f == 5) & ~is_ego, wrap_angle(d), d)",
              "d = jnp.where(jnp.asarray(f == 5) & ~is_ego, d, d)",
-             ("tests/test_vector_obs.py", "tests/test_native_vector_obs.py"),
+             ("tests/test_jax_path.py", "tests/test_vector_obs.py",
+              "tests/test_native_vector_obs.py"),
              "relative heading not wrapped in the JAX vector observation (default settings, "
              "where the CPU runs the native kernel)"),
+    Mutation("jax_nonfinite_agent_seen", "gigastep/observations/visibility.py",
+             "return seen if finite is None else seen & finite[None, :]",
+             "return seen",
+             ("tests/test_nonfinite.py", "tests/test_native_vector_obs.py"),
+             "JAX visibility: an agent with a non-finite position is still seen"),
     # --- the native kernel (C++) --------------------------------------------------------------
     Mutation("native_waypoint_active_ge", "gigastep/_native/vector_obs.cc",
              "const float active = g.waypoint_time > 0 ? 1.0f : 0.0f;",
@@ -128,6 +134,11 @@ MUTATIONS = [
              "share |= static_cast<uint64_t>(ratio >= u) << j;",
              ("tests/test_native_vector_obs.py", "tests/test_vector_obs.py"),
              "kernel: stochastic communication test inverted (<= -> >=)"),
+    Mutation("native_nonfinite_agent_seen", "gigastep/_native/vector_obs.cc",
+             "seen[e] = row & finite;",
+             "seen[e] = row;",
+             ("tests/test_nonfinite.py", "tests/test_native_vector_obs.py"),
+             "kernel: an agent with a non-finite position is still seen (communication mode)"),
     # --- the adapters -------------------------------------------------------------------------
     Mutation("gymnasium_next_step_drops_truncation", "gigastep/gymnasium.py",
              "truncated = truncated & ~pending",
@@ -268,8 +279,8 @@ def main(argv=None) -> int:
         for m in selected:
             original = apply(copy, m)
             if original is None:
-                rows.append((m.name, "stale", f"old text not found once in {m.path}", 0))
-                print(rows[-1], flush=True)
+                rows.append((m.name, "stale", f"old text not found once in {m.path}", "0"))
+                print(f"{m.name}: stale", flush=True)
                 continue
             try:
                 rc, out, secs = run_pytest(copy, suite or m.tests, {**env, **m.env}, args.timeout)
@@ -282,7 +293,7 @@ def main(argv=None) -> int:
             else:
                 result, by = "error", "timeout" if rc is None else f"pytest exit {rc}"
             rows.append((m.name, result, by, f"{secs:.0f}"))
-            print(rows[-1], flush=True)
+            print(f"{m.name}: {result} ({by}, {secs:.0f} s)", flush=True)
         print()
         print(table(rows))
         caught = sum(r[1] == "caught" for r in rows)
