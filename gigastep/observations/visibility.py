@@ -19,8 +19,12 @@ def finite_agents(agents):
     refused when not finite (`EnvState.create`); this defines what happens when a state
     becomes non-finite anyway (say through `dataclasses.replace`, or a huge action).
     """
-    ok = jnp.isfinite(agents.x) & jnp.isfinite(agents.y) & jnp.isfinite(agents.z)
-    return ok & jnp.isfinite(agents.heading) & jnp.isfinite(agents.v)
+    # One reduction over a stacked (5, n) array, not five `isfinite` joined elementwise: XLA on
+    # the CPU duplicates an elementwise producer into every consumer fusion and recomputes it
+    # per element (25 is-finite ops in the n^3 sort and the observation writer, 5v5 pobs at
+    # 0.39x the speed); a reduction is stored once as an (n,) mask.
+    fields = jnp.stack([agents.x, agents.y, agents.z, agents.heading, agents.v])
+    return jnp.all(jnp.isfinite(fields), axis=0)
 
 
 def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None):
