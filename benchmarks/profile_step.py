@@ -22,6 +22,7 @@ Sections:
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections import Counter
@@ -511,6 +512,65 @@ def hlo_census(text: str) -> dict[str, Any]:
             re.findall(r"^(?:ENTRY\s+)?%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$", text, re.M)
         ),  # fmt: skip
     }
+
+
+def abstract_step_hlo(config, batch: int) -> str:
+    """Optimised HLO text of jit(vmap(step)) at this batch size, lowered from the shapes alone
+    (one compile, no inputs computed)."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep import env as genv
+
+    keys = jax.ShapeDtypeStruct((batch, 2), jnp.uint32)
+    states = jax.eval_shape(jax.vmap(lambda k: genv.reset(config, k)[1]), keys)
+    n = config.n_agents
+    actions = (jax.ShapeDtypeStruct((batch, n), jnp.int32) if config.discrete_actions
+               else jax.ShapeDtypeStruct((batch, n, 3), jnp.float32))  # fmt: skip
+    fn = jax.jit(jax.vmap(lambda s, a, k: genv.step(config, s, a, k)))
+    return fn.lower(states, actions, keys).compile().as_text()
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*?\)\s*->.*\{\s*$", re.M)
+_ROOT_SHAPE = re.compile(r"^\s*ROOT\s+%?[\w.\-]+\s*=\s*\(?\s*\w+\[([\d,]*)\]", re.M)
+
+
+@dataclass(frozen=True)
+class FusionCensus:
+    """One fused computation of an optimised HLO module."""
+
+    name: str
+    root_elements: int
+    """Elements of the fusion's (first) output: how many times its body runs per call."""
+    instructions: int
+    """Instructions of the body other than its parameters: work per output element."""
+    ops: Counter
+
+
+def fusion_census(text: str) -> list[FusionCensus]:
+    """Every fused computation of an optimised HLO module (CPU or GPU), largest output first.
+
+    XLA duplicates cheap elementwise producers into each consumer fusion rather than storing
+    them; a producer of a small shape pulled into a fusion of a large shape is recomputed for
+    every element of the large one. `root_elements` x `instructions` is that fusion's work.
+    """
+    starts = list(_COMPUTATION.finditer(text))
+    out = []
+    for i, m in enumerate(starts):
+        if not m.group(1).startswith("fused_computation"):
+            continue
+        body = text[m.end() : starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        ops = Counter(op.group(2) for op in _INSTR.finditer(body))
+        root = _ROOT_SHAPE.search(body)
+        dims = [int(d) for d in root.group(1).split(",") if d] if root else []
+        out.append(FusionCensus(m.group(1), math.prod(dims), sum(ops.values()) - ops["parameter"],
+                                ops))  # fmt: skip
+    return sorted(out, key=lambda f: (-f.root_elements, f.name))
+
+
+def count_op(text: str, opcode: str) -> int:
+    """Instructions of this opcode in the whole module (fused bodies included)."""
+    return sum(op.group(2) == opcode for op in _INSTR.finditer(text))
 
 
 def step_hlo(config, batch: int) -> str:

@@ -47,6 +47,9 @@ class Mutation:
     tests: tuple[str, ...]  # pytest arguments (files or node ids) that should catch it
     description: str
     env: dict = field(default_factory=dict)  # extra environment variables for the run
+    # A command that must fail too (e.g. the same-run speed guard); run in the copy after the
+    # tests, with the same environment. Caught only when the tests and the command both fail.
+    command: tuple[str, ...] = ()
 
 
 RESET = "tests/test_reset_rules.py::"
@@ -155,6 +158,15 @@ MUTATIONS = [
              "terminations[a] = died or trunc",
              ("tests/test_pettingzoo.py",),
              "pettingzoo: a time limit is reported as termination, an elimination is not"),
+    # --- issue 21: the regression that no test caught ----------------------------------------
+    Mutation("jax_nonfinite_mask_elementwise", "gigastep/observations/visibility.py",
+             "fields = jnp.stack([agents.x, agents.y, agents.z, agents.heading, agents.v])\n"
+             "    return jnp.all(jnp.isfinite(fields), axis=0)",
+             "ok = jnp.isfinite(agents.x) & jnp.isfinite(agents.y) & jnp.isfinite(agents.z)\n"
+             "    return ok & jnp.isfinite(agents.heading) & jnp.isfinite(agents.v)",
+             ("tests/test_hlo_guard.py",),
+             "the non-finite mask joined elementwise (1734d0f): recomputed in every fusion",
+             command=(sys.executable, "-m", "benchmarks.guard", "--only", "jax_obs_vs_native")),
     Mutation("torch_swaps_endings", "gigastep/torch.py",
              '"truncated": truncated,',
              '"truncated": terminated,',
@@ -193,6 +205,17 @@ def run_pytest(copy: Path, args, env, timeout: float) -> tuple[int | None, str, 
     except subprocess.TimeoutExpired as err:
         out = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else ""
         return None, out, time.perf_counter() - start
+    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
+
+
+def run_command(copy: Path, command, env, timeout: float) -> tuple[int | None, str, float]:
+    """(returncode or None on timeout, output, seconds) of a command in the copy."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(list(command), cwd=copy, env=env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None, "", time.perf_counter() - start
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
 
 
@@ -275,6 +298,13 @@ def main(argv=None) -> int:
         if rc != 0:
             print(out[-4000:])
             return 1
+        for command in sorted({m.command for m in selected if m.command}):
+            rc, out, secs = run_command(copy, command, env, args.timeout)
+            print(f"unmutated: {' '.join(command[1:])} {'passed' if rc == 0 else 'FAILED'} "
+                  f"in {secs:.0f} s", flush=True)  # fmt: skip
+            if rc != 0:
+                print(out[-4000:])
+                return 1
         rows = []
         for m in selected:
             original = apply(copy, m)
@@ -284,10 +314,17 @@ def main(argv=None) -> int:
                 continue
             try:
                 rc, out, secs = run_pytest(copy, suite or m.tests, {**env, **m.env}, args.timeout)
+                by_command = ""
+                if rc == 1 and m.command:
+                    crc, cout, csecs = run_command(copy, m.command, {**env, **m.env}, args.timeout)
+                    secs += csecs
+                    by_command = f" and {m.command[2] if len(m.command) > 2 else m.command[0]}"
+                    if crc != 1:  # the tests caught it, the command did not: not caught
+                        rc, out = (0 if crc == 0 else crc), cout
             finally:
                 (copy / m.path).write_text(original)
             if rc == 1:
-                result, by = "caught", first_failure(out)
+                result, by = "caught", first_failure(out) + by_command
             elif rc == 0:
                 result, by = "SURVIVED", "-"
             else:

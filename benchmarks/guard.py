@@ -1,0 +1,255 @@
+"""Same-run performance guard: speed *ratios* measured in one process, checked against floors.
+
+Absolute speeds swing between runs of a shared VM (up to ~1.8x) and between machines, so a
+fixed floor in agent-steps/s either fails at random or catches nothing. A ratio of two programs
+timed in the same process, alternated call by call (`time_interleaved`), sees the same load on
+both sides and stays put; a change that slows one side (the JAX observation path, the
+auto-reset, the RGB renderer, the torch bridge) moves the ratio. CI runs this module
+(`.ci/run`) and fails with a message naming each ratio below its floor.
+
+Programs (5 vs 5, continuous actions, uniform random actions drawn inside the program):
+    native_vec      `lax.scan` of the batched step, pobs vector, the native CPU kernel
+    jax_vec         the same scan with the pure JAX observation path (what GPUs run): traced
+                    with GIGASTEP_NATIVE=0
+    native_reset    the same scan as native_vec with the auto-resetting step
+    jax_rgb         `lax.scan` of the batched step, fobs RGB at RGB_RESOLUTION (pure JAX)
+    torch_loop      `TorchVecEnv.step` called from a Python loop (torch actions, auto-reset)
+                    (against native_reset, the auto-resetting scan at the same batch)
+
+Rates are agent-steps per second of process CPU time (all threads; the median of the
+alternated calls): on a machine shared with other jobs, wall time also counts the waits for a
+core and its ratios swing; the CPU time each program costs does not. On an idle machine the
+two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
+
+Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
+floor sits ~25-30% below the lowest value in the measurements recorded next to it (runs of
+this module on the 2-core reference VM, AMD EPYC, JAX 0.10.2, torch 2.13.0, while other jobs
+shared it, 2026-12-02; per-repeat values within a run spread by about +-10%), and above what
+the regression it guards against gives: `jax_obs_vs_native` was 0.17 (two runs) with the
+elementwise non-finite mask of commit 1734d0f, against 0.39-0.43 after the fix.
+
+Usage:
+    python -m benchmarks.guard                 # all ratios, ~1-2 min on 2 cores
+    python -m benchmarks.guard --only jax_obs_vs_native --json guard.json
+    python -m benchmarks.guard --list          # the ratios, floors and measured values
+Exit status: 0 when every ratio is at or above its floor, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._common import run_info, time_interleaved, write_json
+
+__all__ = ["RATIOS", "Ratio", "check", "main", "measure"]
+
+BATCH = 256
+"""Games per program (small enough to compile and run fast, large enough to be batch-bound)."""
+RGB_BATCH = 64
+RGB_RESOLUTION = 42
+STEPS = 40
+"""Steps per timed call of every program."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """rate(numerator) / rate(denominator) >= floor."""
+
+    name: str
+    numerator: str
+    denominator: str
+    floor: float
+    measured: str
+    """Values this ratio took on the reference VM (three runs), for whoever moves the floor."""
+    guards: str
+    """What a drop below the floor means."""
+
+
+RATIOS: tuple[Ratio, ...] = (
+    Ratio("jax_obs_vs_native", "jax_vec", "native_vec", 0.28, "0.39-0.43 (4 runs)",
+          "the pure JAX observation path (every GPU's) slowed against the native kernel"),
+    Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.45, "0.61-0.62",
+          "the batched auto-reset costs much more than the step it wraps"),
+    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.25, "0.33-0.36",
+          "the RGB renderer slowed against the vector path"),
+    Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38, "0.51-0.51",
+          "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
+)  # fmt: skip
+
+
+@contextmanager
+def _native(enabled: bool) -> Iterator[None]:
+    """GIGASTEP_NATIVE for the duration (read when a step is traced)."""
+    old = os.environ.get("GIGASTEP_NATIVE")
+    os.environ["GIGASTEP_NATIVE"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["GIGASTEP_NATIVE"]
+        else:
+            os.environ["GIGASTEP_NATIVE"] = old
+
+
+def _scan_program(scenario: str, batch: int, step_fn: str, native: bool,
+                  resolution: int = 84) -> tuple[Callable[[int], Any], int]:  # fmt: skip
+    """(call, agent-steps per call): one compiled `lax.scan` of STEPS batched steps."""
+    import jax
+
+    from benchmarks.throughput import Case, build_rollout, resolve_config
+
+    case = Case(scenario, batch=batch, steps=STEPS, step_fn=step_fn, resolution=resolution)
+    _, config = resolve_config(case)
+    with _native(native):
+        rollout, carry = build_rollout(config, case, STEPS)
+        compiled = jax.jit(rollout, donate_argnums=0).lower(carry, jax.random.PRNGKey(1)).compile()
+    state = {"carry": carry}
+
+    def call(i: int) -> Any:
+        state["carry"] = compiled(state["carry"], jax.random.PRNGKey(100 + i))
+        return state["carry"]
+
+    return call, STEPS * batch * config.n_agents
+
+
+def _torch_program(scenario: str, batch: int) -> tuple[Callable[[int], Any], int]:
+    """(call, agent-steps per call): STEPS calls of `TorchVecEnv.step` from Python."""
+    import torch
+
+    from gigastep.torch import TorchVecEnv
+
+    venv = TorchVecEnv(scenario, num_envs=batch, seed=0)
+    venv.reset()
+    gen = torch.Generator().manual_seed(0)
+    m = venv.n_agents
+
+    def call(i: int) -> Any:
+        out = None
+        for _ in range(STEPS):
+            actions = torch.rand(batch, m, 3, generator=gen) * 2 - 1
+            out = venv.step(actions)
+        return out[0]
+
+    return call, STEPS * batch * m
+
+
+VECTOR = "identical_5_vs_5_pobs_vec_maps_cont"
+RGB = "identical_5_vs_5_fobs_rgb_maps_cont"
+PROGRAMS: dict[str, Callable[[], tuple[Callable[[int], Any], int]]] = {
+    "native_vec": lambda: _scan_program(VECTOR, BATCH, "step", True),
+    "jax_vec": lambda: _scan_program(VECTOR, BATCH, "step", False),
+    "native_reset": lambda: _scan_program(VECTOR, BATCH, "autoreset", True),
+    "jax_rgb": lambda: _scan_program(RGB, RGB_BATCH, "step", False, RGB_RESOLUTION),
+    "torch_loop": lambda: _torch_program(VECTOR, BATCH),
+}
+"""Each builds (and compiles) one program, once per run; `torch_loop` needs torch."""
+
+
+def _block_torch(out: Any) -> Any:
+    # TorchVecEnv's tensors are JAX's buffers (dlpack); reading one element waits for them.
+    if hasattr(out, "reshape") and not hasattr(out, "block_until_ready"):
+        out.reshape(-1)[:1].sum().item()
+        return None
+    return out
+
+
+def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9) -> list[dict[str, Any]]:
+    """One row per ratio: both programs built in this process, then timed alternated
+    (`repeats` calls each, medians); `value` = median rate of the numerator / denominator."""
+    rows = []
+    built: dict[str, tuple[Callable[[int], Any], int]] = {}
+    for ratio in ratios:
+        t0 = time.perf_counter()
+        for name in (ratio.numerator, ratio.denominator):
+            if name not in built:
+                built[name] = PROGRAMS[name]()
+        (num_call, num_work) = built[ratio.numerator]
+        (den_call, den_work) = built[ratio.denominator]
+        build_s = time.perf_counter() - t0
+        timing = time_interleaved(
+            {
+                "num": lambda i, f=num_call: _block_torch(f(i)),
+                "den": lambda i, f=den_call: _block_torch(f(i)),
+            },
+            repeats=repeats,
+            warmup=2,
+        )
+        # Process CPU time (all threads), not wall time: on a shared machine it leaves out the
+        # time spent waiting for a core (wall-time ratios of alternated calls swung 0.1-2.5
+        # under load; CPU-time ratios stay within a few percent).
+        num_rate = num_work / timing["num"].cpu_median
+        den_rate = den_work / timing["den"].cpu_median
+        # Per-repeat ratios (alternated neighbours) give the spread within the run.
+        per = sorted((num_work / a) / (den_work / b)
+                     for a, b in zip(timing["num"].cpu_times, timing["den"].cpu_times,
+                                     strict=True))  # fmt: skip
+        rows.append({
+            "ratio": ratio.name, "numerator": ratio.numerator, "denominator": ratio.denominator,
+            "value": num_rate / den_rate, "floor": ratio.floor,
+            "ok": num_rate / den_rate >= ratio.floor,
+            "per_repeat_min": per[0], "per_repeat_median": statistics.median(per),
+            "per_repeat_max": per[-1], "numerator_agent_steps_per_s": num_rate,
+            "denominator_agent_steps_per_s": den_rate, "build_and_compile_s": build_s,
+            "measured_on_reference": ratio.measured, "guards": ratio.guards,
+        })  # fmt: skip
+        print(_line(rows[-1]), flush=True)
+    return rows
+
+
+def _line(row: dict[str, Any]) -> str:
+    verdict = "ok" if row["ok"] else "BELOW FLOOR"
+    return (f"{row['ratio']}: {row['value']:.3f} (floor {row['floor']}, per-repeat "
+            f"{row['per_repeat_min']:.3f}-{row['per_repeat_max']:.3f}; "
+            f"{row['numerator']} {row['numerator_agent_steps_per_s'] / 1e6:.2f} M vs "
+            f"{row['denominator']} {row['denominator_agent_steps_per_s'] / 1e6:.2f} M "
+            f"agent-steps per CPU-s; built in {row['build_and_compile_s']:.0f} s) "
+            f"{verdict}")  # fmt: skip
+
+
+def check(rows: list[dict[str, Any]]) -> list[str]:
+    """Failure messages, one per ratio below its floor."""
+    return [f"performance guard: {r['ratio']} = {r['value']:.3f} is below its floor "
+            f"{r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
+            for r in rows if not r["ok"]]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.guard",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    names = [r.name for r in RATIOS]
+    parser.add_argument("--only", nargs="+", choices=names, metavar="RATIO",
+                        help=f"check only these ratios ({', '.join(names)})")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=9, help="timed calls per program")
+    parser.add_argument("--json", help="write the rows and the run's hardware/versions here")
+    parser.add_argument("--list", action="store_true", help="list the ratios and exit")
+    args = parser.parse_args(argv)
+    if args.repeats < 3:
+        parser.error(f"--repeats must be >= 3 (medians of fewer are noise), got {args.repeats}")
+    chosen = tuple(r for r in RATIOS if not args.only or r.name in args.only)
+    if args.list:
+        for r in chosen:
+            print(f"{r.name}: {r.numerator} / {r.denominator} >= {r.floor} "
+                  f"(reference VM: {r.measured}); {r.guards}")  # fmt: skip
+        return 0
+    t0 = time.perf_counter()
+    rows = measure(chosen, args.repeats)
+    if args.json:
+        write_json(args.json, {"run": run_info(), "rows": rows})
+    failures = check(rows)
+    for msg in failures:
+        print(msg, file=sys.stderr)
+    print(f"{len(rows) - len(failures)} of {len(rows)} ratios at or above their floors "
+          f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
