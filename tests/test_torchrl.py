@@ -1,7 +1,7 @@
 """`gigastep.torchrl.GigastepTorchRLEnv`: TorchRL's spec check, the multi-agent layout, and
 auto-reset the TorchRL way.
 
-Resets are recognised by a rule of the game (SPEC §3): every agent starts a game at speed 1.0
+Resets are recognised by a rule of the game (rules §3): every agent starts a game at speed 1.0
 and moves at least at `min_speed` = 1.3 after a step, so the ego row's speed feature
 (v / diagonal, feature 6) is 1 / diagonal exactly on a game's first observation only.
 """
