@@ -30,7 +30,7 @@ def _env(name: str, **overrides) -> GigastepTorchRLEnv:
 
 
 SPEC_CASES = {
-    # one compiled game each; README.md's TorchRL example checks a continuous vector game
+    # one compiled game each; docs/adapters.md's TorchRL example checks a continuous vector game
     "vector-discrete": ("identical_2_vs_2_fobs_vec_void_disc", {"max_episode_length": 3}),
     "rgb_vector-continuous-boxes": (
         "special_5_vs_1_pobs_vec_maps_cont",
