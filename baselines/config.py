@@ -5,9 +5,10 @@ docstring is the help text); a preset (`--preset smoke|cpu|million|gpu`) picks o
 defaults, and any flag after it overrides them. The resolved config is saved with the run
 (`config.json`) and in every checkpoint.
 
-Presets (their costs on the 2-core reference machine are in README, "Training"):
+Presets (their costs on the 2-core reference machine: docs/training.md, "Presets and what
+they cost"):
     smoke    4 updates of 32 games of 5 vs 5 with a small S5 policy: the plumbing.
-    cpu      the learning recipe of the README's results: 512 games x 32 steps per update,
+    cpu      the learning recipe of docs/results.md: 512 games x 32 steps per update,
              width 128, against pursuit (70%) and random (30%) with the auxiliary damage
              reward, constant learning rate 5e-4, stopped after 30 minutes of training.
     million  100,000 games of 5 vs 5: 1 M agents in every rollout, all played by the S5

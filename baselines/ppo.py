@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 
 # PyTorch's OpenMP threads otherwise busy-wait after every op and take the cores from XLA's
-# threads (see README, "Running JAX and PyTorch on the same CPU cores"); set before torch.
+# threads (see docs/benchmarks.md, "Running JAX and PyTorch on the same CPU cores"); set
+# before torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402

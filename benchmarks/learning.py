@@ -81,7 +81,7 @@ PRESETS: dict[str, list[Run]] = {
         )
     ],
 }
-"""paper: the README's learning results (~70 min on 2 cores); random: the recipe trained
+"""paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe trained
 against random only, 10 minutes (~11 min); quick: one 60 s run against random for the
 benchmark report (~1.5 min with start-up and its evaluation)."""
 

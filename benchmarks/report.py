@@ -108,8 +108,9 @@ class Preset:
 
 TP, BR, SC = "benchmarks.throughput", "benchmarks.bridge", "benchmarks.scan"
 _T = "--format none --json {raw}"  # every throughput section: rows to its raw file only
-# Bridge settings of the README's figures: PyTorch's OpenMP threads must not spin on the
-# cores XLA needs, and glibc must keep freed output buffers (else every step page-faults).
+# Bridge settings of the figures in docs/benchmarks.md: PyTorch's OpenMP threads must not
+# spin on the cores XLA needs, and glibc must keep freed output buffers (else every step
+# page-faults).
 _BRIDGE_ENV = (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "4294967296"),
                ("MALLOC_TRIM_THRESHOLD_", "4294967296"))  # fmt: skip
 _FAMILIES = "identical_20_vs_20 special_5_vs_5 waypoint_5_vs_5 hide_and_seek_5_vs_5"

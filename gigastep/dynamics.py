@@ -1,4 +1,4 @@
-"""Motion of the agents: controls -> new position, heading, speed and altitude (SPEC §3)."""
+"""Motion of the agents: controls -> new position, heading, speed and altitude (rules §3)."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def check_batch(config: EnvConfig, states, actions, keys, single_form: str = "st
 
 def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise,
             comm_stream=None):  # fmt: skip
-    """Observations of every agent of one game (SPEC §5).
+    """Observations of every agent of one game (rules §5).
 
     `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
     the native kernel then draws the noise itself (same numbers) instead of reading it.
@@ -208,7 +208,7 @@ def _observe_jax(config: EnvConfig, state: EnvState, geo, detected, took_damage,
 
 
 def global_view(config: EnvConfig, state: EnvState):
-    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (SPEC §5.4)."""
+    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (rules §5.4)."""
     from gigastep.observations.rgb import global_view as draw
 
     return draw(config, jnp.asarray(_background(config)), state.agents, state.episode)
@@ -252,7 +252,7 @@ def _reset_keys(key):
 
 
 def _map_index(config: EnvConfig, k_map) -> jax.Array:
-    """() int32: the map of a fresh game, uniform over `config.maps` (SPEC §15 row 4)."""
+    """() int32: the map of a fresh game, uniform over `config.maps` (rules §15 row 4)."""
     n_maps = len(config.maps)
     if n_maps == 1:
         return jnp.int32(0)

@@ -1,4 +1,4 @@
-"""Pairwise interactions, computed from one shared geometry per step (SPEC §4.3–§4.7).
+"""Pairwise interactions, computed from one shared geometry per step (rules §4.3–§4.7).
 
 Pairwise matrices follow one convention: row i is the target (observed) agent, column j the
 observer (shooter). `M[i, j]` is "j does something to i".
@@ -43,7 +43,7 @@ def in_cone(angle: float, geo: Geometry, heading):
 
     For angle <= pi, |theta| < angle <=> cos(theta) > cos(angle) <=> forward > cos(angle) d;
     a cone wider than pi contains every direction. For a target at exactly the observer's
-    (x, y) the bearing is atan2(0, 0) - h_j = -h_j (wrapped), as in SPEC §4.6.
+    (x, y) the bearing is atan2(0, 0) - h_j = -h_j (wrapped), as in rules §4.6.
     """
     if angle > math.pi:
         return jnp.ones_like(geo.d2, dtype=bool)

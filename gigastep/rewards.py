@@ -1,4 +1,4 @@
-"""Every reward term of a step, each named (SPEC §4.10 with the decisions of §15).
+"""Every reward term of a step, each named (rules §4.10 with the decisions of §15).
 
 A term applies whenever its weight is non-zero and keeps its documented sign: bonuses are
 added, penalties subtracted, so a negative weight turns a penalty into a bonus.

@@ -123,7 +123,7 @@ def _speed_range(config) -> tuple[float, float]:
     """[lo, hi] of every agent's speed over any game of `config` (hi is inf when unbounded).
 
     Reset speeds are 1 and a step's speed is at least `min_speed`, so lo = min(1, min_speed).
-    For hi, bound one step (SPEC §3): v1 = v + a u (|u| <= 1, a = dt throttle_rate max thrust),
+    For hi, bound one step (rules §3): v1 = v + a u (|u| <= 1, a = dt throttle_rate max thrust),
     v2 = v1 - b v1^2 (b = dt drag), v'^2 = max(v2^2 + k g (z - z'), min_speed^2) with
     |z - z'| <= dt dive_rate: so v' <= M(S) = sqrt(max(G(S)^2 + c, min_speed^2)) where S bounds
     v, G(S) = max |v1 - b v1^2| over v1 in [lo - a, S + a] and c = |k g| dt dive_rate. M is
@@ -168,7 +168,7 @@ def _up(x) -> np.float32:
 def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise bounds (low, high), float32 (L,), of the vector observation of `config`.
 
-    Derived from the game (SPEC §5.2), not measured; a dead agent's observation (all zeros)
+    Derived from the game (rules §5.2), not measured; a dead agent's observation (all zeros)
     and unseen rows (zeros) are inside them. Per row of 9 features, ego row (slot 0) / others:
     seen and same-team flags in [0, 1]; x / limit_x and y / limit_y in [0, 1] / [-1, 1]
     (alive agents are inside the map: leaving it kills); z / z_max in [0, r] / [-r, r] with

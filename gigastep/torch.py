@@ -146,7 +146,7 @@ def torch_to_jax(x):
     return jax.tree_util.tree_map(_leaf_to_jax, x, is_leaf=lambda t: isinstance(t, torch.Tensor))
 
 
-# The 2023 library's names (SPEC §10.1), for code that switches over.
+# The 2023 library's names (rules §10.1), for code that switches over.
 jax2torch = jax_to_torch
 torch2jax = torch_to_jax
 

@@ -1,5 +1,5 @@
 """Waypoints: a square that appears at random, heals and rewards the agent that reaches it
-(SPEC §4.2 with §15 row 10: only alive agents collect it)."""
+(rules §4.2 with §15 row 10: only alive agents collect it)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The rule tests (test_rules.py, test_dynamics.py, test_vector_obs.py) build states by hand with
 `EnvState.create`, step them once with `env.transition(state, actions, noise)` and a
-hand-built `StepNoise`, and compare with values computed by hand from SPEC.md (§15 overrides
+hand-built `StepNoise`, and compare with values computed by hand from docs/rules.md (§15 overrides
 §0-§14). Every config is compiled once per session: `_compiled` is a `functools.cache` keyed by the
 (frozen, hashable) `EnvConfig`.
 
@@ -147,7 +147,7 @@ class Harness:
 
     @staticmethod
     def before_noop(x, y, heading, v):
-        """Independent reference (SPEC §3.3, no-op action, float64): the pre-step x, y, v
+        """Independent reference (rules §3.3, no-op action, float64): the pre-step x, y, v
         from which one no-op step of an alive agent lands on (x, y, v). z and heading do not
         change under a no-op (headings given inside [-pi, pi)).
 

@@ -1,10 +1,11 @@
-"""A plain, obviously-correct NumPy reference of a Gigastep step and reset, from SPEC.md alone.
+"""A plain, obviously-correct NumPy reference of a Gigastep step and reset, from the rules
+(docs/rules.md) alone.
 
 This module is deliberately slow: every phase is a small function with explicit Python loops
 over agents and pairs, in float32 where rounding matters. It exists so that the fast JAX step
 and reset can be checked against it (tests/test_reference_equivalence.py,
 tests/test_reference_reset.py) and an optimisation cannot silently change the game. Section
-numbers refer to /work/shared/SPEC.md; where §15 (this project's decisions) overrides §0-§14
+numbers refer to docs/rules.md; where §15 (this project's decisions) overrides §0-§14
 the row is cited as "§15 row N".
 
 Conventions (fixed by the lead's contract, all from §15):
@@ -16,7 +17,7 @@ Conventions (fixed by the lead's contract, all from §15):
   * Noise: detection[i, j] (target i, observer j), comm[e, j] (ego e, sender j),
     waypoint = (appear, x, y, lifetime) uniforms in [0, 1).
 
-Decisions this reference takes where the SPEC leaves room (each is documented where used):
+Decisions this reference takes where the rules leave room (each is documented where used):
   * Waypoint hit (§4.2 with §15 row 10): only agents alive at the START of the step
     (`alive_pre`) collect it, tested with the post-dynamics positions, before any death check of
     this step (§4.2 comes before §4.3). An agent that collects it and dies in the same step
@@ -687,7 +688,7 @@ def reference_step(config, state: dict, actions, noise: dict):
 # §6 Reset (with §15 rows 4, 22, 23)
 # ------------------------------------------------------------------------------------------
 #
-# Decisions the SPEC leaves room for, taken as this project's reset documents them
+# Decisions the rules leave room for, taken as this project's reset documents them
 # (`gigastep.env._reset_state_streamed`):
 #   * The random draws are inputs: the map index (uniform over config.maps, §15 row 4) and one
 #     (4, n) array of uniforms in [0, 1) per round (round 0 the first draw, round r the r-th

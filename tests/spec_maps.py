@@ -1,4 +1,4 @@
-"""The built-in maps as LITERAL values copied from SPEC.md §8.1 (with §15 row 23), for tests.
+"""The built-in maps as LITERAL values copied from rules §8.1 (with §15 row 23), for tests.
 
 Nothing here reads `envs/maps.toml` or the library: a wrong entry in the catalogue is caught by
 comparing with this table (tests/test_map_data.py), and the reset rules (tests/test_reset_rules.py)

@@ -1,9 +1,9 @@
-"""`EnvConfig()`'s defaults pinned by literal values from SPEC: §1 (constructor defaults), §3.1
+"""`EnvConfig()`'s defaults pinned by literal values from rules: §1 (constructor defaults), §3.1
 (dynamics constants), §0 (dt, z_max), §4.2 (waypoint spawn and lifetime), with §15's changes.
 
 The NumPy reference (tests/reference.py) reads its constants from `EnvConfig`, so a wrong
 default would be shared by the code and its reference; this file is the independent side.
-Radii are stored as radii here (SPEC §1 lists the 2023 library's squared storage, e.g.
+Radii are stored as radii here (rules §1 lists the 2023 library's squared storage, e.g.
 cone_depth 3.0 "stored squared (9)"; this project keeps the radius and squares where it is used).
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from gigastep.types import EnvConfig
 
-# field: (SPEC default, where it comes from)
+# field: (rules default, where it comes from)
 SPEC_DEFAULTS = {
     # §0 conventions
     "dt": (0.1, "§0 dt = 0.1"),
@@ -97,7 +97,7 @@ def test_default_equals_spec(field):
 
 
 def test_every_config_field_is_pinned():
-    """A new EnvConfig field needs its SPEC default here (or a reason in NOT_CONSTANTS)."""
+    """A new EnvConfig field needs its rules default here (or a reason in NOT_CONSTANTS)."""
     fields = {f.name for f in dataclasses.fields(EnvConfig)}
     assert fields == set(SPEC_DEFAULTS) | NOT_CONSTANTS
 

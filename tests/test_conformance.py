@@ -4,7 +4,7 @@ For every scenario below (vector / rgb / rgb_vector, fobs / pobs, maps / void, c
 discrete, waypoints, hide-and-seek, heterogeneous agents, a non-square image) a batch of games is
 reset and stepped 20 times with actions drawn from `env.action_space`, through the compiled
 batched API (`v_reset`, `v_step`). The tests then check the rollout against the spaces and the
-output contract (API contract, DESIGN "Core contracts"):
+output contract (the API contract: pure functions, fixed shapes and dtypes):
 
 * observations match `env.observation_space` (shape, dtype, `contains`) for every agent;
 * rewards float32 (n,), dones bool (n,) equal to ~alive, episode_done bool ();
@@ -35,7 +35,7 @@ SCENARIOS = {
     "identical_2_vs_2_pobs_rgb_maps_cont": {"resolution_x": 16, "resolution_y": 16},
     "waypoint_5_vs_3_fobs_vec_maps_cont": {},
     "hide_and_seek_5_vs_5_pobs_vec_maps_disc": {},
-    # heterogeneous agent types, both observation kinds, a non-square image (SPEC §15 row 15)
+    # heterogeneous agent types, both observation kinds, a non-square image (rules §15 row 15)
     "special_5_vs_1_pobs_rgb_maps_disc": {
         "obs_type": "rgb_vector",
         "resolution_x": 16,

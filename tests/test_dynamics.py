@@ -1,4 +1,4 @@
-"""Agent motion (SPEC §3; §13.1 vectors; §15 row 3 heading wrap; §15 "also part": NaN/clip).
+"""Agent motion (rules §3; §13.1 vectors; §15 row 3 heading wrap; §15 "also part": NaN/clip).
 
 Every agent starts at x = y = z = 5, v = 1, heading 0, alive, thrust 1 unless stated. Collisions
 are off (collision_range 0) so that all agents can share the start point of §13.1; one agent of
@@ -36,7 +36,7 @@ def _start(gs, config, **fields):
 
 
 def test_section_13_1_single_agent_dynamics_vectors(gs, cont):
-    # SPEC §13.1, valid unchanged under §15. Worked example, row (1, -1, 1):
+    # rules §13.1, valid unchanged under §15. Worked example, row (1, -1, 1):
     #   h' = 0 + 0.1*1*4 = 0.4; v1 = 1 + 0.1*1*1.5 = 1.15; v2 = 1.15 - 0.04*1.15^2 = 1.0971
     #   x' = 5 + 0.1*1.0971*cos 0.4 = 5.1010494; y' = 5 + 0.1*1.0971*sin 0.4 = 5.0427232
     #   z' = 5 - 0.1*5 = 4.5; v' = sqrt(1.0971^2 + 0.5*9.81*0.5) = sqrt(3.65613) = 1.9121006

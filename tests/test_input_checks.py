@@ -1,9 +1,9 @@
 """Python-level misuse fails early and clearly; invalid action values are defined.
 
-DESIGN "Core contracts" and "Error handling": wrong action shapes or dtypes, bad keys and bad
+The API contract and its error handling: wrong action shapes or dtypes, bad keys and bad
 config values raise a `ValueError` that says what was expected, at construction or at trace
 time, before any compute: the action and key checks are exercised through `jax.eval_shape`,
-which only traces. SPEC §15 ("Also part of this project's game"): continuous actions that are
+which only traces. rules §15 ("Also part of this project's game"): continuous actions that are
 NaN act as 0; discrete actions outside 0..26 are clipped.
 """
 

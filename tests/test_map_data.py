@@ -1,4 +1,4 @@
-"""The built-in map data pinned to SPEC §8 by literal values (tests/spec_maps.py), never by
+"""The built-in map data pinned to rules §8 by literal values (tests/spec_maps.py), never by
 reading `envs/maps.toml` for the expected side: a wrong box, start region, height or heading
 range in the catalogue fails here, even though the step, the rules and the NumPy reference
 (which all read the maps through `EnvConfig`) would share it."""

@@ -5,7 +5,7 @@ infinite positions, speeds and headings, naming the field, the game and the agen
 that is non-finite all the same (built with `dataclasses.replace`, say) is observed as
 defined in `gigastep.observations.vector`: such an agent is seen by nobody and observes all
 zeros, and a seen agent at a NaN or infinite distance keeps its row (before any unseen agent).
-The expected observations below are written out by hand from SPEC §5.2; both the JAX path
+The expected observations below are written out by hand from rules §5.2; both the JAX path
 (which GPUs run) and the native kernel are held to them.
 """
 

@@ -1,7 +1,7 @@
 """The vector observation space has finite bounds derived from the game, and observations stay
 inside them (`gigastep.spaces.vector_bounds`).
 
-Expected bounds come from SPEC §3 and §5.2 by hand (positions normalised by the world size,
+Expected bounds come from rules §3 and §5.2 by hand (positions normalised by the world size,
 headings wrapped into [-pi, pi), boxes as given in `envs/maps.toml`), and the speed bound from
 an independent solution of its fixed-point equation (NumPy's polynomial roots). Random rollouts
 with extreme actions (every control at -1 or +1, which reaches the highest speeds) over
@@ -80,7 +80,7 @@ def test_box_bounds_are_the_range_of_each_box_coordinate_over_the_maps():
 
 def test_the_speed_bound_is_the_fixed_point_of_full_throttle_while_diving():
     # S^2 = (u - b u^2)^2 + c with u = S + a: a = dt throttle_rate thrust, b = dt drag,
-    # c = dive_speed_exchange g dt dive_rate (SPEC §3, one step at full throttle and dive).
+    # c = dive_speed_exchange g dt dive_rate (rules §3, one step at full throttle and dive).
     for name, thrust in (("identical_5_vs_5", 1.0), ("special_5_vs_5", 2.0)):
         config = gigastep.make_config(name)
         a, b, c = 0.1 * 1.5 * thrust, 0.1 * 0.4, 0.5 * 9.81 * 0.1 * 5.0

@@ -88,7 +88,7 @@ def test_to_discrete_picks_the_action_table_row_with_the_same_signs():
 
 
 def test_circle_turns_at_full_rate_with_no_dive_or_throttle(small_configs):
-    # SPEC §10.2: the circling policy is the constant (1, 0, 0); discrete table entry 16.
+    # rules §10.2: the circling policy is the constant (1, 0, 0); discrete table entry 16.
     state = EnvState.create(small_configs["cont"], x=5.0, y=5.0)
     cont = _act("circle", small_configs["cont"], state)
     np.testing.assert_array_equal(cont, np.tile([1.0, 0.0, 0.0], (4, 1)))

@@ -67,7 +67,7 @@ def test_replaying_the_trainers_rollout_gives_the_acting_log_probs(collected):
 
 
 def test_agents_dead_before_a_step_are_exactly_the_masked_ones(collected):
-    """Dead agents observe all zeros (SPEC): the mask agrees with the observations."""
+    """Dead agents observe all zeros (rules §15 row 19): the mask agrees with the observations."""
     buf = collected.learners[0].buffer
     zero_obs = (buf.obs == 0).all(-1)
     assert (~buf.alive).any(), "some agent should die during the rollout"

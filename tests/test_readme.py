@@ -1,6 +1,7 @@
-"""README.md's examples run as written: every Python block, and every shell block marked `run`.
+"""The examples of README.md and of the documentation pages (docs/**/*.md) run as written:
+every Python block, and every shell block marked `run`.
 
-Conventions (the HTML comment at the top of README.md says the same for writers):
+Conventions (README.md's top comment and docs/development.md say the same for writers):
 
 - A fence's info string is a language, then tokens. Languages: `python`, `bash`, `toml`,
   `text` and none (a plain block). Tokens, for `python` blocks only unless said otherwise:
@@ -16,7 +17,8 @@ Conventions (the HTML comment at the top of README.md says the same for writers)
 - Every group (a block with its continuations) and every `bash run` block runs in its own
   subprocess: repository root as working directory, `PYTHONPATH` = the repository root, this
   interpreter's directory first on `PATH`, so nothing one block sets (JAX flags, x64 mode,
-  devices) reaches another. Tracebacks name README.md and its line numbers.
+  devices) reaches another. Tracebacks name the file and its line numbers. A continuation
+  never crosses from one file to another.
 - A group that imports an optional extra (torch, gymnasium, ...) that is not installed is
   skipped (the dependency-floor check of `.ci/floor` installs only the core).
 - Keep blocks cheap (small batches, a few seconds): they are part of the test suite.
@@ -38,18 +40,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DEVELOPMENT = ROOT / "docs" / "development.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 LANGUAGES = {"", "python", "bash", "toml", "text"}
 PYTHON_TOKENS = {"continue", "skip"}
 EXTRAS = ("torch", "gymnasium", "pettingzoo", "matplotlib", "torchrl", "tensordict")
 TIMEOUT_S = 300
 
-# Runs (line, code) blocks in one namespace; each block is compiled as README.md with its own
-# line numbers (the code is padded with blank lines), so tracebacks point into README.md.
+# Runs (file, line, code) blocks in one namespace; each block is compiled as its file with its
+# own line numbers (the code is padded with blank lines), so tracebacks point into the page.
 RUNNER = """
 import json, sys
 namespace = {"__name__": "__main__"}
-for line, code in json.load(sys.stdin):
-    exec(compile("\\n" * (line - 1) + code, "README.md", "exec"), namespace)
+for source, line, code in json.load(sys.stdin):
+    exec(compile("\\n" * (line - 1) + code, source, "exec"), namespace)
 """
 
 
@@ -59,7 +63,12 @@ class Block:
     language: str
     tokens: list[str]
     code: str
+    source: str = "README.md"  # the file, relative to the repository root
     continuations: list[Block] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
 
     @property
     def devices(self) -> int | None:
@@ -69,8 +78,8 @@ class Block:
         return None
 
 
-def parse_blocks(text: str) -> list[Block]:
-    """Every fenced block of a Markdown text, in order."""
+def parse_blocks(text: str, source: str = "README.md") -> list[Block]:
+    """Every fenced block of a Markdown text, in order (`source` names the file in messages)."""
     blocks, lines = [], text.splitlines()
     i = 0
     while i < len(lines):
@@ -83,9 +92,10 @@ def parse_blocks(text: str) -> list[Block]:
         while end < len(lines) and lines[end].rstrip() != "```":
             end += 1
         if end == len(lines):
-            raise AssertionError(f"README.md:{i + 1}: a fence that is never closed")
+            raise AssertionError(f"{source}:{i + 1}: a fence that is never closed")
         language, tokens = (info[0], info[1:]) if info else ("", [])
-        blocks.append(Block(i + 2, language, tokens, "\n".join(lines[i + 1 : end]) + "\n"))
+        code = "\n".join(lines[i + 1 : end]) + "\n"
+        blocks.append(Block(i + 2, language, tokens, code, source))
         i = end + 1
     return blocks
 
@@ -93,9 +103,11 @@ def parse_blocks(text: str) -> list[Block]:
 def fence_problems(blocks: list[Block]) -> list[str]:
     """Info strings that break the conventions (an empty list when all are known)."""
     problems = []
-    previous_runs = False  # the block before is a Python block that runs
+    previous_runs, previous_source = False, None  # the block before: a Python block that runs
     for b in blocks:
-        where = f"README.md:{b.line - 1}"
+        where = f"{b.source}:{b.line - 1}"
+        if b.source != previous_source:
+            previous_runs, previous_source = False, b.source
         if b.language not in LANGUAGES:
             problems.append(f"{where}: unknown language {b.language!r} (known: {LANGUAGES})")
         allowed = set()
@@ -124,7 +136,7 @@ def python_groups(blocks: list[Block]) -> list[Block]:
     for b in blocks:
         if b.language != "python" or "skip" in b.tokens:
             continue
-        if "continue" in b.tokens and groups:
+        if "continue" in b.tokens and groups and groups[-1].source == b.source:
             groups[-1].continuations.append(b)
         else:
             groups.append(b)
@@ -190,7 +202,13 @@ def _report(what: str, result: subprocess.CompletedProcess) -> str:
     return f"{what} exited {result.returncode}\n--- stdout\n{out}\n--- stderr\n{err}"
 
 
-BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
+def _source(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+BLOCKS = [
+    b for page in PAGES for b in parse_blocks(page.read_text(encoding="utf-8"), _source(page))
+]
 GROUPS = python_groups(BLOCKS)
 BASH_RUN = [b for b in BLOCKS if b.language == "bash" and "run" in b.tokens]
 
@@ -204,8 +222,10 @@ def test_readme_fences_use_only_known_info_strings():
     assert fence_problems(BLOCKS) == []
 
 
-def test_readme_has_python_examples_that_run():
-    assert len(GROUPS) >= 5
+def test_readme_and_docs_have_python_examples_that_run():
+    assert len([g for g in GROUPS if g.source == "README.md"]) >= 2
+    assert len(GROUPS) >= 15
+    assert {g.source for g in GROUPS} >= {"README.md", "docs/scaling.md", "docs/training.md"}
 
 
 def test_the_conventions_reject_unknown_tokens_and_orphan_continuations():
@@ -215,6 +235,14 @@ def test_the_conventions_reject_unknown_tokens_and_orphan_continuations():
     assert any("starts with a comment" in p for p in problems)
     assert any("'continue' must follow" in p for p in problems)
     assert fence_problems(parse_blocks("```python devices=2\nx = 1\n```\n")) == []
+
+
+def test_continuations_never_cross_files():
+    blocks = parse_blocks("```python\na = 1\n```\n", "a.md") + parse_blocks(
+        "```python continue\nb = a\n```\n", "b.md"
+    )
+    assert any("'continue' must follow" in p for p in fence_problems(blocks))
+    assert [g.source for g in python_groups(blocks)] == ["a.md", "b.md"]
 
 
 def test_continuations_join_the_group_before_them():
@@ -238,28 +266,28 @@ def test_shell_commands_join_backslash_lines_and_drop_comments():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("group", GROUPS, ids=[f"README.md:{g.line}" for g in GROUPS])
+@pytest.mark.parametrize("group", GROUPS, ids=[g.where for g in GROUPS])
 def test_readme_python_example_runs(group: Block):
     blocks = [group, *group.continuations]
     missing = missing_extras("".join(b.code for b in blocks))
     if missing:
         pytest.skip(f"needs the optional extra(s) {', '.join(missing)}")
-    payload = json.dumps([(b.line, b.code) for b in blocks])
+    payload = json.dumps([(b.source, b.line, b.code) for b in blocks])
     result = subprocess.run(
         [sys.executable, "-c", RUNNER], input=payload, capture_output=True, text=True,
         cwd=ROOT, env=_environment(group.devices), timeout=TIMEOUT_S,
     )  # fmt: skip
-    assert result.returncode == 0, _report(f"README.md:{group.line}", result)
+    assert result.returncode == 0, _report(group.where, result)
 
 
-@pytest.mark.parametrize("block", BASH_RUN, ids=[f"README.md:{b.line}" for b in BASH_RUN])
+@pytest.mark.parametrize("block", BASH_RUN, ids=[b.where for b in BASH_RUN])
 def test_readme_shell_commands_run(block: Block):
     for command in bash_commands(block.code):
         result = subprocess.run(
             ["bash", "-c", command], capture_output=True, text=True, cwd=ROOT,
             env=_environment(None), timeout=TIMEOUT_S,
         )  # fmt: skip
-        assert result.returncode == 0, _report(f"README.md:{block.line}: {command}", result)
+        assert result.returncode == 0, _report(f"{block.where}: {command}", result)
 
 
 # ------------------------------------------------------------------------------------------
@@ -267,23 +295,27 @@ def test_readme_shell_commands_run(block: Block):
 # ------------------------------------------------------------------------------------------
 
 
-def _section_commands(title: str) -> list[str]:
-    """The shell commands of the bash blocks of README section `## title`."""
-    text = README.read_text(encoding="utf-8")
+def _section_commands(page: Path, title: str) -> list[str]:
+    """The shell commands of the bash blocks of section `## title` of `page`."""
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
-    blocks = parse_blocks(text[start : end if end != -1 else None])
+    blocks = parse_blocks(text[start : end if end != -1 else None], _source(page))
     return [c for b in blocks if b.language == "bash" for c in bash_commands(b.code)]
 
 
-def test_ci_installs_lints_and_tests_as_the_readme_says():
+def test_ci_installs_lints_and_tests_as_the_readme_and_the_docs_say():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    install = _section_commands("Install")[0]  # the install command comes first
+    install, test = _section_commands(README, "Install")  # set up, then run the tests
     assert install.startswith("pip install ")
     arguments = install.removeprefix("pip install ")
     assert any(line.startswith("python -m pip install") and line.endswith(arguments) for line in ci)
-    test, jax_path, lint, sanitize = _section_commands("Test")
     assert test == "python -m pytest -n 2" and test in ci
+    dev_test, jax_path, lint, sanitize = _section_commands(DEVELOPMENT, "Test")
+    assert dev_test == test
     assert jax_path.startswith("GIGASTEP_NATIVE=0 python -m pytest") and jax_path in ci
     assert lint == "ruff check . && ruff format --check ." and lint in ci
     assert sanitize == "python tests/sanitize_native.py"  # documented, not run by CI
+    (docs_build,) = _section_commands(DEVELOPMENT, "Documentation")
+    assert docs_build.startswith("mkdocs build --strict") and docs_build in ci
+    assert ci.index(lint) < ci.index(docs_build) < ci.index(test)

@@ -1,7 +1,7 @@
 """The fast JAX step must equal the plain NumPy reference (tests/reference.py) on every rule.
 
 Two parts:
-  1. Sanity tests of the reference itself against hand-derived values: SPEC §13.1 dynamics
+  1. Sanity tests of the reference itself against hand-derived values: rules §13.1 dynamics
      vectors, the §13.2 1-vs-1 trace (recomputed for §15 rows 8 and 9), the §13.3 vector
      observation (recomputed for §15 rows 3, 11, 21).
   2. Equivalence: for several configurations, many random-but-crowded states, actions and noise
@@ -30,7 +30,7 @@ F32 = np.float32
 
 
 # ==========================================================================================
-# Part 1: the reference against hand-derived SPEC values
+# Part 1: the reference against hand-derived rules values
 # ==========================================================================================
 
 
@@ -271,7 +271,7 @@ def test_reference_obstacle_penalty_applies_to_agents_that_die_by_leaving_the_ma
 # Part 2: env.transition == reference_step on random states, per configuration
 # ==========================================================================================
 
-SPECIAL_TYPES = {  # SPEC §9.1 agent types: sprite, max_health, range, damage_range, thrust
+SPECIAL_TYPES = {  # rules §9.1 agent types: sprite, max_health, range, damage_range, thrust
     "more_health": (7, 3.0, 1.0, 1.0, 1.0),
     "more_range": (3, 0.5, 2.0, 1.0, 1.0),
     "faster": (5, 1.0, 1.0, 1.0, 2.0),

@@ -1,4 +1,4 @@
-"""The library's reset must equal the NumPy reference reset (tests/reference.py, SPEC §6 with
+"""The library's reset must equal the NumPy reference reset (tests/reference.py, rules §6 with
 §15 rows 4, 22, 23) given the same random draws.
 
 The draws come from the library's own draw functions (`_reset_keys`, `_map_index`,
@@ -39,7 +39,7 @@ CROWDED = MapSpec(
 )
 TINY = MapSpec(name="tiny", start_team0=(5.0, 5.0, 5.05, 5.05), start_team1=(1.0, 1.0, 9.0, 9.0))
 
-SPECIAL = dict(  # SPEC §9.1 types more_health, more_range, faster, super, default per team
+SPECIAL = dict(  # rules §9.1 types more_health, more_range, faster, super, default per team
     sprites=(7, 3, 5, 6, 1) * 2, max_health=(3.0, 0.5, 1.0, 3.0, 1.0) * 2,
     detection_range=(1.0, 2.0, 1.0, 1.0, 1.0) * 2, thrust=(1.0, 1.0, 2.0, 0.8, 1.0) * 2,
 )  # fmt: skip

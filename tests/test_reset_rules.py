@@ -1,8 +1,8 @@
-"""Reset as rules: SPEC §6 with §15 rows 4, 22 and 23, one test per rule, named for it.
+"""Reset as rules: rules §6 with §15 rows 4, 22 and 23, one test per rule, named for it.
 
 Each configuration is reset once over N_KEYS keys with one compiled `v_reset` (cached per
 config); the rule tests read those batches. Expected start regions, boxes and heading ranges are
-SPEC §8.1's literal values (tests/spec_maps.py), not the catalogue's.
+rules §8.1's literal values (tests/spec_maps.py), not the catalogue's.
 
 Statistical tests (map choice, waypoint spawn) use fixed keys, so they are deterministic; each
 has a false-alarm rate of 1e-4 (the probability that a correct library fails it for a fresh,
@@ -31,7 +31,7 @@ FALSE_ALARM = 1e-4  # per statistical test
 MARGIN = 0.1  # §15 row 22: the enlargement of the collision radius and of the boxes at reset
 TOL = 1e-5
 
-# SPEC §9.1 types per team: more_health, more_range, faster, super, default
+# rules §9.1 types per team: more_health, more_range, faster, super, default
 SPECIAL_MAX_HEALTH = (3.0, 0.5, 1.0, 3.0, 1.0) * 2
 # A user map: team 0's region overlaps a box, a height range, headings that wrap past pi.
 USER_MAP = MapSpec(
@@ -73,7 +73,7 @@ def resets(name: str, n_keys: int = N_KEYS, seed: int = 0):
 
 
 def start_of(config: EnvConfig, spec_row, team: int):
-    """(region, heading range) of a team from a SPEC §8.1 row, region scaled to the world."""
+    """(region, heading range) of a team from a rules §8.1 row, region scaled to the world."""
     _, start0, start1, _, heading0, heading1 = spec_row
     region = start0 if team == 0 else start1
     return scaled(region, config.limit_x, config.limit_y), (heading0 if team == 0 else heading1)
@@ -153,7 +153,7 @@ def test_agents_start_alive_at_speed_1_without_locks_and_the_episode_fresh():
 
 @pytest.mark.parametrize("map_name", list(SPEC_MAPS))
 def test_each_team_starts_inside_its_start_region_on_builtin_map(map_name):
-    """Team 0 inside start_team0 and team 1 inside start_team1 (SPEC §8.1 values scaled to a
+    """Team 0 inside start_team0 and team 1 inside start_team1 (rules §8.1 values scaled to a
     20 x 15 world, §8.2), at the map's height (0 for every built-in map)."""
     config, rows = rows_of("all")
     s = resets("all")
@@ -283,7 +283,7 @@ def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_
     assert close_pairs(config, a, 0.0)[:, :3, :3].sum(axis=(1, 2)).min() == 6
     noise = {"detection": np.zeros((4, 4), np.float32), "comm": np.zeros((4, 4), np.float32),
              "waypoint": np.full(4, 0.99, np.float32)}  # fmt: skip
-    for b in range(len(keys)):  # the first step, by the NumPy reference (SPEC §4.4)
+    for b in range(len(keys)):  # the first step, by the NumPy reference (rules §4.4)
         game = ref.state_to_numpy(jax.tree_util.tree_map(lambda v, b=b: v[b], s))
         dones = ref.reference_step(config, game, np.zeros((4, 3), np.float32), noise)[3]
         assert dones[:3].all() and not dones[3], b

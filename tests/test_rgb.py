@@ -1,11 +1,11 @@
-"""RGB observations and the global view (SPEC §5.3, §5.4, §13.4 with §15 rows 12, 14-20).
+"""RGB observations and the global view (rules §5.3, §5.4, §13.4 with §15 rows 12, 14-20).
 
 The renderer is called directly on hand-built states (`EnvState.create`) with a hand-chosen
 `seen` matrix and `took_damage` flags. Expected images are built by hand from the rules below;
 the randomised test compares with `_reference_*`, a plain per-pixel NumPy transcription of
-§5.3 / §5.4 written from the SPEC, not from the code under test.
+§5.3 / §5.4 written from the rules, not from the code under test.
 
-Conventions (SPEC §0): img[px, py, c], first axis world x; px = round(x * (res_x / limit_x))
+Conventions (rules §0): img[px, py, c], first axis world x; px = round(x * (res_x / limit_x))
 (round half to even, the scale one float32 constant), pz = round(z * 255 / z_max).
 Colours: W = white, R_ = the damaged border (255, 0, 0), G_ = a green health-bar pixel.
 """
@@ -374,7 +374,7 @@ def test_shapes_and_dtypes(render):
 
 
 # ------------------------------------------------------------------------------------------
-# Randomised: jit == eager == a plain NumPy transcription of the SPEC, batched under vmap
+# Randomised: jit == eager == a plain NumPy transcription of the rules, batched under vmap
 # ------------------------------------------------------------------------------------------
 
 TAILS = (204, 153, 102, 51)
@@ -419,7 +419,7 @@ def _waypoint(cfg, s, img):
 
 
 def _reference_ego(cfg, bg, s, seen, damaged, e):
-    """SPEC §5.3 with §15, step by step, one pixel at a time."""
+    """rules §5.3 with §15, step by step, one pixel at a time."""
     rx, ry = cfg.resolution_x, cfg.resolution_y
     if not s["alive"][e]:
         return np.zeros((rx, ry, 3), np.uint8)
@@ -466,7 +466,7 @@ def _sprite(cfg, img, px, py, sprite, colour):
 
 
 def _reference_top(cfg, bg, s):
-    """SPEC §5.4 with §15, step by step."""
+    """rules §5.4 with §15, step by step."""
     rx, ry = cfg.resolution_x, cfg.resolution_y
     img = bg[s["map_idx"]].astype(int)
     img[:, 0] = img[:, ry - 1] = img[0, :] = img[rx - 1, :] = 255

@@ -1,4 +1,4 @@
-"""The game rules of one step (SPEC §4, §5.1 with §15), one rule per test.
+"""The game rules of one step (rules §4, §5.1 with §15), one rule per test.
 
 States are built by hand; expected values are worked out by hand in the comments. Unless a
 test says otherwise every agent moves with a no-op action from v = 1 at heading 0, i.e. by

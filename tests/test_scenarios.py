@@ -1,6 +1,6 @@
 """The scenario catalogue: names, suffix meanings, team tables, custom scenarios, hashes, wheel.
 
-Expected values come from SPEC.md §9 (with §15 row 5) written out by hand here, never from the
+Expected values come from rules §9 (with §15 row 5) written out by hand here, never from the
 catalogue files under test.
 """
 
@@ -40,7 +40,7 @@ from gigastep.types import EnvConfig, MapSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# SPEC §9.2, in table order: (team 0 types in order, team 1 types in order, world size).
+# rules §9.2, in table order: (team 0 types in order, team 1 types in order, world size).
 BASES = {
     "hide_and_seek_5_vs_5": (["seeker"] * 5, ["hider"] * 5, 10),
     "hide_and_seek_10_vs_5": (["seeker"] * 5, ["hider"] * 10, 10),
@@ -86,7 +86,7 @@ BASES = {
     ),
 }
 
-# SPEC §9.1: (sprite, max_health, detection range, damage_range, thrust, idle_reward).
+# rules §9.1: (sprite, max_health, detection range, damage_range, thrust, idle_reward).
 TYPES = {
     "default": (1, 1.0, 1.0, 1.0, 1.0, 0.0),
     "more_health": (7, 3.0, 1.0, 1.0, 1.0, 0.0),
@@ -162,7 +162,7 @@ def test_make_scenario_is_an_alias_of_make():
 
 
 # ------------------------------------------------------------------------------------------
-# Suffix meanings (SPEC §9.3 with §15 row 5)
+# Suffix meanings (rules §9.3 with §15 row 5)
 # ------------------------------------------------------------------------------------------
 
 

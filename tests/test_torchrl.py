@@ -1,7 +1,7 @@
 """`gigastep.torchrl.GigastepTorchRLEnv`: TorchRL's spec check, the multi-agent layout, and
 auto-reset the TorchRL way.
 
-Resets are recognised by a rule of the game (SPEC §3): every agent starts a game at speed 1.0
+Resets are recognised by a rule of the game (rules §3): every agent starts a game at speed 1.0
 and moves at least at `min_speed` = 1.3 after a step, so the ego row's speed feature
 (v / diagonal, feature 6) is 1 / diagonal exactly on a game's first observation only.
 """
@@ -30,7 +30,7 @@ def _env(name: str, **overrides) -> GigastepTorchRLEnv:
 
 
 SPEC_CASES = {
-    # one compiled game each; README.md's TorchRL example checks a continuous vector game
+    # one compiled game each; docs/adapters.md's TorchRL example checks a continuous vector game
     "vector-discrete": ("identical_2_vs_2_fobs_vec_void_disc", {"max_episode_length": 3}),
     "rgb_vector-continuous-boxes": (
         "special_5_vs_1_pobs_vec_maps_cont",

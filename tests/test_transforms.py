@@ -1,4 +1,4 @@
-"""`reset` and `step` under JAX transformations (DESIGN "Core contracts": pure functions, the
+"""`reset` and `step` under JAX transformations (the API contract: pure functions, the
 same inputs give the same outputs bit for bit, under jit or not, vmapped or not).
 
 * jit versus eager (no jit): bit-identical reset and step;

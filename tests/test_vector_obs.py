@@ -1,4 +1,4 @@
-"""The vector observation (SPEC §5.1, §5.2 with §15 rows 3, 11, 13, 19, 21), one rule per test.
+"""The vector observation (rules §5.1, §5.2 with §15 rows 3, 11, 13, 19, 21), one rule per test.
 
 Observations are those returned by a step, so they describe the post-step state. To observe a
 hand-chosen state, each test starts from the pre-step state from which one no-op step lands

@@ -13,7 +13,7 @@ The shared library is built with the system C++ compiler the first time a CPU st
 (a few seconds) and cached under ``$GIGASTEP_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/gigastep`` or ``~/.cache/gigastep``), keyed by the source, the jaxlib
 version, the compiler and its flags. Without a compiler, or with ``GIGASTEP_NATIVE=0``, the
-pure JAX path runs: same observations, slower (see README, "Throughput").
+pure JAX path runs: same observations, slower (see docs/install.md, "Native CPU kernel").
 ``GIGASTEP_NATIVE_FLAGS`` adds compiler flags (split as a shell would; they enter the cache
 key), for instance the sanitizer build of tests/sanitize_native.py.
 """

@@ -6,7 +6,7 @@ Every image is indexed ``img[px, py, c]`` with shape ``(res_x, res_y, 3)`` uint8
 even, in float32; each scale is one float32 constant, so jit and eager agree bit for bit) and
 has altitude shade ``pz = round(z * (255 / z_max))``.
 
-Ego image of agent e (SPEC §5.3 with the §15 decisions), drawn on the prerendered map:
+Ego image of agent e (rules §5.3 with the §15 decisions), drawn on the prerendered map:
 
 1. Border on three edges, ``px = 0``, ``px = res_x - 1`` and ``py = 0``: white, or red
    (R = 255, G and B show the map) on a step in which the ego took damage.
@@ -191,7 +191,7 @@ class _Viewers(NamedTuple):
 
 
 def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Viewers):
-    """Draw V images: (V, res_x, res_y, 3) uint8 (SPEC §5.3 / §5.4 with §15)."""
+    """Draw V images: (V, res_x, res_y, 3) uint8 (rules §5.3 / §5.4 with §15)."""
     rx, ry = config.resolution
     v = viewers.visible.shape[0]
     visible = viewers.visible.astype(jnp.uint8)
@@ -265,7 +265,7 @@ def _pixels_before_tails(config: EnvConfig, templates, map_idx, box, viewers: _V
 def _tail_values(tx, ty, before, viewers: _Viewers):
     """Values of the tail points after the tail phase, in every image.
 
-    SPEC §5.3 step 5 at one pixel and channel is, for k = 1..4: add a_k = I_k (number of
+    rules §5.3 step 5 at one pixel and channel is, for k = 1..4: add a_k = I_k (number of
     k-th tails on the pixel that colour this channel), saturating at 255; in an ego image then
     raise the pixel to I_k if it is the ego's own k-th tail point. All the adds are >= 0, so
     this sequence equals the closed form
@@ -313,7 +313,7 @@ def rgb_observations(
     seen: jax.Array,
     took_damage: jax.Array,
 ) -> jax.Array:
-    """Ego images of every agent of one game (SPEC §5.3 with §15; see the module docstring).
+    """Ego images of every agent of one game (rules §5.3 with §15; see the module docstring).
 
     Args:
         config: the environment's config (static).
@@ -350,7 +350,7 @@ def rgb_observations(
 def global_view(
     config: EnvConfig, background: jax.Array, agents: AgentState, episode: EpisodeState
 ) -> jax.Array:
-    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (SPEC §5.4 with §15).
+    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (rules §5.4 with §15).
 
     All four edges white, the waypoint if active, tails of alive agents (team 1 red, team 0
     blue, saturating add) and alive agents coloured ``(255 [team 1], pz, 255 [team 0])`` with

@@ -1,4 +1,4 @@
-"""The vector observation (SPEC §5.2 with §15 rows 3, 11, 13, 19).
+"""The vector observation (rules §5.2 with §15 rows 3, 11, 13, 19).
 
 For each ego, M = min(n, max_agents_in_vec_obs) rows of 9 features: the ego first, then the
 agents it sees by increasing distance, then unseen agents (all-zero rows). Then 5 waypoint

@@ -1,4 +1,4 @@
-"""Which agents each ego sees: detections shared within its team (SPEC §5.1, §15 row 21)."""
+"""Which agents each ego sees: detections shared within its team (rules §5.1, §15 row 21)."""
 
 from __future__ import annotations
 
