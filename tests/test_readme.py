@@ -311,10 +311,11 @@ def test_ci_installs_lints_and_tests_as_the_readme_and_the_docs_say():
     arguments = install.removeprefix("pip install ")
     assert any(line.startswith("python -m pip install") and line.endswith(arguments) for line in ci)
     assert test == "python -m pytest -n 2" and test in ci
-    dev_test, jax_path, lint, sanitize = _section_commands(DEVELOPMENT, "Test")
+    dev_test, jax_path, lint, guard, sanitize = _section_commands(DEVELOPMENT, "Test")
     assert dev_test == test
     assert jax_path.startswith("GIGASTEP_NATIVE=0 python -m pytest") and jax_path in ci
     assert lint == "ruff check . && ruff format --check ." and lint in ci
+    assert guard == "python -m benchmarks.guard" and ci.index(test) < ci.index(guard)
     assert sanitize == "python tests/sanitize_native.py"  # documented, not run by CI
     (docs_build,) = _section_commands(DEVELOPMENT, "Documentation")
     assert docs_build.startswith("mkdocs build --strict") and docs_build in ci
