@@ -19,7 +19,8 @@ Columns (a metric of a learner other than the first carries a `_team1` suffix):
     rss_mb, peak_rss_mb                               resident memory of the process, MiB
 
 A resumed run first cuts both files back to the rows of the checkpoint it resumes from, so a
-run killed between checkpoints and resumed has each update exactly once.
+run killed between checkpoints and resumed has each update exactly once; its TensorBoard
+events (logged against agent-steps) are purged after the checkpoint's agent-steps only.
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ class MetricsLogger:
         resume_update: int | None = None,
         tensorboard: bool = True,
         plots: bool = True,
+        resume_step: int | None = None,
     ):
+        """`resume_update` and `resume_step` (the checkpoint's update and agent-steps) are
+        given together when resuming: rows after the update are cut, and TensorBoard events
+        from agent-step `resume_step + 1` on (its x axis) are purged."""
         self.dir = Path(run_dir)
         self.columns = list(columns)
         self.csv_path = self.dir / "metrics.csv"
@@ -91,7 +96,11 @@ class MetricsLogger:
             except ImportError:  # tensorboard is optional
                 SummaryWriter = None
             if SummaryWriter is not None:
-                purge = None if resume_update is None else resume_update + 1
+                purge = None
+                if resume_update is not None:
+                    if resume_step is None:
+                        raise ValueError("resuming the metrics needs resume_step (agent-steps)")
+                    purge = resume_step + 1
                 self.writer = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge)
 
     def _cut_back(self, update: int) -> None:

@@ -748,7 +748,8 @@ class Trainer:
                 scenario_hash=self.game.scenario_hash,
             )
             (out / "config.json").write_text(info)
-        log = _Log(out, self.columns(), self.update if cfg.resume else None, cfg, main)
+        resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
+        log = _Log(out, self.columns(), resumed, cfg, main)
         bar = _progress(cfg, self.update, main)
         try:
             while self.update < cfg.updates and not self._out_of_time():
@@ -780,10 +781,13 @@ class _Evaluate(torch.nn.Module):
 class _Log:
     """The metrics logger on the main process; nothing elsewhere."""
 
-    def __init__(self, out, columns, resume_update, cfg: PPOConfig, main: bool):
-        self.logger = (
-            MetricsLogger(out, columns, resume_update, cfg.tensorboard, cfg.plots) if main else None
-        )
+    def __init__(self, out, columns, resumed, cfg: PPOConfig, main: bool):
+        update, step = resumed
+        self.logger = None
+        if main:
+            self.logger = MetricsLogger(
+                out, columns, update, cfg.tensorboard, cfg.plots, resume_step=step
+            )
 
     def __getattr__(self, name):
         if self.logger is None:
