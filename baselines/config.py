@@ -116,7 +116,7 @@ class PPOConfig:
     lr: float = 3e-4
     """Adam learning rate."""
     anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over `updates`."""
+    """Decay the learning rate linearly to 0 over `updates` and `time_budget_s` (if set)."""
     max_grad_norm: float = 0.5
     """Gradient clipping (global L2 norm) per minibatch; 0 disables it."""
     target_kl: float | None = None

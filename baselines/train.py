@@ -40,6 +40,7 @@ from baselines.normalize import ObsNormalizer, RewardScaler
 from baselines.opponents import FrozenPlayer, OpponentPool, Rows, make_plan
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import RolloutBuffer
+from baselines.schedule import LRSchedule
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 
@@ -277,6 +278,9 @@ class Trainer:
         self.update = 0
         self.agent_steps = 0
         self.wall_s = 0.0
+        self.schedule = LRSchedule(
+            config.lr, config.anneal_lr, config.updates, config.time_budget_s
+        )
         b, n = hi - lo, game.n_agents
         shape = (b * n,) if game.discrete else (b * n, 3)
         dtype = torch.int32 if game.discrete else torch.float32
@@ -563,7 +567,7 @@ class Trainer:
         """One update (rollout + learning); returns its metrics row."""
         cfg = self.config
         self.update += 1
-        lr = cfg.lr * (1.0 - (self.update - 1) / cfg.updates) if cfg.anneal_lr else cfg.lr
+        lr = self.schedule.rate(self.update - 1, self.wall_s)
         for learner in self.learners:
             for group in learner.opt.param_groups:
                 group["lr"] = lr
@@ -659,6 +663,7 @@ class Trainer:
             "update": self.update,
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
+            "lr_schedule": self.schedule.state_dict(),
             "world_size": self.dist.world,
             "learners": [learner.state_dict() for learner in self.learners],
             "frozen": [
@@ -708,6 +713,13 @@ class Trainer:
         self.state_vectors = None if sv is None else sv.to(self.device)
         self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])
         self.wall_s = float(ckpt["wall_s"])
+        if "lr_schedule" in ckpt:
+            saved = LRSchedule.from_state_dict(ckpt["lr_schedule"])
+        else:  # a checkpoint from before the schedule was saved: anchored at 0
+            old = ckpt["config"]
+            saved = LRSchedule(old["lr"], old["anneal_lr"], old["updates"], old["time_budget_s"])
+        cfg = self.config
+        self.schedule = saved.resumed(cfg.updates, cfg.time_budget_s, self.update, self.wall_s)
 
     def _out_of_time(self) -> bool:
         budget = self.config.time_budget_s
