@@ -79,6 +79,10 @@ class PPOConfig:
     """Stacked S5 layers."""
     critic_hidden: int = 128
     """Width of the MAPPO critic's MLP."""
+    separate_critic: bool = False
+    """ippo: the value gets its own encoder and core (same kinds) instead of the actor's."""
+    value_norm: bool = False
+    """Train the critic on returns standardised by their running mean/std (MAPPO's ValueNorm)."""
 
     # --- opponents -------------------------------------------------------------------------
     team: int = 0
@@ -319,6 +323,11 @@ def validate(config: PPOConfig) -> None:
             )
     if config.target_kl is not None and not config.target_kl > 0:
         raise ValueError(f"--target-kl must be > 0 or None, got {config.target_kl}")
+    if config.separate_critic and config.algo != "ippo":
+        raise ValueError(
+            f"--separate-critic gives the ippo value head its own network; --algo "
+            f"{config.algo}'s central critic is already separate (drop one of the two)"
+        )
     if config.team not in (0, 1):
         raise ValueError(f"--team must be 0 or 1, got {config.team}")
     if config.keep_checkpoints < 0 or config.threads < 0:

@@ -41,6 +41,7 @@ from baselines.opponents import FrozenPlayer, OpponentPool, Rows, make_plan
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import RolloutBuffer
 from baselines.schedule import LRSchedule
+from baselines.valuenorm import normalized_value_terms, update_value_norm
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 
@@ -76,6 +77,8 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
         state_size=game.state_size if central else 0,
         n_slots=max(game.team_sizes),
         critic_hidden=config.critic_hidden,
+        separate_critic=config.separate_critic,
+        value_norm=config.value_norm,
     )
 
 
@@ -453,6 +456,7 @@ class Trainer:
         cfg, buf, net = self.config, learner.buffer, learner.net
         with torch.no_grad():
             advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
+            update_value_norm(net, returns, buf.alive, self.dist.sum_)
         total = learner.rows.total
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
@@ -523,13 +527,14 @@ class Trainer:
         )
         evaluate = self._ddp[index] if self._ddp[index] is not None else net.evaluate
         logp, entropy, value = evaluate(*batch)
+        value, old, target = normalized_value_terms(net, value, buf.values[:, idx], returns[:, idx])
         out = ppo_loss(
             logp,
             buf.logp[:, idx],
             adv,
             value,
-            buf.values[:, idx],
-            returns[:, idx],
+            old,
+            target,
             entropy,
             mask,
             clip=cfg.clip,

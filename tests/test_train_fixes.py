@@ -9,11 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from baselines.checkpoint import load_checkpoint
 from baselines.config import PPOConfig
 from baselines.metrics import MetricsLogger
+from baselines.policies import ActorCritic, PolicySpec
 from baselines.schedule import LRSchedule
 from baselines.train import Trainer
+from baselines.valuenorm import BETA, ValueNorm, normalized_value_terms
 
 LR = 3e-4
 TINY = PPOConfig(
@@ -103,3 +107,92 @@ def test_resuming_with_more_updates_does_not_make_the_rate_jump(tmp_path):
     # 1, 0.75 of the 4-update schedule, then 0.5 decaying to 0 over the 6 updates left
     expected = [1.0, 0.75] + [0.5 - 0.5 * j / 6 for j in range(6)]
     assert rates == pytest.approx([LR * e for e in expected])
+
+
+# ------------------------------------------------------------------------------------------
+# Value normalisation and a separate critic
+# ------------------------------------------------------------------------------------------
+
+
+def _spec(core: str = "gru", **flags) -> PolicySpec:
+    return PolicySpec("vector", 6, None, 2, True, core=core, hidden=8, s5_state_dim=4, **flags)
+
+
+def test_value_norm_keeps_a_debiased_moving_mean_and_std_of_the_alive_returns():
+    norm = ValueNorm()
+    assert norm.moments() == (0.0, 1.0)
+    mask = torch.tensor([[True, True], [True, False]])
+    norm.update(torch.tensor([[1.0, 3.0], [5.0, float("nan")]]), mask, lambda x: x)
+    mean, std = norm.moments()  # one update: the batch's own moments, 3 and sqrt(35/3 - 9)
+    assert float(mean) == pytest.approx(3.0) and float(std) == pytest.approx((8 / 3) ** 0.5)
+    norm.update(torch.tensor([[10.0]]), torch.tensor([[True]]), lambda x: x)
+    w = [BETA * (1 - BETA), 1 - BETA]  # the weights of the two batches
+    m = (w[0] * 3 + w[1] * 10) / sum(w)
+    m2 = (w[0] * 35 / 3 + w[1] * 100) / sum(w)
+    assert float(norm.moments()[0]) == pytest.approx(m)
+    assert float(norm.moments()[1]) == pytest.approx((m2 - m * m) ** 0.5)
+
+
+def test_a_normalised_value_head_is_read_on_the_return_scale_and_trained_standardised():
+    torch.manual_seed(0)
+    plain = ActorCritic(_spec())
+    normed = ActorCritic(_spec(value_norm=True))
+    normed.load_state_dict(plain.state_dict(), strict=False)  # the same weights
+    normed.value_norm.update(
+        torch.tensor([[2.0, 6.0]]), torch.ones(1, 2, dtype=torch.bool), lambda x: x
+    )
+    obs, types = torch.randn(3, 6), torch.eye(2)[[0, 1, 0]]
+    first, h = torch.ones(3, dtype=torch.bool), plain.initial_state(3)
+    v_plain = plain.value(obs, types, first, h)
+    v = normed.value(obs, types, first, h)
+    assert torch.allclose(v, 4.0 + 2.0 * v_plain)  # mean 4, std 2
+    x = torch.tensor([4.0, 8.0])
+    assert all(
+        torch.allclose(t, torch.tensor([0.0, 2.0])) for t in normalized_value_terms(normed, x, x, x)
+    )
+    assert normalized_value_terms(plain, x, x, x) == (x, x, x)
+
+
+@pytest.mark.parametrize("core", ["s5", "gru", "mlp"])
+def test_a_separate_critic_shares_nothing_with_the_actor_and_replays_exactly(core):
+    torch.manual_seed(1)
+    net = ActorCritic(_spec(core, separate_critic=True))
+    t, n = 5, 3
+    obs, types = torch.randn(t, n, 6), torch.eye(2)[[0, 1, 1]]
+    first = torch.zeros(t, n, dtype=torch.bool)
+    first[0], first[3, 1] = True, True
+    h = h0 = net.initial_state(n)
+    steps = []
+    for k in range(t):
+        a, logp, v, h = net.act(obs[k], types, first[k], h)
+        steps.append((a, logp, v))
+    actions, logp, v = (torch.stack(x) for x in zip(*steps, strict=True))
+    logp2, _, v2 = net.evaluate(obs, types, first, h0, actions)
+    assert torch.allclose(logp2, logp, atol=1e-6) and torch.allclose(v2, v, atol=1e-6)
+    v2.sum().backward()  # the value's gradient reaches the critic's trunk only
+    actor = [*net.encoder.parameters(), *net.core.parameters(), *net.heads.parameters()]
+    assert all(p.grad is None for p in actor)
+    critic = [*net.critic_encoder.parameters(), *net.critic_core.parameters()]
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in critic)
+
+
+def test_separate_critic_with_mappo_is_refused_naming_both_flags():
+    with pytest.raises(ValueError, match="--separate-critic.*mappo"):
+        Trainer(dataclasses.replace(TINY, algo="mappo", separate_critic=True))
+
+
+@pytest.mark.slow
+def test_a_run_with_both_options_resumes_bit_for_bit_and_saves_them(tmp_path):
+    config = _tiny(tmp_path, separate_critic=True, value_norm=True, updates=4, anneal_lr=False)
+    straight = Trainer(dataclasses.replace(config, out=str(tmp_path / "a"))).run()
+    half = dataclasses.replace(config, out=str(tmp_path / "b"), updates=2)
+    Trainer(half).run()
+    resumed = Trainer(dataclasses.replace(half, updates=4, resume=True)).run()
+    a, b = (load_checkpoint(d / "checkpoint.pt") for d in (straight, resumed))
+    assert a["config"]["separate_critic"] and a["config"]["value_norm"]
+    assert a["policy_spec"]["separate_critic"] and a["policy_spec"]["value_norm"]
+    model_a, model_b = a["learners"][0]["model"], b["learners"][0]["model"]
+    assert "value_norm.mean" in model_a and any(k.startswith("critic_core.") for k in model_a)
+    assert float(model_a["value_norm.weight"]) > 0
+    for key, value in model_a.items():
+        assert torch.equal(value, model_b[key]), key
