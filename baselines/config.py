@@ -132,6 +132,14 @@ class PPOConfig:
     scale_rewards: bool = True
     """Divide rewards by the running std of the discounted return (return-based scaling)."""
 
+    # --- evaluation ------------------------------------------------------------------------
+    eval_every: int = 0
+    """Updates between evaluations against scripted opponents (and one at the end; 0: none)."""
+    eval_games: int = 64
+    """Games per opponent in each evaluation (the scenario as it is, without --env)."""
+    eval_opponents: str = "auto"
+    """Scripted opponents of the evaluations, `name,...`; auto: the mix's (else random,pursuit)."""
+
     # --- outputs ---------------------------------------------------------------------------
     checkpoint_every: int = 10
     """Updates between checkpoints (one is always written at the end)."""
@@ -237,6 +245,8 @@ PRESETS: dict[str, dict] = {
         anneal_lr=False,
         updates=1_000_000,
         time_budget_s=1800.0,
+        eval_every=100,
+        eval_games=128,
     ),
     "million": dict(
         num_envs=100_000,
@@ -258,6 +268,8 @@ PRESETS: dict[str, dict] = {
         minibatches=8,
         hidden=128,
         s5_state_dim=64,
+        eval_every=50,
+        eval_games=512,
     ),
 }
 """Named defaults (costs in the module docstring); flags given after --preset override them."""
@@ -306,7 +318,20 @@ def validate(config: PPOConfig) -> None:
         "pool_every",
         "pool_players",
         "checkpoint_every",
+        "eval_games",
     )
+    if isinstance(config.eval_every, bool) or not isinstance(config.eval_every, int):
+        raise ValueError(f"--eval-every must be an integer >= 0, got {config.eval_every!r}")
+    if config.eval_every < 0:
+        raise ValueError(f"--eval-every must be >= 0 (0: no evaluation), got {config.eval_every}")
+    if config.eval_opponents != "auto":
+        names = [t.strip() for t in config.eval_opponents.split(",") if t.strip()]
+        bad = [n for n in names if n not in SCRIPTED]
+        if bad or not names:
+            raise ValueError(
+                f"--eval-opponents must be auto or scripted names from {list(SCRIPTED)}, "
+                f"got {config.eval_opponents!r}"
+            )
     if config.policy == "s5" and (config.s5_state_dim < 2 or config.s5_state_dim % 2):
         raise ValueError(f"--s5-state-dim must be even and >= 2, got {config.s5_state_dim}")
     for name, lo, hi in (("gamma", 0, 1), ("gae_lambda", 0, 1)):

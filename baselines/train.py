@@ -34,6 +34,7 @@ from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_chec
 from baselines.config import PPOConfig, dumps, validate
 from baselines.distributed import Dist
 from baselines.envs import GameSpec, gigastep_game
+from baselines.evaluator import Evaluator
 from baselines.loss import ppo_loss
 from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
 from baselines.normalize import ObsNormalizer, RewardScaler
@@ -245,6 +246,11 @@ class Trainer:
         self.dist = dist or Dist()
         if game is None:
             game, factory = gigastep_game(config.scenario, config.env)
+        elif config.eval_every:
+            raise ValueError(
+                f"--eval-every {config.eval_every} plays Gigastep scenarios; this run trains "
+                f"{game.name}, a game of its own (use --eval-every 0)"
+            )
         self.game = game
         self.device = torch.device(device or config.device)
         if config.threads:
@@ -278,6 +284,7 @@ class Trainer:
         self.generator = torch.Generator(self.device).manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.outcomes = _OutcomeCounts(self.plan, game, self.device, self.games)
+        self.evaluator = Evaluator(config, game.symmetric)
         self.update = 0
         self.agent_steps = 0
         self.wall_s = 0.0
@@ -669,6 +676,7 @@ class Trainer:
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
             "lr_schedule": self.schedule.state_dict(),
+            "evaluation": self.evaluator.state_dict(),
             "world_size": self.dist.world,
             "learners": [learner.state_dict() for learner in self.learners],
             "frozen": [
@@ -687,6 +695,18 @@ class Trainer:
                 "numpy": self.rng.bit_generator.state,
             },
             "ranks": ranks,
+        }
+
+    def policy_payload(self) -> dict:
+        """The learners' policies as a policy file (`baselines.checkpoint.load_policy`)."""
+        return {
+            "format": FORMAT,
+            "gigastep_player": "ppo",
+            "config": asdict(self.config),
+            "game": asdict(self.game),
+            "policy_spec": self.spec.to_dict(),
+            "update": self.update,
+            "learners": [learner.state_dict() for learner in self.learners],
         }
 
     def load_state_dict(self, ckpt: dict) -> None:
@@ -723,6 +743,8 @@ class Trainer:
         else:  # a checkpoint from before the schedule was saved: anchored at 0
             old = ckpt["config"]
             saved = LRSchedule(old["lr"], old["anneal_lr"], old["updates"], old["time_budget_s"])
+        if "evaluation" in ckpt:
+            self.evaluator.load_state_dict(ckpt["evaluation"])
         cfg = self.config
         self.schedule = saved.resumed(cfg.updates, cfg.time_budget_s, self.update, self.wall_s)
 
@@ -767,6 +789,8 @@ class Trainer:
             (out / "config.json").write_text(info)
         resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
         log = _Log(out, self.columns(), resumed, cfg, main)
+        if main:
+            self.evaluator.open(out, resumed)
         bar = _progress(cfg, self.update, main)
         try:
             while self.update < cfg.updates and not self._out_of_time():
@@ -775,12 +799,15 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix_str(_postfix(row, self.plan.labels), refresh=False)
                 last = self.update == cfg.updates or self._out_of_time()
+                if main and self.evaluator.due(self.update, last):
+                    self.evaluator.evaluate(self, out)
                 if self.update % cfg.checkpoint_every == 0 or last:
                     self.save(out)
                     log.plot()
         finally:
             bar.close()
             log.close()
+            self.evaluator.close()
         return out
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines.checkpoint import load_checkpoint
-from baselines.config import PPOConfig
+from baselines.checkpoint import load_checkpoint, load_policy
+from baselines.config import PPOConfig, validate
 from baselines.metrics import MetricsLogger
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.schedule import LRSchedule
@@ -196,3 +196,53 @@ def test_a_run_with_both_options_resumes_bit_for_bit_and_saves_them(tmp_path):
     assert float(model_a["value_norm.weight"]) > 0
     for key, value in model_a.items():
         assert torch.equal(value, model_b[key]), key
+
+
+# ------------------------------------------------------------------------------------------
+# Evaluation during training
+# ------------------------------------------------------------------------------------------
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().split("\n") if x]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(eval_every=-1), "--eval-every must be >= 0"),
+        (dict(eval_games=0), "--eval-games must be a positive integer"),
+        (dict(eval_opponents="pursuit,self"), "--eval-opponents must be auto or scripted"),
+    ],
+)
+def test_bad_evaluation_flags_are_refused_naming_the_flag(change, message):
+    with pytest.raises(ValueError, match=message):
+        validate(dataclasses.replace(TINY, **change))
+
+
+@pytest.mark.slow
+def test_evaluations_log_wilson_intervals_keep_the_best_policy_and_leave_training_alone(
+    tmp_path,
+):
+    config = _tiny(tmp_path, updates=3, eval_games=6, eval_opponents="random", anneal_lr=False)
+    plain = Trainer(dataclasses.replace(config, out=str(tmp_path / "plain"))).run()
+    run = Trainer(dataclasses.replace(config, eval_every=2)).run()
+    rows = _rows(run / "eval.jsonl")
+    assert [r["update"] for r in rows] == [2, 3]  # every 2 updates and at the end
+    for r in rows:
+        n, p = r["games/random"], r["win_rate/random"]
+        assert n == 6
+        z = 1.959964  # Wilson score interval, 95%, by hand
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+        assert r["win_rate_lo/random"] == pytest.approx(centre - half, abs=1e-5)
+        assert r["win_rate_hi/random"] == pytest.approx(centre + half, abs=1e-5)
+        assert r["score"] == p and r["agent_steps"] == r["update"] * 6 * 8 * 4
+    best = max(rows, key=lambda r: (r["score"], -r["update"]))
+    ckpt = load_checkpoint(run / "checkpoint.pt")
+    assert ckpt["evaluation"]["update"] == best["update"]
+    assert ckpt["evaluation"]["score"] == pytest.approx(best["score"], rel=1e-6)
+    assert load_policy(run / "best.pt").update == best["update"]
+    # evaluating draws no training randomness: the same training rows as without it
+    train = [r["policy_loss"] for r in _rows(run / "metrics.jsonl")]
+    assert train == [r["policy_loss"] for r in _rows(plain / "metrics.jsonl")]
