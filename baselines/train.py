@@ -667,18 +667,12 @@ class Trainer:
     def state_dict(self, ranks: list[dict]) -> dict:
         """The checkpoint: the shared state and every process's `local_state` (`ranks`)."""
         return {
-            "format": FORMAT,
-            "gigastep_player": "ppo",
-            "config": asdict(self.config),
-            "game": asdict(self.game),
-            "policy_spec": self.spec.to_dict(),
-            "update": self.update,
+            **self.policy_payload(),
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
             "lr_schedule": self.schedule.state_dict(),
             "evaluation": self.evaluator.state_dict(),
             "world_size": self.dist.world,
-            "learners": [learner.state_dict() for learner in self.learners],
             "frozen": [
                 {
                     "name": p.name,
