@@ -38,7 +38,7 @@ from baselines.evaluator import Evaluator
 from baselines.loss import ppo_loss
 from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
 from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.opponents import FrozenPlayer, OpponentPool, Rows, make_plan
+from baselines.opponents import FrozenPlayer, OpponentPool, PoolPlayer, Rows, make_plan
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import RolloutBuffer
 from baselines.schedule import LRSchedule
@@ -310,10 +310,11 @@ class Trainer:
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(_Evaluate(net), device_ids=ids)
 
-    def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer:
+    def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer | PoolPlayer:
         rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device, self.games)
         types = _one_hot(rows.type_id, self.spec.n_types)
-        player = FrozenPlayer(name, self.spec, rows, types, self.device, self.config.norm_obs)
+        kind = PoolPlayer if opponent.kind == "pool" else FrozenPlayer
+        player = kind(name, self.spec, rows, types, self.device, self.config.norm_obs)
         if opponent.kind == "file":
             policy = load_policy(opponent.path, self.device)
             mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
@@ -347,11 +348,10 @@ class Trainer:
 
     # --- rollout ------------------------------------------------------------------------------
     def _swap_pool_players(self) -> None:
-        pool = [
-            p for p, (_, s) in zip(self.frozen, self.plan.frozen, strict=True) if s.kind == "pool"
-        ]
+        """Draw each pool player's snapshot for the episodes that start in this rollout."""
+        pool = [p for p in self.frozen if isinstance(p, PoolPlayer)]
         for p, snap in zip(pool, self.pool.sample(self.rng, len(pool)), strict=True):
-            p.load(snap["model"], snap["obs_norm"], snap["update"])
+            p.begin_rollout(snap)
 
     def _noise(self, index: int, p, t: int):
         """Player `index`'s sampling uniforms at rollout step t (see `baselines.noise`)."""
@@ -661,7 +661,7 @@ class Trainer:
             "dead": self.dead,
             "state_vectors": self.state_vectors,
             "learners": [learner.local_state() for learner in self.learners],
-            "frozen_h": [p.h for p in self.frozen],
+            "frozen_local": [p.local_state() for p in self.frozen],
         }
 
     def state_dict(self, ranks: list[dict]) -> dict:
@@ -673,15 +673,7 @@ class Trainer:
             "lr_schedule": self.schedule.state_dict(),
             "evaluation": self.evaluator.state_dict(),
             "world_size": self.dist.world,
-            "frozen": [
-                {
-                    "name": p.name,
-                    "model": p.net.state_dict(),
-                    "obs_norm": p.normalizer.state_dict(),
-                    "source": None if p.source is None else str(p.source),
-                }
-                for p in self.frozen
-            ],
+            "frozen": [p.state_dict() for p in self.frozen],
             "pool": self.pool.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),
@@ -717,9 +709,13 @@ class Trainer:
             self.learners, ckpt["learners"], local["learners"], strict=True
         ):
             learner.load_state_dict(state, mine)
-        for player, state, h in zip(self.frozen, ckpt["frozen"], local["frozen_h"], strict=True):
-            player.load(state["model"], state["obs_norm"], state["source"])
-            player.h = h.to(self.device)
+        if "frozen_h" in local:  # written before players kept local states of their own
+            local["frozen_local"] = [{"h": h} for h in local["frozen_h"]]
+        for player, state, mine in zip(
+            self.frozen, ckpt["frozen"], local["frozen_local"], strict=True
+        ):
+            player.load_state_dict(state)
+            player.load_local_state(mine)
         self.pool.load_state_dict(ckpt["pool"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         self.generator.set_state(ckpt["rng"]["generator"].cpu())

@@ -14,6 +14,7 @@ import torch
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.config import PPOConfig, validate
 from baselines.metrics import MetricsLogger
+from baselines.opponents import PoolPlayer
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.schedule import LRSchedule
 from baselines.train import Trainer
@@ -246,3 +247,48 @@ def test_evaluations_log_wilson_intervals_keep_the_best_policy_and_leave_trainin
     # evaluating draws no training randomness: the same training rows as without it
     train = [r["policy_loss"] for r in _rows(run / "metrics.jsonl")]
     assert train == [r["policy_loss"] for r in _rows(plain / "metrics.jsonl")]
+
+
+# ------------------------------------------------------------------------------------------
+# Pool opponents keep their episode
+# ------------------------------------------------------------------------------------------
+
+
+def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
+    tmp_path, monkeypatch
+):
+    config = _tiny(tmp_path, opponent="pool:0.5,self:0.5", pool_every=1, rollout_steps=12)
+    trainer = Trainer(config)
+    trainer.start()
+    pool = [p for p in trainer.frozen if p.name in ("frozen0", "frozen1")]
+    swap, mid_episode = trainer._swap_pool_players, []
+
+    def spy():  # at every rollout's start: rows in mid-episode keep their recurrent state
+        before = [p.h.clone() for p in pool]
+        swap()
+        for p, h in zip(pool, before, strict=True):
+            mid = ~trainer.first[p.rows.game]
+            assert torch.equal(p.h[..., mid, :], h[..., mid, :]), "state lost mid-episode"
+            mid_episode.append(bool(mid.any()))
+
+    trainer._swap_pool_players = spy
+    seen = []  # (player, first, seat of every row after the step's start)
+    act = PoolPlayer.act
+
+    def watched(self, obs, types, first, h, *rest):
+        out = act(self, obs, types, first, h, *rest)
+        seen.append((self.name, first.clone(), self.seat.clone()))
+        return out
+
+    monkeypatch.setattr(PoolPlayer, "act", watched)
+    for _ in range(6):
+        trainer.step()
+    assert any(mid_episode)
+    moves = 0
+    for name in ("frozen0", "frozen1"):
+        steps = [(f, seat) for n, f, seat in seen if n == name]
+        for (_, before), (first, now) in zip(steps, steps[1:], strict=False):
+            changed = before != now
+            assert not (changed & ~first).any()  # a row changes snapshot only as it restarts
+            moves += int(changed.sum())
+    assert moves > 0  # and new episodes take the newer snapshots
