@@ -25,6 +25,11 @@ _EPS = 1e-5
 class ValueNorm(nn.Module):
     """Running mean/std of returns (see the module doc); identity before its first update."""
 
+    mean: torch.Tensor
+    mean_sq: torch.Tensor
+    weight: torch.Tensor
+    """float64 scalars: the weighted sums of the moments and of the weights (debiasing)."""
+
     def __init__(self):
         super().__init__()
         f64 = torch.float64
