@@ -60,7 +60,9 @@ def measure(scenario: str, games: int, steps: int, weight: float = 1.0, seed: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.reward_shaping", description=__doc__.split("\n", 1)[0]
+    )
     parser.add_argument("--scenario", default="identical_5_vs_5_fobs_vec_void_disc")
     parser.add_argument("--games", type=int, default=256)
     parser.add_argument("--steps", type=int, default=200)
