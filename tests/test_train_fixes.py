@@ -13,9 +13,11 @@ import torch
 
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.config import PPOConfig, validate
+from baselines.evaluator import eval_opponents
 from baselines.metrics import MetricsLogger
 from baselines.opponents import PoolPlayer
 from baselines.policies import ActorCritic, PolicySpec
+from baselines.ppo import parse_args
 from baselines.schedule import LRSchedule
 from baselines.train import Trainer
 from baselines.valuenorm import BETA, ValueNorm, normalized_value_terms
@@ -292,3 +294,12 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
             assert not (changed & ~first).any()  # a row changes snapshot only as it restarts
             moves += int(changed.sum())
     assert moves > 0  # and new episodes take the newer snapshots
+
+
+def test_the_new_options_are_flags_with_preset_defaults():
+    config = parse_args(["--preset", "cpu", "--value-norm", "--separate-critic"])
+    assert (config.eval_every, config.eval_games, config.eval_opponents) == (100, 128, "auto")
+    assert config.value_norm and config.separate_critic
+    assert parse_args([]).eval_every == 0  # no evaluation unless asked (or by a preset)
+    assert eval_opponents(config, symmetric=True) == ("pursuit", "random")  # the mix's
+    assert eval_opponents(parse_args(["--opponent", "self"]), True) == ("random", "pursuit")
