@@ -355,9 +355,11 @@ class PoolPlayer:
         self.seats.append(seat)
         return seat
 
-    def begin_rollout(self, snapshot: dict) -> None:
-        """Load the rollout's snapshot into a free seat; fix the seats run this rollout."""
-        used = set(self.seat.tolist())  # one read per rollout
+    def begin_rollout(self, snapshot: dict, first: torch.Tensor) -> None:
+        """Load the rollout's snapshot into a seat no unfinished episode uses (`first` [N]
+        bool: the rows whose episode starts at the rollout's first step); fix the seats run
+        this rollout."""
+        used = set(self.seat[~first].tolist())  # one read per rollout
         free = [i for i in range(len(self.seats)) if i not in used]
         self.incoming = free[0] if free else len(self.seats)
         seat = self.seats[self.incoming] if free else self._new_seat()

@@ -351,7 +351,7 @@ class Trainer:
         """Draw each pool player's snapshot for the episodes that start in this rollout."""
         pool = [p for p in self.frozen if isinstance(p, PoolPlayer)]
         for p, snap in zip(pool, self.pool.sample(self.rng, len(pool)), strict=True):
-            p.begin_rollout(snap)
+            p.begin_rollout(snap, self.first[p.rows.game])
 
     def _noise(self, index: int, p, t: int):
         """Player `index`'s sampling uniforms at rollout step t (see `baselines.noise`)."""
