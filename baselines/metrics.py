@@ -19,7 +19,8 @@ Columns (a metric of a learner other than the first carries a `_team1` suffix):
     rss_mb, peak_rss_mb                               resident memory of the process, MiB
 
 A resumed run first cuts both files back to the rows of the checkpoint it resumes from, so a
-run killed between checkpoints and resumed has each update exactly once.
+run killed between checkpoints and resumed has each update exactly once; its TensorBoard
+events (logged against agent-steps) are purged after the checkpoint's agent-steps only.
 """
 
 from __future__ import annotations
@@ -72,11 +73,19 @@ class MetricsLogger:
         resume_update: int | None = None,
         tensorboard: bool = True,
         plots: bool = True,
+        resume_step: int | None = None,
+        name: str = "metrics",
+        tb_prefix: str = "",
     ):
+        """`resume_update` and `resume_step` (the checkpoint's update and agent-steps) are
+        given together when resuming: rows after the update are cut, and TensorBoard events
+        from agent-step `resume_step + 1` on (its x axis) are purged. `name` names the files
+        (name.csv, name.jsonl); `tb_prefix` starts every TensorBoard tag."""
         self.dir = Path(run_dir)
         self.columns = list(columns)
-        self.csv_path = self.dir / "metrics.csv"
-        self.jsonl_path = self.dir / "metrics.jsonl"
+        self.csv_path = self.dir / f"{name}.csv"
+        self.jsonl_path = self.dir / f"{name}.jsonl"
+        self.tb_prefix = tb_prefix
         self.rows: list[dict] = []
         self.plots = plots
         if resume_update is None:
@@ -91,8 +100,15 @@ class MetricsLogger:
             except ImportError:  # tensorboard is optional
                 SummaryWriter = None
             if SummaryWriter is not None:
-                purge = None if resume_update is None else resume_update + 1
-                self.writer = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge)
+                purge = None
+                if resume_update is not None:
+                    if resume_step is None:
+                        raise ValueError("resuming the metrics needs resume_step (agent-steps)")
+                    purge = resume_step + 1
+                suffix = "" if name == "metrics" else f".{name}"
+                self.writer = SummaryWriter(
+                    str(self.dir / "tensorboard"), purge_step=purge, filename_suffix=suffix
+                )
 
     def _cut_back(self, update: int) -> None:
         """Keep the rows of updates <= `update` (both files rewritten atomically)."""
@@ -137,7 +153,7 @@ class MetricsLogger:
             step = int(row["agent_steps"])
             for k, v in row.items():
                 if isinstance(v, (int, float)) and k not in ("update", "agent_steps"):
-                    self.writer.add_scalar(k, v, step)
+                    self.writer.add_scalar(self.tb_prefix + k, v, step)
             self.writer.flush()
 
     def plot(self) -> None:

@@ -5,9 +5,10 @@ The B games of a batch are cut into contiguous slices, one per entry of the oppo
 remainder; every kind gets at least one game). In each slice the trained team (`--team`) is
 played by the learner and the other team by:
     self     the learner as well (symmetric scenarios; both teams' rows are training data),
-    pool     past snapshots of the learner, `pool_players` of them per rollout, sampled
-             uniformly from the pool and each playing an equal part of the slice (their
-             recurrent state restarts when they are swapped in, at a rollout's start),
+    pool     past snapshots of the learner: the slice is cut into `pool_players` equal parts;
+             each part draws one snapshot uniformly from the pool per rollout, and every
+             episode that starts in that part during the rollout is played to its end by
+             that snapshot, with its recurrent state (`PoolPlayer`),
     a name   a scripted policy of `gigastep.opponents`, played inside the compiled step,
     file     a frozen policy loaded from a checkpoint.
 With `--train-both` there is one slice: team 0's learner against team 1's learner.
@@ -28,7 +29,15 @@ from baselines.envs import GameSpec
 from baselines.normalize import ObsNormalizer
 from baselines.policies import ActorCritic, PolicySpec
 
-__all__ = ["FrozenPlayer", "MatchPlan", "OpponentPool", "Rows", "Slice", "make_plan"]
+__all__ = [
+    "FrozenPlayer",
+    "MatchPlan",
+    "OpponentPool",
+    "PoolPlayer",
+    "Rows",
+    "Slice",
+    "make_plan",
+]
 
 
 @dataclass
@@ -259,6 +268,153 @@ class FrozenPlayer:
             self.normalizer.load_state_dict(obs_norm)
         self.h = self.net.initial_state(len(self.rows), self.h.device)
         self.source = source
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of it (shared by every process)."""
+        return {
+            "name": self.name,
+            "model": self.net.state_dict(),
+            "obs_norm": self.normalizer.state_dict(),
+            "source": None if self.source is None else str(self.source),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.load(state["model"], state["obs_norm"], state["source"])
+
+    def local_state(self) -> dict:
+        """What this process holds for its rows."""
+        return {"h": self.h}
+
+    def load_local_state(self, local: dict) -> None:
+        self.h = local["h"].to(self.h.device)
+
+
+def _normalized(normalizer: ObsNormalizer, raw):
+    """Raw observations as a frozen policy's statistics normalise them (vectors only)."""
+    if isinstance(raw, tuple):
+        return (raw[0], normalizer(raw[1]))
+    return raw if raw.dtype == torch.uint8 else normalizer(raw)
+
+
+class _Unchanged:
+    """The normaliser a `PoolPlayer` shows its caller: each snapshot normalises its own."""
+
+    def __call__(self, x):
+        return x
+
+
+class PoolPlayer:
+    """Pool snapshots playing a part of the pool slice, each game's episode by one snapshot.
+
+    The player holds several loaded snapshots ("seats" of weights and observation
+    statistics) and, per row, the seat playing it. At each rollout's start (`begin_rollout`)
+    it loads that rollout's drawn snapshot into a seat no unfinished episode uses; a row
+    whose episode starts (`first`) during the rollout moves to that seat, every other row
+    keeps its seat and its recurrent state, so an opponent never changes mid-episode. Each
+    step runs the seats in use on all the player's rows and keeps each row's own seat's
+    outputs (a cost of one forward pass per seat in use, typically two or three).
+
+    It has the `FrozenPlayer` interface the rollout uses (`net.act`, `net.noise_width`,
+    `normalizer`, `rows`, `types`, `h`); its `normalizer` passes observations through, as
+    each seat normalises with its own snapshot's statistics.
+    """
+
+    def __init__(
+        self, name: str, spec: PolicySpec, rows: Rows, types: torch.Tensor, device, norm_obs: bool
+    ):
+        self.name, self.spec, self.rows, self.types = name, spec, rows, types
+        self.device, self.norm_obs = device, norm_obs
+        self.seats: list[FrozenPlayer] = []
+        self.incoming = -1
+        """The seat of the episodes that start during this rollout (-1: none yet)."""
+        self.active: list[int] = []
+        self.seat = torch.full((len(rows),), -1, dtype=torch.int64, device=device)
+        """[N] int64: the seat playing each row's episode."""
+        self.net = self
+        self.normalizer = _Unchanged()
+        self.h = ActorCritic(spec).initial_state(len(rows), device)
+
+    @property
+    def noise_width(self) -> int:
+        return 1 if self.spec.discrete else 6
+
+    @property
+    def source(self) -> list:
+        """The snapshot update of each seat."""
+        return [p.source for p in self.seats]
+
+    def _new_seat(self) -> FrozenPlayer:
+        seat = FrozenPlayer(
+            f"{self.name}.{len(self.seats)}",
+            self.spec,
+            self.rows,
+            self.types,
+            self.device,
+            self.norm_obs,
+        )
+        self.seats.append(seat)
+        return seat
+
+    def begin_rollout(self, snapshot: dict, first: torch.Tensor) -> None:
+        """Load the rollout's snapshot into a seat no unfinished episode uses (`first` [N]
+        bool: the rows whose episode starts at the rollout's first step); fix the seats run
+        this rollout."""
+        used = set(self.seat[~first].tolist())  # one read per rollout
+        free = [i for i in range(len(self.seats)) if i not in used]
+        self.incoming = free[0] if free else len(self.seats)
+        seat = self.seats[self.incoming] if free else self._new_seat()
+        seat.load(snapshot["model"], snapshot["obs_norm"], snapshot["update"])
+        self.active = sorted((used - {-1}) | {self.incoming})
+
+    @torch.no_grad()
+    def act(self, obs, types, first, h, critic_in=None, uniforms=None):
+        """One step of the player's rows (the `ActorCritic.act` interface, on raw
+        observations: each seat normalises them with its snapshot's statistics)."""
+        self.seat = torch.where(first, self.incoming, self.seat)
+        out = None
+        for i in self.active:
+            p = self.seats[i]
+            step = p.net.act(_normalized(p.normalizer, obs), types, first, h, None, uniforms)
+            if out is None:
+                out = list(step)
+                continue
+            mine = self.seat == i
+            for k, (old, new) in enumerate(zip(out, step, strict=True)):
+                dim = p.net.core.batch_dim if k == 3 else 0
+                shape = [1] * new.ndim
+                shape[dim] = -1
+                out[k] = torch.where(mine.view(shape), new, old)
+        return tuple(out)
+
+    def state_dict(self) -> dict:
+        """Nothing is shared: the seats depend on this process's games (`local_state`)."""
+        return {"name": self.name}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "seats" not in state and "model" in state:
+            raise ValueError(
+                "this checkpoint was written before pool opponents kept their episodes; "
+                "it cannot be resumed by this version (start a new run)"
+            )
+
+    def local_state(self) -> dict:
+        """This process's rows: their seats, the seats' snapshots and the states."""
+        return {
+            "h": self.h,
+            "seat": self.seat,
+            "seats": [p.state_dict() for p in self.seats],
+            "incoming": self.incoming,
+            "active": list(self.active),
+        }
+
+    def load_local_state(self, local: dict) -> None:
+        self.h = local["h"].to(self.h.device)
+        self.seat = local["seat"].to(self.device)
+        self.seats = []
+        for seat_state in local["seats"]:
+            self._new_seat().load_state_dict(seat_state)
+        self.incoming = int(local["incoming"])
+        self.active = [int(i) for i in local["active"]]
 
 
 class OpponentPool:

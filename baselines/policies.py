@@ -7,9 +7,12 @@ one-hot input, so heterogeneous teams share weights. A policy is
       -> core (S5 block, GRU, or an MLP layer without memory)
       -> actor head (27-way categorical, or a 3-d Gaussian) and value head,
 
-or, with a centralised critic (MAPPO), the actor above and a separate MLP critic on the game's
-global state vector (`gigastep.observations.global_state`), the agent's slot in its team and
-its type.
+or, with `separate_critic`, the actor above and a value head on a second encoder and core of
+the same kinds (the recurrent state is then the two cores' states concatenated on the last
+axis), or, with a centralised critic (MAPPO), the actor above and a separate MLP critic on
+the game's global state vector (`gigastep.observations.global_state`), the agent's slot in
+its team and its type. With `value_norm` the value head predicts standardised returns and
+every value it returns is mapped back to the return scale (`baselines.valuenorm`).
 
 Two modes that give the same numbers (tested):
     `act`      one step for N agents while acting (S5 `step`, a GRU cell), recurrent state in
@@ -39,6 +42,7 @@ from torch import nn
 
 from baselines import noise
 from baselines.s5 import S5Block
+from baselines.valuenorm import ValueNorm
 
 __all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
 
@@ -71,6 +75,10 @@ class PolicySpec:
     n_slots: int = 1
     """Length of the agent-slot one-hot of the central critic (the team size)."""
     critic_hidden: int = 128
+    separate_critic: bool = False
+    """The value comes from its own encoder and core instead of the actor's (IPPO)."""
+    value_norm: bool = False
+    """The value head predicts standardised returns (`baselines.valuenorm`)."""
 
     def __post_init__(self):
         if self.obs_type not in ("vector", "rgb", "rgb_vector"):
@@ -90,6 +98,8 @@ class PolicySpec:
             raise ValueError(f"obs_type {self.obs_type!r} needs vector_size >= 1")
         if self.central_critic and self.state_size < 1:
             raise ValueError("a central critic needs state_size >= 1")
+        if self.central_critic and self.separate_critic:
+            raise ValueError("separate_critic is for a value head on the observation (ippo)")
 
     @property
     def n_action_outputs(self) -> int:
@@ -275,11 +285,17 @@ class ActorCritic(nn.Module):
         a = spec.n_action_outputs
         # One layer for the action outputs and, without a central critic, the value: rows
         # 0..a-1 are the actor's (gain 0.01: a near-uniform start), row a the value's (gain 1).
-        self.heads = nn.Linear(spec.hidden, a if spec.central_critic else a + 1)
+        shared = not (spec.central_critic or spec.separate_critic)
+        self.heads = nn.Linear(spec.hidden, a + 1 if shared else a)
         nn.init.zeros_(self.heads.bias)
         nn.init.orthogonal_(self.heads.weight[:a], 0.01)
-        if not spec.central_critic:
+        if shared:
             nn.init.orthogonal_(self.heads.weight[a:], 1.0)
+        self.value_norm = ValueNorm() if spec.value_norm else None
+        if spec.separate_critic:
+            self.critic_encoder = Encoder(spec)
+            self.critic_core = _CORES[spec.core](spec)
+            self.critic_head = _layer(nn.Linear(spec.hidden, 1), std=1.0)
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((3,), -0.5))
         if spec.central_critic:
@@ -297,17 +313,46 @@ class ActorCritic(nn.Module):
     def initial_state(self, n: int, device=None) -> torch.Tensor:
         """Zero recurrent state of n agents."""
         device = device if device is not None else self.heads.weight.device
-        return self.core.initial_state(n, device)
+        h = self.core.initial_state(n, device)
+        if self.spec.separate_critic:
+            h = torch.cat([h, self.critic_core.initial_state(n, device)], dim=-1)
+        return h
 
-    def _outputs(self, y, critic_in):
-        """(action outputs [..., A], values [...]) of core outputs y [..., H]."""
-        out = self.heads(y)
-        a = self.spec.n_action_outputs
+    def _split(self, h):
+        """(actor state, critic state) of a separate critic's concatenated state."""
+        k = h.shape[-1] // 2
+        return h[..., :k], h[..., k:]
+
+    def _step(self, obs, types, first, h):
+        """(actor core output [N, H], critic core output or None, new state) of one step."""
+        x = self.encoder(obs, types)
+        if not self.spec.separate_critic:
+            y, h = self.core.step(x, first, h)
+            return y, None, h
+        ha, hc = self._split(h)
+        y, ha = self.core.step(x, first, ha)
+        yc, hc = self.critic_core.step(self.critic_encoder(obs, types), first, hc)
+        return y, yc, torch.cat([ha, hc], dim=-1)
+
+    def _critic(self, yc, critic_in):
+        """[...] values on the return scale from the critic's input."""
         if self.spec.central_critic:
             if critic_in is None:
                 raise ValueError("a central critic needs critic_in (state vector, slot, type)")
-            return out, self.critic(critic_in).squeeze(-1)
-        return out[..., :a], out[..., a]
+            v = self.critic(critic_in).squeeze(-1)
+        else:
+            v = self.critic_head(yc).squeeze(-1)
+        return v if self.value_norm is None else self.value_norm.denormalize(v)
+
+    def _outputs(self, y, critic_in, yc=None):
+        """(action outputs [..., A], values [...]) of core outputs y [..., H] (and the
+        separate critic's core outputs yc)."""
+        out = self.heads(y)
+        a = self.spec.n_action_outputs
+        if self.spec.central_critic or self.spec.separate_critic:
+            return out, self._critic(yc, critic_in)
+        v = out[..., a]
+        return out[..., :a], v if self.value_norm is None else self.value_norm.denormalize(v)
 
     def _log_prob(self, out, actions):
         if self.spec.discrete:
@@ -365,17 +410,19 @@ class ActorCritic(nn.Module):
         Returns:
             (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
         """
-        y, h = self.core.step(self.encoder(obs, types), first, h)
-        out, value = self._outputs(y, critic_in)
+        y, yc, h = self._step(obs, types, first, h)
+        out, value = self._outputs(y, critic_in, yc)
         actions, logp = self._sample(out, uniforms, deterministic)
         return actions, logp, value, h
 
     def value(self, obs, types, first, h, critic_in=None):
         """[N] values of one step (as `act`, without sampling)."""
         if self.spec.central_critic:
-            if critic_in is None:
-                raise ValueError("a central critic needs critic_in (state vector, slot, type)")
-            return self.critic(critic_in).squeeze(-1)
+            return self._critic(None, critic_in)
+        if self.spec.separate_critic:
+            x = self.critic_encoder(obs, types)
+            yc, _ = self.critic_core.step(x, first, self._split(h)[1])
+            return self._critic(yc, None)
         y, _ = self.core.step(self.encoder(obs, types), first, h)
         return self._outputs(y, None)[1]
 
@@ -395,9 +442,15 @@ class ActorCritic(nn.Module):
         """
         t, n = first.shape
         flat = _flatten(obs, t * n)
-        x = self.encoder(flat, types.repeat(t, 1)).view(t, n, -1)
+        types = types.repeat(t, 1)
+        x = self.encoder(flat, types).view(t, n, -1)
+        yc = None
+        if self.spec.separate_critic:
+            h0, hc = self._split(h0)
+            xc = self.critic_encoder(flat, types).view(t, n, -1)
+            yc, _ = self.critic_core.sequence(xc, first, hc)
         y, _ = self.core.sequence(x, first, h0)
-        out, value = self._outputs(y, critic_in)
+        out, value = self._outputs(y, critic_in, yc)
         logp, logp_all = self._log_prob(out, actions)
         entropy = self._entropy(logp_all)
         if not self.spec.discrete:

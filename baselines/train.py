@@ -34,12 +34,15 @@ from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_chec
 from baselines.config import PPOConfig, dumps, validate
 from baselines.distributed import Dist
 from baselines.envs import GameSpec, gigastep_game
+from baselines.evaluator import Evaluator
 from baselines.loss import ppo_loss
 from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
 from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.opponents import FrozenPlayer, OpponentPool, Rows, make_plan
+from baselines.opponents import FrozenPlayer, OpponentPool, PoolPlayer, Rows, make_plan
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import RolloutBuffer
+from baselines.schedule import LRSchedule
+from baselines.valuenorm import normalized_value_terms, update_value_norm
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 
@@ -75,6 +78,8 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
         state_size=game.state_size if central else 0,
         n_slots=max(game.team_sizes),
         critic_hidden=config.critic_hidden,
+        separate_critic=config.separate_critic,
+        value_norm=config.value_norm,
     )
 
 
@@ -241,6 +246,11 @@ class Trainer:
         self.dist = dist or Dist()
         if game is None:
             game, factory = gigastep_game(config.scenario, config.env)
+        elif config.eval_every:
+            raise ValueError(
+                f"--eval-every {config.eval_every} plays Gigastep scenarios; this run trains "
+                f"{game.name}, a game of its own (use --eval-every 0)"
+            )
         self.game = game
         self.device = torch.device(device or config.device)
         if config.threads:
@@ -274,9 +284,13 @@ class Trainer:
         self.generator = torch.Generator(self.device).manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.outcomes = _OutcomeCounts(self.plan, game, self.device, self.games)
+        self.evaluator = Evaluator(config, game.symmetric)
         self.update = 0
         self.agent_steps = 0
         self.wall_s = 0.0
+        self.schedule = LRSchedule(
+            config.lr, config.anneal_lr, config.updates, config.time_budget_s
+        )
         b, n = hi - lo, game.n_agents
         shape = (b * n,) if game.discrete else (b * n, 3)
         dtype = torch.int32 if game.discrete else torch.float32
@@ -296,10 +310,11 @@ class Trainer:
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(_Evaluate(net), device_ids=ids)
 
-    def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer:
+    def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer | PoolPlayer:
         rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device, self.games)
         types = _one_hot(rows.type_id, self.spec.n_types)
-        player = FrozenPlayer(name, self.spec, rows, types, self.device, self.config.norm_obs)
+        kind = PoolPlayer if opponent.kind == "pool" else FrozenPlayer
+        player = kind(name, self.spec, rows, types, self.device, self.config.norm_obs)
         if opponent.kind == "file":
             policy = load_policy(opponent.path, self.device)
             mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
@@ -333,11 +348,10 @@ class Trainer:
 
     # --- rollout ------------------------------------------------------------------------------
     def _swap_pool_players(self) -> None:
-        pool = [
-            p for p, (_, s) in zip(self.frozen, self.plan.frozen, strict=True) if s.kind == "pool"
-        ]
+        """Draw each pool player's snapshot for the episodes that start in this rollout."""
+        pool = [p for p in self.frozen if isinstance(p, PoolPlayer)]
         for p, snap in zip(pool, self.pool.sample(self.rng, len(pool)), strict=True):
-            p.load(snap["model"], snap["obs_norm"], snap["update"])
+            p.begin_rollout(snap, self.first[p.rows.game])
 
     def _noise(self, index: int, p, t: int):
         """Player `index`'s sampling uniforms at rollout step t (see `baselines.noise`)."""
@@ -449,6 +463,7 @@ class Trainer:
         cfg, buf, net = self.config, learner.buffer, learner.net
         with torch.no_grad():
             advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
+            update_value_norm(net, returns, buf.alive, self.dist.sum_)
         total = learner.rows.total
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
@@ -519,13 +534,14 @@ class Trainer:
         )
         evaluate = self._ddp[index] if self._ddp[index] is not None else net.evaluate
         logp, entropy, value = evaluate(*batch)
+        value, old, target = normalized_value_terms(net, value, buf.values[:, idx], returns[:, idx])
         out = ppo_loss(
             logp,
             buf.logp[:, idx],
             adv,
             value,
-            buf.values[:, idx],
-            returns[:, idx],
+            old,
+            target,
             entropy,
             mask,
             clip=cfg.clip,
@@ -563,7 +579,7 @@ class Trainer:
         """One update (rollout + learning); returns its metrics row."""
         cfg = self.config
         self.update += 1
-        lr = cfg.lr * (1.0 - (self.update - 1) / cfg.updates) if cfg.anneal_lr else cfg.lr
+        lr = self.schedule.rate(self.update - 1, self.wall_s)
         for learner in self.learners:
             for group in learner.opt.param_groups:
                 group["lr"] = lr
@@ -645,31 +661,19 @@ class Trainer:
             "dead": self.dead,
             "state_vectors": self.state_vectors,
             "learners": [learner.local_state() for learner in self.learners],
-            "frozen_h": [p.h for p in self.frozen],
+            "frozen_local": [p.local_state() for p in self.frozen],
         }
 
     def state_dict(self, ranks: list[dict]) -> dict:
         """The checkpoint: the shared state and every process's `local_state` (`ranks`)."""
         return {
-            "format": FORMAT,
-            "gigastep_player": "ppo",
-            "config": asdict(self.config),
-            "game": asdict(self.game),
-            "policy_spec": self.spec.to_dict(),
-            "update": self.update,
+            **self.policy_payload(),
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
+            "lr_schedule": self.schedule.state_dict(),
+            "evaluation": self.evaluator.state_dict(),
             "world_size": self.dist.world,
-            "learners": [learner.state_dict() for learner in self.learners],
-            "frozen": [
-                {
-                    "name": p.name,
-                    "model": p.net.state_dict(),
-                    "obs_norm": p.normalizer.state_dict(),
-                    "source": None if p.source is None else str(p.source),
-                }
-                for p in self.frozen
-            ],
+            "frozen": [p.state_dict() for p in self.frozen],
             "pool": self.pool.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),
@@ -677,6 +681,18 @@ class Trainer:
                 "numpy": self.rng.bit_generator.state,
             },
             "ranks": ranks,
+        }
+
+    def policy_payload(self) -> dict:
+        """The learners' policies as a policy file (`baselines.checkpoint.load_policy`)."""
+        return {
+            "format": FORMAT,
+            "gigastep_player": "ppo",
+            "config": asdict(self.config),
+            "game": asdict(self.game),
+            "policy_spec": self.spec.to_dict(),
+            "update": self.update,
+            "learners": [learner.state_dict() for learner in self.learners],
         }
 
     def load_state_dict(self, ckpt: dict) -> None:
@@ -693,9 +709,13 @@ class Trainer:
             self.learners, ckpt["learners"], local["learners"], strict=True
         ):
             learner.load_state_dict(state, mine)
-        for player, state, h in zip(self.frozen, ckpt["frozen"], local["frozen_h"], strict=True):
-            player.load(state["model"], state["obs_norm"], state["source"])
-            player.h = h.to(self.device)
+        if "frozen_h" in local:  # written before players kept local states of their own
+            local["frozen_local"] = [{"h": h} for h in local["frozen_h"]]
+        for player, state, mine in zip(
+            self.frozen, ckpt["frozen"], local["frozen_local"], strict=True
+        ):
+            player.load_state_dict(state)
+            player.load_local_state(mine)
         self.pool.load_state_dict(ckpt["pool"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         self.generator.set_state(ckpt["rng"]["generator"].cpu())
@@ -708,6 +728,15 @@ class Trainer:
         self.state_vectors = None if sv is None else sv.to(self.device)
         self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])
         self.wall_s = float(ckpt["wall_s"])
+        if "lr_schedule" in ckpt:
+            saved = LRSchedule.from_state_dict(ckpt["lr_schedule"])
+        else:  # a checkpoint from before the schedule was saved: anchored at 0
+            old = ckpt["config"]
+            saved = LRSchedule(old["lr"], old["anneal_lr"], old["updates"], old["time_budget_s"])
+        if "evaluation" in ckpt:
+            self.evaluator.load_state_dict(ckpt["evaluation"])
+        cfg = self.config
+        self.schedule = saved.resumed(cfg.updates, cfg.time_budget_s, self.update, self.wall_s)
 
     def _out_of_time(self) -> bool:
         budget = self.config.time_budget_s
@@ -748,7 +777,10 @@ class Trainer:
                 scenario_hash=self.game.scenario_hash,
             )
             (out / "config.json").write_text(info)
-        log = _Log(out, self.columns(), self.update if cfg.resume else None, cfg, main)
+        resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
+        log = _Log(out, self.columns(), resumed, cfg, main)
+        if main:
+            self.evaluator.open(out, resumed)
         bar = _progress(cfg, self.update, main)
         try:
             while self.update < cfg.updates and not self._out_of_time():
@@ -757,12 +789,15 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix_str(_postfix(row, self.plan.labels), refresh=False)
                 last = self.update == cfg.updates or self._out_of_time()
+                if main and self.evaluator.due(self.update, last):
+                    self.evaluator.evaluate(self, out)
                 if self.update % cfg.checkpoint_every == 0 or last:
                     self.save(out)
                     log.plot()
         finally:
             bar.close()
             log.close()
+            self.evaluator.close()
         return out
 
 
@@ -780,10 +815,13 @@ class _Evaluate(torch.nn.Module):
 class _Log:
     """The metrics logger on the main process; nothing elsewhere."""
 
-    def __init__(self, out, columns, resume_update, cfg: PPOConfig, main: bool):
-        self.logger = (
-            MetricsLogger(out, columns, resume_update, cfg.tensorboard, cfg.plots) if main else None
-        )
+    def __init__(self, out, columns, resumed, cfg: PPOConfig, main: bool):
+        update, step = resumed
+        self.logger = None
+        if main:
+            self.logger = MetricsLogger(
+                out, columns, update, cfg.tensorboard, cfg.plots, resume_step=step
+            )
 
     def __getattr__(self, name):
         if self.logger is None:
