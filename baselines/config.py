@@ -47,6 +47,12 @@ class PPOConfig:
     """Seed of torch, numpy and the environment's JAX key."""
     device: str = "cpu"
     """Torch and JAX device: cpu or cuda[:k]."""
+    framework: Literal["torch", "jax"] = "torch"
+    """torch: the PyTorch trainer (baselines.train); jax: the JAX twin (baselines.jax_ppo), one
+    compiled program per update (vector observations; no pool or checkpoint opponents yet)."""
+    seeds: int = 1
+    """Independent runs of this config with seeds seed, seed+1, ...; each in out/seed_<s> when
+    > 1 (jax: vectorised over runs in one program; torch: one run after the other)."""
     updates: int = 200
     """Number of PPO updates (each: one rollout, then `epochs` passes over it)."""
     resume: bool = False
@@ -302,7 +308,10 @@ def validate(config: PPOConfig) -> None:
         "pool_every",
         "pool_players",
         "checkpoint_every",
+        "seeds",
     )
+    if config.framework not in ("torch", "jax"):
+        raise ValueError(f"--framework must be torch or jax, got {config.framework!r}")
     if config.policy == "s5" and (config.s5_state_dim < 2 or config.s5_state_dim % 2):
         raise ValueError(f"--s5-state-dim must be even and >= 2, got {config.s5_state_dim}")
     for name, lo, hi in (("gamma", 0, 1), ("gae_lambda", 0, 1)):
