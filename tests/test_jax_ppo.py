@@ -51,7 +51,8 @@ CORES = ("s5", "gru", "mlp")
 
 
 def _tiny(tmp_path, **changes) -> PPOConfig:
-    return dataclasses.replace(TINY, out=str(tmp_path / "run"), **changes)
+    changes.setdefault("out", str(tmp_path / "run"))
+    return dataclasses.replace(TINY, **changes)
 
 
 def _spec(core: str, discrete: bool, central: bool = False) -> PolicySpec:

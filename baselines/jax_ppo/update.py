@@ -407,7 +407,7 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
         params, opt, stopped, sums, steps, finite = carry
         idx, valid = xs
         (_, parts), grads = grad_fn(params, buf, adv, ret, idx, valid)
-        norm = optax.global_norm(grads)
+        norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
         updates, new_opt = optimizer.update(grads, opt, params)
         new_params = optax.apply_updates(params, updates)
         go = ~stopped
