@@ -126,13 +126,17 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
 
 
 def _torch_runs(config: PPOConfig) -> list[PPOConfig]:
-    """The PyTorch runs of a config: itself, or one per seed in out/seed_<s> (sequential)."""
+    """The PyTorch runs of a config: itself, or one per seed in out/seed_<s>, run one after
+    the other (a resumed sweep continues the runs that have a checkpoint and starts the
+    others)."""
     if config.seeds == 1:
         return [config]
-    return [
-        dataclasses.replace(config, seed=s, seeds=1, out=str(Path(config.out) / f"seed_{s}"))
-        for s in range(config.seed, config.seed + config.seeds)
-    ]
+    runs = []
+    for s in range(config.seed, config.seed + config.seeds):
+        out = Path(config.out) / f"seed_{s}"
+        resume = config.resume and (out / "checkpoint.pt").exists()
+        runs.append(dataclasses.replace(config, seed=s, seeds=1, out=str(out), resume=resume))
+    return runs
 
 
 def _train(config: PPOConfig, dist, device):
@@ -144,12 +148,13 @@ def _train(config: PPOConfig, dist, device):
         return trainer, trainer.run()
     from baselines.train import Trainer
 
+    if config.seeds > 1 and dist.is_main:
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+        (Path(config.out) / "config.json").write_text(dumps(config))
     trainer = None
     for run in _torch_runs(config):
         trainer = Trainer(run, dist=dist, device=device)
         trainer.run()
-    if config.seeds > 1 and dist.is_main:
-        (Path(config.out) / "config.json").write_text(dumps(config))
     return trainer, Path(config.out)
 
 

@@ -7,8 +7,9 @@ Every row runs in a fresh process on the same recipe (the `cpu` preset of
                     and the epochs) timed apart; end to end is their sum;
     torch compiled  the same with the policy's `act` and `evaluate` wrapped in
                     `torch.compile` (the environment step is JAX in both);
-    jax             `baselines.jax_ppo`: the rollout and the learning compiled apart for the
-                    phase rates, and the one-program update (`make_update`) for end to end;
+    jax             `baselines.jax_ppo`: the one-program update (`make_update`), end to end;
+    jax-phases      its rollout and its learning compiled as two programs, timed apart (the
+                    phase rates; end to end is their sum);
     jax xK          K runs vmapped in one program (`--seeds K`) against K sequential runs
                     (whose total rate is one run's rate: they run one after the other).
 
@@ -16,7 +17,7 @@ Warm-up (the first rollout and update, or the compiles) is reported apart and ex
 the rates; then `repeats` updates are timed (median, min-max). Counting: agent-steps =
 steps x games x agents per game; an update processes its rollout's agent-steps.
 
-    python -m benchmarks.frameworks                       # every row, cpu preset, ~6 min
+    python -m benchmarks.frameworks                       # every row, cpu preset
     python -m benchmarks.frameworks --kinds jax --repeats 3 --json j.json
     python -m benchmarks.frameworks --kinds jax-seeds --seeds 8
 """
@@ -25,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,14 +39,13 @@ from benchmarks._common import (
     option,
     parse_command_line,
     peak_rss_mb,
-    run_info,
-    run_worker,
+    run_cases,
     write_json,
 )
 
 __all__ = ["Case", "Options", "main", "run_case"]
 
-KINDS = ("torch", "torch-compiled", "jax", "jax-seeds")
+KINDS = ("torch", "torch-compiled", "jax", "jax-phases", "jax-seeds")
 
 
 @dataclass
@@ -150,37 +148,20 @@ def _jax_case(case: Case) -> dict[str, Any]:
     lr = jnp.float32(config.lr)
     steps = config.rollout_steps * config.num_envs * setup.game.n_agents
     k = case.seeds
-    update = make_update(setup)
+    state = initial_state(setup, 0)
     if k > 1:
-        state = jax.tree_util.tree_map(
-            lambda *x: jnp.stack(x), *[initial_state(setup, s) for s in range(k)]
-        )
-        update = jax.vmap(update, in_axes=(0, None))
-    else:
-        state = initial_state(setup, 0)
-    t0 = time.perf_counter()
-    whole = jax.jit(update).lower(state, lr).compile()
-    compile_s = time.perf_counter() - t0
+        runs = [state] + [initial_state(setup, s) for s in range(1, k)]
+        state = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *runs)
     out: dict[str, Any] = {"num_envs": config.num_envs, "agent_steps": steps * k}
-    times = []
-    state, _ = _block(whole(state, lr))  # first call: allocations
-    for _ in range(case.repeats):
-        t0 = time.perf_counter()
-        state, _ = _block(whole(state, lr))
-        times.append(time.perf_counter() - t0)
-    out.update(
-        end_to_end_samples_per_s=steps * k / statistics.median(times),
-        end_to_end_min=steps * k / max(times),
-        end_to_end_max=steps * k / min(times),
-        warmup_s=compile_s,
-    )
-    if k == 1:  # the phases, compiled apart
+    if case.kind == "jax-phases":
         key = jax.random.key(0)
+        t0 = time.perf_counter()
         roll = jax.jit(lambda s, key: rollout(setup, s, key)).lower(state, key).compile()
         _, buf, _ = _block(roll(state, key))
         fit = jax.jit(lambda s, b, key: learn(setup, s, b, lr, key)).lower(state, buf, key)
         fit = fit.compile()
         _block(fit(state, buf, key))
+        out["warmup_s"] = time.perf_counter() - t0
         r_times, u_times = [], []
         for _ in range(case.repeats):
             t0 = time.perf_counter()
@@ -189,9 +170,25 @@ def _jax_case(case: Case) -> dict[str, Any]:
             _block(fit(new, buf, key))
             u_times.append(time.perf_counter() - t1)
             r_times.append(t1 - t0)
-        out["rollout_agent_steps_per_s"] = steps / statistics.median(r_times)
-        out["update_samples_per_s"] = steps / statistics.median(u_times)
-    return out
+        return {**out, **_rates(steps, r_times, u_times)}
+    update = make_update(setup)
+    if k > 1:
+        update = jax.vmap(update, in_axes=(0, None))
+    t0 = time.perf_counter()
+    whole = jax.jit(update).lower(state, lr).compile()
+    out["warmup_s"] = time.perf_counter() - t0
+    state, _ = _block(whole(state, lr))  # first call: allocations
+    times = []
+    for _ in range(case.repeats):
+        t0 = time.perf_counter()
+        state, _ = _block(whole(state, lr))
+        times.append(time.perf_counter() - t0)
+    return {
+        **out,
+        "end_to_end_samples_per_s": steps * k / statistics.median(times),
+        "end_to_end_min": steps * k / max(times),
+        "end_to_end_max": steps * k / min(times),
+    }
 
 
 def run_case(case: Case) -> dict[str, Any]:
@@ -201,7 +198,12 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 def _label(row: dict[str, Any]) -> str:
-    names = {"torch": "PyTorch eager", "torch-compiled": "PyTorch compiled", "jax": "JAX"}
+    names = {
+        "torch": "PyTorch eager",
+        "torch-compiled": "PyTorch compiled",
+        "jax": "JAX, one program",
+        "jax-phases": "JAX, two programs",
+    }
     return names.get(row["kind"], f"JAX, {row['seeds']} runs vmapped")
 
 
@@ -248,17 +250,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         Case(k, opts.preset, opts.batch, opts.repeats, opts.seeds if k == "jax-seeds" else 1)
         for k in opts.kinds
     ]
-    info = run_info()
-    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    rows = []
-    for i, case in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {case.kind} ...", file=sys.stderr, flush=True)
-        row = run_worker("benchmarks.frameworks", dataclasses.asdict(case), opts.timeout, env)
-        if "error" in row:
-            print(f"    failed: {row['error'][-300:]}", file=sys.stderr)
-            row = {**dataclasses.asdict(case), **row}
-        row["machine"] = info
-        rows.append(row)
+    rows = run_cases("benchmarks.frameworks", cases, opts.timeout, lambda c: c.kind)
     if opts.json:
         write_json(opts.json, rows)
     print(render(rows))

@@ -363,3 +363,20 @@ def test_options_the_jax_side_lacks_fail_naming_them(flags, named, tmp_path, cap
     assert code == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_pytorch_seeds_2_trains_one_run_per_seed_folder(tmp_path):
+    from baselines.ppo import main
+
+    out = tmp_path / "torch2"
+    flags = ["--scenario", TINY.scenario, "--num-envs", "4", "--rollout-steps", "6"]
+    flags += ["--updates", "1", "--hidden", "8", "--s5-state-dim", "4", "--epochs", "1"]
+    flags += ["--opponent", "pursuit", "--no-progress", "--no-tensorboard", "--no-plots"]
+    assert main([*flags, "--seeds", "2", "--seed", "3", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["seeds"] == 2
+    models = []
+    for seed in (3, 4):
+        ckpt = load_checkpoint(out / f"seed_{seed}" / "checkpoint.pt")
+        assert ckpt["config"]["seed"] == seed and ckpt["config"]["seeds"] == 1
+        models.append(ckpt["learners"][0]["model"]["heads.weight"])
+    assert not torch.equal(*models)
