@@ -76,7 +76,7 @@ def _config(case: Case, out: str):
     from baselines.config import preset
 
     config = preset(case.preset)
-    changes = dict(out=out, progress=False, tensorboard=False, plots=False)
+    changes: dict[str, Any] = dict(out=out, progress=False, tensorboard=False, plots=False)
     if case.batch:
         changes["num_envs"] = case.batch
     return dataclasses.replace(config, **changes)
@@ -103,8 +103,8 @@ def _torch_case(case: Case) -> dict[str, Any]:
         trainer = Trainer(_config(case, tmp))
         if case.kind == "torch-compiled":
             net = trainer.learners[0].net
-            net.act = torch.compile(net.act)
-            net.evaluate = torch.compile(net.evaluate)
+            for name in ("act", "evaluate"):  # the policy's two passes, compiled
+                setattr(net, name, torch.compile(getattr(net, name)))
         trainer.start()
         t0 = time.perf_counter()
         trainer.update = 1
@@ -158,8 +158,8 @@ def _jax_case(case: Case) -> dict[str, Any]:
         t0 = time.perf_counter()
         roll = jax.jit(lambda s, key: rollout(setup, s, key)).lower(state, key).compile()
         _, buf, _ = _block(roll(state, key))
-        fit = jax.jit(lambda s, b, key: learn(setup, s, b, lr, key)).lower(state, buf, key)
-        fit = fit.compile()
+        fit_fn = jax.jit(lambda s, b, key: learn(setup, s, b, lr, key))
+        fit = fit_fn.lower(state, buf, key).compile()
         _block(fit(state, buf, key))
         out["warmup_s"] = time.perf_counter() - t0
         r_times, u_times = [], []

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from baselines.envs import GameSpec
 from baselines.jax_ppo import policy
 from baselines.policies import PolicySpec
 
@@ -112,8 +113,8 @@ class JaxPolicy:
     obs_norm: dict
     """team -> float32 moments."""
     norm_obs: bool
-    game: object
-    """The `baselines.envs.GameSpec` it was trained on."""
+    game: GameSpec
+    """The game it was trained on."""
 
 
 def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
@@ -123,7 +124,6 @@ def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
         ValueError: not a PPO checkpoint, or an architecture the JAX side does not build.
     """
     from baselines.checkpoint import load_checkpoint
-    from baselines.envs import GameSpec
 
     ckpt = load_checkpoint(path)
     spec = PolicySpec.from_dict(ckpt["policy_spec"])

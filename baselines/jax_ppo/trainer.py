@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -119,8 +120,8 @@ class JaxTrainer:
         if len(self.seeds) > 1:
             fn = jax.vmap(fn, in_axes=(0, None))
         self._update = jax.jit(fn, donate_argnums=0)
-        self.state = None
-        self._compiled = None
+        self.state: dict[str, Any] = {}
+        self._compiled: Any = None
         self.compile_s = 0.0
         """Seconds spent compiling the update (not counted in wall_s)."""
 
@@ -150,7 +151,7 @@ class JaxTrainer:
             return jax.device_put(states[0], self.device)
         return jax.device_put(jax.tree_util.tree_map(lambda *x: jnp.stack(x), *states), self.device)
 
-    def run_state(self, i: int) -> dict:
+    def run_state(self, i: int) -> dict[str, Any]:
         """Run i's `TrainState` (a slice of the stacked state with several seeds)."""
         if len(self.seeds) == 1:
             return self.state
@@ -216,7 +217,7 @@ class JaxTrainer:
         from baselines.train import Trainer
 
         plan = SimpleNamespace(labels=list(self.setup.labels))
-        return Trainer.columns(SimpleNamespace(plan=plan, learners=[None]))
+        return Trainer.columns(cast(Trainer, SimpleNamespace(plan=plan, learners=[None])))
 
     def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
         """One metrics row per run from the update's stats (host numpy)."""

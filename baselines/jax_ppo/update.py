@@ -21,16 +21,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+import optax  # type: ignore[import-untyped]
 
 from baselines.config import PPOConfig
 from baselines.envs import GameSpec
 from baselines.jax_ppo import algorithm, policy
 from baselines.policies import PolicySpec
+from gigastep.types import EnvConfig
 
 __all__ = ["Setup", "initial_state", "make_optimizer", "make_update", "rollout", "learn"]
 
@@ -43,7 +45,7 @@ class Setup:
 
     config: PPOConfig
     game: GameSpec
-    env_config: object
+    env_config: EnvConfig
     """The `gigastep.types.EnvConfig` of the training game."""
     spec: PolicySpec
     scripted: tuple
@@ -319,7 +321,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
         }
         return (env, h, returns, sums), record
 
-    zero = {
+    zero: dict[str, Any] = {
         "obs": (jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
         "state": (jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
         "rew": (jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
