@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import jax
@@ -121,15 +121,19 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
     return optax.chain(optax.identity(), adam)
 
 
-def _env_reset(setup: Setup, key: jax.Array):
-    """(key, obs, states) as `TorchVecEnv.reset` draws them from `key`."""
+@lru_cache(maxsize=16)
+def _env_reset(setup: Setup):
+    """Compiled `key -> (key, obs, states)`, drawn from `key` as `TorchVecEnv.reset` does."""
     from gigastep import env as genv
 
-    key, sub = jax.random.split(key)
-    obs, states = jax.vmap(partial(genv.reset, setup.env_config))(
-        jax.random.split(sub, setup.config.num_envs)
-    )
-    return key, obs, states
+    def reset(key):
+        key, sub = jax.random.split(key)
+        obs, states = jax.vmap(partial(genv.reset, setup.env_config))(
+            jax.random.split(sub, setup.config.num_envs)
+        )
+        return key, obs, states
+
+    return jax.jit(reset)
 
 
 def _state_vectors(setup: Setup, states) -> jax.Array:
@@ -150,7 +154,7 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     cfg, spec = setup.config, setup.spec
     params = policy.init_params(spec, seed) if params is None else params
     key = jax.random.PRNGKey(seed)
-    env_key, obs, states = _env_reset(setup, key)
+    env_key, obs, states = _env_reset(setup)(key)
     b, n, rows = cfg.num_envs, setup.game.n_agents, len(setup.rows)
     return {
         "params": params,
