@@ -50,6 +50,12 @@ class PPOConfig:
     """Seed of torch, numpy and the environment's JAX key."""
     device: str = "cpu"
     """Torch and JAX device: cpu or cuda[:k]."""
+    framework: Literal["torch", "jax"] = "torch"
+    """torch: the PyTorch trainer (baselines.train); jax: the JAX twin (baselines.jax_ppo), one
+    compiled program per update (vector observations; no pool or checkpoint opponents yet)."""
+    seeds: int = 1
+    """Independent runs of this config with seeds seed, seed+1, ...; each in out/seed_<s> when
+    > 1 (jax: vectorised over runs in one program; torch: one run after the other)."""
     updates: int = 200
     """Number of PPO updates (each: one rollout, then `epochs` passes over it)."""
     resume: bool = False
@@ -322,7 +328,10 @@ def validate(config: PPOConfig) -> None:
         "pool_players",
         "checkpoint_every",
         "eval_games",
+        "seeds",
     )
+    if config.framework not in ("torch", "jax"):
+        raise ValueError(f"--framework must be torch or jax, got {config.framework!r}")
     if isinstance(config.eval_every, bool) or not isinstance(config.eval_every, int):
         raise ValueError(f"--eval-every must be an integer >= 0, got {config.eval_every!r}")
     if config.eval_every < 0:

@@ -4,6 +4,8 @@
     python -m baselines.ppo --preset cpu --opponent random --out runs/a
     python -m baselines.ppo --resume --out runs/a                     # continue the run
     python -m baselines.ppo --resume --out runs/a --updates 400       # ... and extend it
+    python -m baselines.ppo --framework jax --preset cpu --eval-every 0 --out runs/j  # the JAX twin
+    python -m baselines.ppo --framework jax --seeds 8 --out runs/j8    # 8 runs in one program
     python -m baselines.ppo --help                                    # every flag
 
 `--preset NAME` (smoke, cpu, million, gpu) picks the defaults of `baselines.config.PRESETS`;
@@ -30,7 +32,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from baselines.config import PRESETS, PPOConfig, from_dict, preset  # noqa: E402
+from baselines.config import PRESETS, PPOConfig, dumps, from_dict, preset  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
@@ -124,9 +126,42 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
     return config
 
 
+def _torch_runs(config: PPOConfig) -> list[PPOConfig]:
+    """The PyTorch runs of a config: itself, or one per seed in out/seed_<s>, run one after
+    the other (a resumed sweep continues the runs that have a checkpoint and starts the
+    others)."""
+    if config.seeds == 1:
+        return [config]
+    runs = []
+    for s in range(config.seed, config.seed + config.seeds):
+        out = Path(config.out) / f"seed_{s}"
+        resume = config.resume and (out / "checkpoint.pt").exists()
+        runs.append(dataclasses.replace(config, seed=s, seeds=1, out=str(out), resume=resume))
+    return runs
+
+
+def _train(config: PPOConfig, dist, device):
+    """Train `config` with its framework; returns (trainer, run folder)."""
+    if config.framework == "jax":
+        from baselines.jax_ppo.trainer import JaxTrainer
+
+        trainer = JaxTrainer(config)
+        return trainer, trainer.run()
+    from baselines.train import Trainer
+
+    if config.seeds > 1 and dist.is_main:
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+        (Path(config.out) / "config.json").write_text(dumps(config))
+    trainer = None
+    for run in _torch_runs(config):
+        trainer = Trainer(run, dist=dist, device=device)
+        trainer.run()
+    return trainer, Path(config.out)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from baselines.distributed import init_from_env
-    from baselines.train import Trainer, TrainingDiverged, keep_freed_memory
+    from baselines.distributed import Dist, init_from_env
+    from baselines.train import TrainingDiverged, keep_freed_memory
 
     try:
         config = parse_args(argv)
@@ -137,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     keep_freed_memory()
     try:
-        dist, device = init_from_env(config.device)
-        trainer = Trainer(config, dist=dist, device=device)
-        out = trainer.run()
+        if config.framework == "jax":
+            dist, device = Dist(), None
+        else:
+            dist, device = init_from_env(config.device)
+        trainer, out = _train(config, dist, device)
     except TrainingDiverged as err:
         print(
             f"ppo: training stopped: {err}. The last good checkpoint is "
@@ -160,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     if dist.is_main:
         print(
             f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "
-            f"{trainer.wall_s:.0f} s ({dist.world} process(es)); run folder {out}",
+            f"{trainer.wall_s:.0f} s ({config.framework}, {config.seeds} seed(s), "
+            f"{dist.world} process(es)); run folder {out}",
             file=sys.stderr,
         )
     return 0

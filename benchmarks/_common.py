@@ -46,6 +46,7 @@ __all__ = [
     "time_repeats",
     "versions",
     "write_json",
+    "run_cases",
     "write_text",
 ]
 
@@ -327,6 +328,25 @@ def run_worker(module: str, payload: dict[str, Any], timeout: float | None = Non
         tail = (proc.stderr or proc.stdout)[-2000:]
         return {"error": f"worker exited with {proc.returncode}: {tail}"}
     return json.loads(lines[-1])
+
+
+def run_cases(module: str, cases: Sequence[Any], timeout: float | None,
+              describe: Callable[[Any], str]) -> list[dict[str, Any]]:  # fmt: skip
+    """Each case (a dataclass) in its own `run_worker` process, one after the other, with
+    progress on stderr; a failed case's row holds the case's fields and `error`. Every row
+    gets `machine` (`run_info`)."""
+    info = run_info()
+    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    rows = []
+    for i, case in enumerate(cases):
+        print(f"[{i + 1}/{len(cases)}] {describe(case)} ...", file=sys.stderr, flush=True)
+        row = run_worker(module, dataclasses.asdict(case), timeout, env)
+        if "error" in row:
+            print(f"    failed: {row['error'][-300:]}", file=sys.stderr)
+            row = {**dataclasses.asdict(case), **row}
+        row["machine"] = info
+        rows.append(row)
+    return rows
 
 
 # ------------------------------------------------------------------------------------------

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,8 +33,7 @@ from benchmarks._common import (
     option,
     parse_command_line,
     peak_rss_mb,
-    run_info,
-    run_worker,
+    run_cases,
     write_json,
 )
 
@@ -205,21 +202,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         cases += [
             Case("ppo", opts.scenario, batch, opts.steps, opts.repeats, p) for p in opts.policies
         ]
-    info = run_info()
-    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    rows = []
-    for i, case in enumerate(cases):
-        print(
-            f"[{i + 1}/{len(cases)}] {case.kind} {case.policy} batch {case.batch} ...",
-            file=sys.stderr,
-            flush=True,
-        )
-        row = run_worker("benchmarks.training", dataclasses.asdict(case), opts.timeout, env)
-        if "error" in row:
-            print(f"    failed: {row['error'][-300:]}", file=sys.stderr)
-            row = {**dataclasses.asdict(case), **row}
-        row["machine"] = info
-        rows.append(row)
+    rows = run_cases(
+        "benchmarks.training",
+        cases,
+        opts.timeout,
+        lambda c: f"{c.kind} {c.policy} batch {c.batch}",
+    )
     if opts.json:
         write_json(opts.json, rows)
     print(render(rows))

@@ -1,0 +1,14 @@
+"""PPO in JAX, the twin of the PyTorch trainer (`baselines.train`), with the same `PPOConfig`.
+
+    python -m baselines.ppo --framework jax --preset cpu --out runs/jax      # one run
+    python -m baselines.ppo --framework jax --seeds 8 --out runs/jax8        # 8 runs, vmapped
+
+Modules:
+    policy     the `ActorCritic` forward pass as pure functions of a parameter pytree keyed
+               by the PyTorch `state_dict` names (so checkpoints convert name for name);
+    algorithm  GAE and the clipped PPO loss, pure and shape-documented;
+    trainer    one update (rollout scan, GAE, epochs of minibatch steps) as one jitted
+               function of a `TrainState` pytree, vmapped over runs for `--seeds`;
+    convert    checkpoints: JAX runs write the PyTorch trainer's format (`load_policy`, the
+               `ppo` player and `gigastep eval` read them) and read PyTorch ones.
+"""

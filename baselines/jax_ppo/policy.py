@@ -1,0 +1,229 @@
+"""`baselines.policies.ActorCritic` as pure JAX functions of a parameter pytree.
+
+Parameters are a flat dict ``{state_dict name: array}``: the same names, shapes and layouts
+as the PyTorch module's ``state_dict()`` (``Linear`` weights ``[out, in]``), so a PyTorch
+policy converts to JAX and back name for name (`params_from_torch`, `params_to_torch`).
+Fresh parameters are drawn by the PyTorch module's own initialisers (`init_params`): both
+frameworks start from the same distributions (orthogonal weights, HiPPO eigenvalues).
+
+Shapes: N agents, T steps, L vector size, K types, H hidden width. Recurrent states: S5
+complex64 ``[layers, N, P / 2]``, GRU float32 ``[N, H]``, MLP float32 ``[N, 0]`` (the agent
+axis is `state_axis`). Vector observations only (the CNN encoder is PyTorch-only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from baselines import s5_jax
+from baselines.policies import PolicySpec
+
+__all__ = [
+    "act",
+    "check_spec",
+    "evaluate",
+    "init_params",
+    "initial_state",
+    "params_from_torch",
+    "params_to_torch",
+    "state_axis",
+    "state_rows",
+    "value",
+]
+
+Params = dict[str, jax.Array]
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def check_spec(spec: PolicySpec) -> None:
+    """Raise a clear error for architectures the JAX side does not build.
+
+    Raises:
+        ValueError: image observations (the CNN encoder is PyTorch-only).
+    """
+    if spec.obs_type != "vector":
+        raise ValueError(
+            f"--framework jax supports vector observations only, got {spec.obs_type!r} "
+            "(use a scenario with the _vec suffix, or --framework torch)"
+        )
+
+
+def init_params(spec: PolicySpec, seed: int) -> Params:
+    """Fresh parameters drawn by `baselines.policies.ActorCritic` after torch.manual_seed."""
+    import torch
+
+    from baselines.policies import ActorCritic
+
+    check_spec(spec)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        net = ActorCritic(spec)
+    return params_from_torch(net.state_dict())
+
+
+def params_from_torch(state_dict) -> Params:
+    """A PyTorch `ActorCritic.state_dict()` as JAX arrays (copies)."""
+    return {k: jnp.asarray(np.array(v.detach().cpu().numpy())) for k, v in state_dict.items()}
+
+
+def params_to_torch(params: Params) -> dict:
+    """JAX parameters as a PyTorch `state_dict` (float32 CPU tensors)."""
+    import torch
+
+    return {k: torch.from_numpy(np.array(v)) for k, v in params.items()}
+
+
+def _linear(p: Params, name: str, x: jax.Array) -> jax.Array:
+    return x @ p[name + ".weight"].T + p[name + ".bias"]
+
+
+_S5_LAYER_KEYS = ("lambda_re", "lambda_im", "b_tilde", "c_tilde", "d", "log_step")
+
+
+def _s5_params(spec: PolicySpec, p: Params) -> dict:
+    """The nested parameters of `baselines.s5_jax.s5_block` (traceable: no numpy)."""
+    pre = "core.block."
+    layers = range(spec.s5_layers)
+    return {
+        "norms": [{k: p[f"{pre}norms.{i}.{k}"] for k in ("weight", "bias")} for i in layers],
+        "layers": [{k: p[f"{pre}layers.{i}.{k}"] for k in _S5_LAYER_KEYS} for i in layers],
+        "gates": [{k: p[f"{pre}gates.{i}.{k}"] for k in ("weight", "bias")} for i in layers],
+    }
+
+
+def initial_state(spec: PolicySpec, n: int) -> jax.Array:
+    """The zero recurrent state of n agents."""
+    if spec.core == "s5":
+        return jnp.zeros((spec.s5_layers, n, spec.s5_state_dim // 2), jnp.complex64)
+    return jnp.zeros((n, spec.hidden if spec.core == "gru" else 0), jnp.float32)
+
+
+def state_axis(spec: PolicySpec) -> int:
+    """The agent axis of the recurrent state."""
+    return 1 if spec.core == "s5" else 0
+
+
+def state_rows(spec: PolicySpec, h: jax.Array, index: jax.Array) -> jax.Array:
+    """The recurrent states of agents `index`."""
+    return jnp.take(h, index, axis=state_axis(spec))
+
+
+def _encode(p: Params, obs: jax.Array, types: jax.Array) -> jax.Array:
+    """[..., L] obs and [..., K] one-hot -> [..., H] features."""
+    return jax.nn.relu(_linear(p, "encoder.vector.0", jnp.concatenate([obs, types], -1)))
+
+
+def _gru_step(p: Params, x: jax.Array, first: jax.Array, h: jax.Array) -> jax.Array:
+    """`torch.nn.GRUCell` (gates r, z, n) on the state restarted where `first`."""
+    h = jnp.where(first[:, None], 0.0, h)
+    gi = x @ p["core.cell.weight_ih"].T + p["core.cell.bias_ih"]
+    gh = h @ p["core.cell.weight_hh"].T + p["core.cell.bias_hh"]
+    i_r, i_z, i_n = jnp.split(gi, 3, axis=-1)
+    h_r, h_z, h_n = jnp.split(gh, 3, axis=-1)
+    r = jax.nn.sigmoid(i_r + h_r)
+    z = jax.nn.sigmoid(i_z + h_z)
+    n = jnp.tanh(i_n + r * h_n)
+    return (1.0 - z) * n + z * h
+
+
+def _core_sequence(spec: PolicySpec, p: Params, x, first, h0):
+    """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step)."""
+    if spec.core == "s5":
+        return s5_jax.s5_block(_s5_params(spec, p), x, first, h0)
+    if spec.core == "gru":
+
+        def body(h, xs):
+            h = _gru_step(p, xs[0], xs[1], h)
+            return h, h
+
+        h, ys = jax.lax.scan(body, h0, (x, first))
+        return ys, h
+    return jax.nn.relu(_linear(p, "core.layer.0", x)), h0
+
+
+def _core_step(spec: PolicySpec, p: Params, x, first, h):
+    """x [N, H], first [N] bool, h -> (y [N, H], h)."""
+    y, h = _core_sequence(spec, p, x[None], first[None], h)
+    return y[0], h
+
+
+def _outputs(spec: PolicySpec, p: Params, y, critic_in):
+    """(action outputs [..., A], values [...]) of core outputs y [..., H]."""
+    out = _linear(p, "heads", y)
+    a = spec.n_action_outputs
+    if spec.central_critic:
+        return out, _critic(p, critic_in)
+    return out[..., :a], out[..., a]
+
+
+def _critic(p: Params, critic_in: jax.Array) -> jax.Array:
+    x = jax.nn.relu(_linear(p, "critic.0", critic_in))
+    x = jax.nn.relu(_linear(p, "critic.2", x))
+    return _linear(p, "critic.4", x)[..., 0]
+
+
+def _log_prob(spec: PolicySpec, p: Params, out, actions):
+    """(log-prob of `actions` [...], all log-probs [..., 27] or None)."""
+    if spec.discrete:
+        logp = jax.nn.log_softmax(out, axis=-1)
+        return jnp.take_along_axis(logp, actions[..., None].astype(jnp.int32), -1)[..., 0], logp
+    log_std = p["log_std"]
+    z = (actions - out) * jnp.exp(-log_std)
+    return (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1), None
+
+
+def act(spec: PolicySpec, p: Params, obs, types, first, h, critic_in, key, deterministic=False):
+    """One step of N agents (as `ActorCritic.act`).
+
+    Args:
+        obs: float32 [N, L] (normalised). types: float32 [N, K]. first: bool [N].
+        h: the recurrent state of the N agents. critic_in: [N, S + slots + K] or None.
+        key: PRNG key of the sample (categorical; or the Gaussian's normals).
+        deterministic: the mode (argmax, mean) instead of a sample.
+
+    Returns:
+        (actions int32 [N] or float32 [N, 3], log-prob [N], value [N], new state).
+    """
+    y, h = _core_step(spec, p, _encode(p, obs, types), first, h)
+    out, v = _outputs(spec, p, y, critic_in)
+    if spec.discrete:
+        actions = out.argmax(-1) if deterministic else jax.random.categorical(key, out)
+        actions = actions.astype(jnp.int32)
+    elif deterministic:
+        actions = out
+    else:
+        actions = out + jnp.exp(p["log_std"]) * jax.random.normal(key, out.shape)
+    return actions, _log_prob(spec, p, out, actions)[0], v, h
+
+
+def value(spec: PolicySpec, p: Params, obs, types, first, h, critic_in=None) -> jax.Array:
+    """[N] values of one step (as `act`, without sampling)."""
+    if spec.central_critic:
+        return _critic(p, critic_in)
+    y, _ = _core_step(spec, p, _encode(p, obs, types), first, h)
+    return _outputs(spec, p, y, None)[1]
+
+
+def evaluate(spec: PolicySpec, p: Params, obs, types, first, h0, actions, critic_in=None):
+    """A whole rollout of N agents at once (as `ActorCritic.evaluate`).
+
+    Args:
+        obs: float32 [T, N, L]. types: [N, K]. first: bool [T, N]. h0: state before step 0.
+        actions: [T, N] or [T, N, 3]. critic_in: [T, N, S + slots + K] or None.
+
+    Returns:
+        (log-prob [T, N], entropy [T, N], value [T, N]).
+    """
+    x = _encode(p, obs, jnp.broadcast_to(types, obs.shape[:2] + types.shape[-1:]))
+    y, _ = _core_sequence(spec, p, x, first, h0)
+    out, v = _outputs(spec, p, y, critic_in)
+    logp, logp_all = _log_prob(spec, p, out, actions)
+    if spec.discrete:
+        entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)
+    else:
+        entropy = jnp.broadcast_to((0.5 + _LOG_SQRT_2PI + p["log_std"]).sum(), logp.shape)
+    return logp, entropy, v

@@ -1,0 +1,346 @@
+"""The JAX run loop: `--updates` calls of the compiled update, metrics, checkpoints, resume.
+
+`JaxTrainer(config).run()` trains `config.seeds` runs (seeds `seed`, `seed + 1`, ...) in
+one program: the update is `jax.vmap`-ed over a leading run axis of the `TrainState`, so K
+runs cost one compile and one call per update. With one seed, the run folder is
+`config.out` (the PyTorch trainer's layout); with K, each run has its own folder
+`out/seed_<s>` holding a complete single-seed run (config.json with `seeds=1`, metrics,
+checkpoints), resumable on its own, and `out/config.json` records the K-run config.
+
+Options the JAX side does not support yet fail at start, naming the option
+(`unsupported`): --train-both, pool and checkpoint-file opponents, image observations,
+--separate-critic, --value-norm, --eval-every,
+several processes. `--threads` is PyTorch's and is ignored. Metrics columns are the PyTorch
+trainer's; since the rollout and the learning are one program, `rollout_s`,
+`rollout_agent_steps_per_s` are empty and `update_s` is the whole update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from baselines.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from baselines.config import PPOConfig, dumps, validate
+from baselines.jax_ppo import convert, policy
+from baselines.jax_ppo.update import Setup, initial_state, make_update
+from baselines.metrics import current_rss_mb, peak_rss_mb
+
+__all__ = ["JaxTrainer", "make_setup", "unsupported"]
+
+
+def unsupported(config: PPOConfig) -> str | None:
+    """Why `--framework jax` cannot run `config` (None: it can)."""
+    if config.train_both:
+        return "--train-both is not supported by --framework jax yet (use --framework torch)"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return "several processes (torchrun) are not supported by --framework jax"
+    if config.encoder in ("cnn", "both"):
+        return f"--encoder {config.encoder} is not supported by --framework jax (vector only)"
+    for flag, on in (("--separate-critic", config.separate_critic),
+                     ("--value-norm", config.value_norm)):  # fmt: skip
+        if on:
+            return f"{flag} is not supported by --framework jax yet (use --framework torch)"
+    if config.eval_every:
+        return (f"--eval-every {config.eval_every}: evaluation during training is not supported "
+                "by --framework jax yet; pass --eval-every 0 (the cpu and gpu presets evaluate) "
+                "and evaluate the run's checkpoint with `gigastep eval`")  # fmt: skip
+    return None
+
+
+def make_setup(config: PPOConfig) -> Setup:
+    """The static `Setup` of a config (scenario built, options checked, before compute).
+
+    Raises:
+        ValueError: a bad config, or an option the JAX side does not support (named).
+    """
+    import gigastep
+    from baselines.envs import game_spec_from_config, parse_overrides
+    from baselines.opponents import Rows, make_plan
+    from baselines.train import policy_spec
+
+    validate(config)
+    reason = unsupported(config)
+    if reason:
+        raise ValueError(reason)
+    env = gigastep.make(config.scenario, **parse_overrides(config.env))
+    game = game_spec_from_config(env.config, env.spec.name if env.spec else config.scenario)
+    spec = policy_spec(config, game)
+    policy.check_spec(spec)
+    plan = make_plan(config, game)
+    if plan.frozen:
+        kinds = sorted({s.label for _, s in plan.frozen})
+        raise ValueError(
+            f"--opponent {config.opponent!r}: the {kinds} opponents (pool snapshots, "
+            "checkpoint files) are not supported by --framework jax yet; use self and the "
+            "scripted ones (random, circle, pursuit, evade)"
+        )
+    rows = Rows.of(plan.blocks("learner0"), game, game.type_vocab, "cpu")
+    return Setup(
+        config=config,
+        game=game,
+        env_config=env.config,
+        spec=spec,
+        scripted=plan.scripted(),
+        rows=rows.index.numpy(),
+        row_game=rows.game.numpy(),
+        row_team=rows.team.numpy(),
+        row_slot=rows.slot.numpy(),
+        row_type=rows.type_id.numpy(),
+        game_label=plan.game_label,
+        game_team=plan.game_team,
+        labels=tuple(plan.labels),
+    )
+
+
+def _jax_device(name: str):
+    if name == "cpu":
+        return jax.devices("cpu")[0]
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        raise ValueError(f"--device {name}: JAX has no GPU backend (install jax[cuda12])") from None
+    index = int(name.split(":")[1]) if ":" in name else 0
+    if index >= len(gpus):
+        raise ValueError(f"--device {name}: JAX sees {len(gpus)} GPU(s)")
+    return gpus[index]
+
+
+class JaxTrainer:
+    """`config.seeds` PPO runs in JAX (see the module doc)."""
+
+    def __init__(self, config: PPOConfig):
+        self.config = config
+        self.setup = make_setup(config)
+        self.device = _jax_device(config.device)
+        self.seeds = [config.seed + i for i in range(config.seeds)]
+        self.update = 0
+        self.agent_steps = 0
+        self.wall_s = 0.0
+        fn = make_update(self.setup)
+        if len(self.seeds) > 1:
+            fn = jax.vmap(fn, in_axes=(0, None))
+        self._update = jax.jit(fn, donate_argnums=0)
+        self.state: dict[str, Any] = {}
+        self._compiled: Any = None
+        self.compile_s = 0.0
+        """Seconds spent compiling the update (not counted in wall_s)."""
+
+    # --- folders and state ------------------------------------------------------------------
+    def run_dirs(self) -> list[Path]:
+        """The folder of each run."""
+        out = Path(self.config.out)
+        if len(self.seeds) == 1:
+            return [out]
+        return [out / f"seed_{s}" for s in self.seeds]
+
+    def run_config(self, i: int) -> PPOConfig:
+        """The single-seed config of run i (what its folder records)."""
+        if len(self.seeds) == 1:
+            return self.config
+        return dataclasses.replace(
+            self.config, seed=self.seeds[i], seeds=1, out=str(self.run_dirs()[i])
+        )
+
+    def _fresh(self) -> dict:
+        with jax.default_device(self.device):
+            states = [initial_state(self.setup, s) for s in self.seeds]
+        return self._stack(states)
+
+    def _stack(self, states: list[dict]) -> dict:
+        if len(states) == 1:
+            return jax.device_put(states[0], self.device)
+        return jax.device_put(jax.tree_util.tree_map(lambda *x: jnp.stack(x), *states), self.device)
+
+    def run_state(self, i: int) -> dict[str, Any]:
+        """Run i's `TrainState` (a slice of the stacked state with several seeds)."""
+        if len(self.seeds) == 1:
+            return self.state
+        return jax.tree_util.tree_map(lambda x: x[i], self.state)
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def payload(self, i: int) -> dict:
+        """Run i's checkpoint (the PyTorch trainer's layout, plus `jax_state`)."""
+        cfg, setup = self.run_config(i), self.setup
+        state = jax.device_get(self.run_state(i))
+        learner = {
+            "name": "learner0",
+            "team": cfg.team,
+            "model": policy.params_to_torch(state["params"]),
+            "optimizer": convert.adam_to_torch(setup.spec, state["params"], state["opt"], cfg.lr),
+            "obs_norm": convert.moments_to_torch(state["obs_norm"]),
+            "state_norm": convert.moments_to_torch(state["state_norm"]),
+            "rewards": convert.moments_to_torch(state["rew_norm"]),
+        }
+        return {
+            "format": FORMAT,
+            "gigastep_player": "ppo",
+            "framework": "jax",
+            "config": dataclasses.asdict(cfg),
+            "game": dataclasses.asdict(setup.game),
+            "policy_spec": setup.spec.to_dict(),
+            "update": self.update,
+            "agent_steps": self.agent_steps,
+            "wall_s": self.wall_s,
+            "world_size": 1,
+            "learners": [learner],
+            "frozen": [],
+            "pool": {"capacity": cfg.pool_size, "snapshots": []},
+            "jax_state": convert.leaves_to_torch(state),
+        }
+
+    def save(self) -> None:
+        for i, folder in enumerate(self.run_dirs()):
+            save_checkpoint(folder, self.update, self.payload(i), self.config.keep_checkpoints)
+
+    def load(self) -> None:
+        """Continue every run from its folder's latest checkpoint."""
+        with jax.default_device(self.device):
+            template = initial_state(self.setup, self.seeds[0])
+        states, counters = [], set()
+        for folder in self.run_dirs():
+            ckpt = load_checkpoint(folder / "checkpoint.pt")
+            if ckpt.get("framework") != "jax" or "jax_state" not in ckpt:
+                raise ValueError(
+                    f"{folder / 'checkpoint.pt'} was written by the PyTorch trainer; resume "
+                    "it with --framework torch"
+                )
+            states.append(convert.leaves_from_torch(template, ckpt["jax_state"]))
+            counters.add((int(ckpt["update"]), int(ckpt["agent_steps"]), float(ckpt["wall_s"])))
+        if len(counters) != 1:
+            raise ValueError(f"the runs' checkpoints are at different updates: {sorted(counters)}")
+        self.update, self.agent_steps, self.wall_s = counters.pop()
+        self.state = self._stack(states)
+
+    # --- metrics ----------------------------------------------------------------------------
+    def columns(self) -> list[str]:
+        """The PyTorch trainer's metrics columns for this run (one learner)."""
+        from baselines.train import Trainer
+
+        plan = SimpleNamespace(labels=list(self.setup.labels))
+        return Trainer.columns(cast(Trainer, SimpleNamespace(plan=plan, learners=[None])))
+
+    def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
+        """One metrics row per run from the update's stats (host numpy)."""
+        cfg, labels = self.config, self.setup.labels
+        steps = cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
+        out = []
+        for i in range(len(self.seeds)):
+            s = jax.tree_util.tree_map(lambda x, i=i: x[i] if len(self.seeds) > 1 else x, stats)
+            n, length, r0, r1 = (float(v) for v in s["episode"])
+            row = {
+                "update": self.update,
+                "agent_steps": self.agent_steps,
+                "env_steps": self.agent_steps // self.setup.game.n_agents,
+                "wall_s": self.wall_s,
+                "rollout_s": None,
+                "update_s": seconds,
+                "rollout_agent_steps_per_s": None,
+                "update_agent_steps_per_s": steps * len(self.seeds) / seconds,
+                "lr": lr,
+                "episodes": n,
+                "episode_length": length / n if n else None,
+                "return_team0": r0 / n if n else None,
+                "return_team1": r1 / n if n else None,
+                "rss_mb": current_rss_mb(),
+                "peak_rss_mb": peak_rss_mb(),
+            }
+            counts = np.asarray(s["counts"], np.float64)
+            for k, label in enumerate(labels):
+                games = counts[3, k]
+                for j, what in enumerate(("win_rate", "draw_rate", "loss_rate")):
+                    row[f"{what}/{label}"] = counts[j, k] / games if games else None
+                row[f"games/{label}"] = games
+            for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"):
+                row[name] = float(s[name])
+            row["grad_norm"] = float(s["grad_norm"])
+            ev = float(s["explained_variance"])
+            row["explained_variance"] = ev if np.isfinite(ev) else None
+            row["epochs"] = int(s["epochs"])
+            out.append(row)
+        return out
+
+    # --- the run ----------------------------------------------------------------------------
+    def step(self) -> dict:
+        """One update of every run; returns the stats (host numpy arrays)."""
+        from baselines.train import TrainingDiverged
+
+        cfg = self.config
+        self.update += 1
+        lr = cfg.lr * (1.0 - (self.update - 1) / cfg.updates) if cfg.anneal_lr else cfg.lr
+        t0 = time.perf_counter()
+        update = self._compiled if self._compiled is not None else self._update
+        self.state, stats = update(self.state, jnp.float32(lr))
+        stats = jax.device_get(stats)
+        seconds = time.perf_counter() - t0
+        finite = np.atleast_1d(stats["finite"])
+        if not finite.all():
+            bad = [s for s, ok in zip(self.seeds, finite, strict=True) if not ok]
+            raise TrainingDiverged(
+                f"non-finite gradient or parameter at update {self.update} (seeds {bad})"
+            )
+        self.agent_steps += cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
+        self.wall_s += seconds
+        return {"stats": stats, "seconds": seconds, "lr": lr}
+
+    def run(self) -> Path:
+        """Train `config.updates` updates (resuming with `config.resume`); returns `out`."""
+        from baselines.train import _Log, _postfix, _progress
+
+        cfg, dirs = self.config, self.run_dirs()
+        out = Path(cfg.out)
+        if cfg.resume:
+            self.load()
+        else:
+            for folder in dirs:
+                if (folder / "checkpoint.pt").exists() or (folder / "metrics.csv").exists():
+                    raise ValueError(
+                        f"{folder} already holds a run; pass --resume to continue it or "
+                        "choose another --out"
+                    )
+            self.state = self._fresh()
+        extra = {"scenario_name": self.setup.game.name, "world_size": 1}
+        extra["scenario_hash"] = self.setup.game.scenario_hash
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(dumps(cfg, **extra))
+        logs = []
+        for i, folder in enumerate(dirs):
+            folder.mkdir(parents=True, exist_ok=True)
+            if len(dirs) > 1:
+                (folder / "config.json").write_text(dumps(self.run_config(i), **extra))
+            resume_at = self.update if cfg.resume else None
+            logs.append(_Log(folder, self.columns(), resume_at, cfg, True))
+        t0 = time.perf_counter()
+        self._compiled = self._update.lower(self.state, jnp.float32(cfg.lr)).compile()
+        self.compile_s = time.perf_counter() - t0
+        bar = _progress(cfg, self.update)
+        try:
+            while self.update < cfg.updates and not (
+                cfg.time_budget_s > 0 and self.wall_s >= cfg.time_budget_s
+            ):
+                result = self.step()
+                rows = self.rows(result["stats"], result["seconds"], result["lr"])
+                for log, row in zip(logs, rows, strict=True):
+                    log.log(row)
+                bar.update(1)
+                bar.set_postfix_str(_postfix(rows[0], self.setup.labels), refresh=False)
+                last = self.update == cfg.updates or (
+                    cfg.time_budget_s > 0 and self.wall_s >= cfg.time_budget_s
+                )
+                if self.update % cfg.checkpoint_every == 0 or last:
+                    self.save()
+                    for log in logs:
+                        log.plot()
+        finally:
+            bar.close()
+            for log in logs:
+                log.close()
+        return out
