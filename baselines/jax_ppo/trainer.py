@@ -316,8 +316,8 @@ class JaxTrainer:
             folder.mkdir(parents=True, exist_ok=True)
             if len(dirs) > 1:
                 (folder / "config.json").write_text(dumps(self.run_config(i), **extra))
-            resume_at = self.update if cfg.resume else None
-            logs.append(_Log(folder, self.columns(), resume_at, cfg, True))
+            resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
+            logs.append(_Log(folder, self.columns(), resumed, cfg, True))
         t0 = time.perf_counter()
         self._compiled = self._update.lower(self.state, jnp.float32(cfg.lr)).compile()
         self.compile_s = time.perf_counter() - t0
