@@ -23,7 +23,7 @@ two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
 
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~25-30% below the lowest value in the measurements recorded next to it (runs of
-this module on the 2-core reference VM, AMD EPYC, JAX 0.10.2, torch 2.13.0, while other jobs
+this module on a 2-core Intel Xeon VM, CPU only, JAX 0.10.2, torch 2.13.0, while other jobs
 shared it, 2026-12-02; per-repeat values within a run spread by about +-10%), and above what
 the regression it guards against gives: `jax_obs_vs_native` was 0.17 (two runs) with the
 elementwise non-finite mask of commit 1734d0f, against 0.39-0.43 after the fix.
