@@ -247,6 +247,10 @@ class Trainer:
             torch.set_num_threads(config.threads)
         if self.device.type == "cpu":  # exact resumption is promised on the CPU
             torch.use_deterministic_algorithms(True)
+            # Deterministic mode also fills every new tensor with NaN, which slows each
+            # empty_like, clone, cast and gather; every buffer here is written before it is
+            # read, so exact resumption does not need the fill.
+            torch.utils.deterministic.fill_uninitialized_memory = False
         torch.manual_seed(config.seed)
         self.spec = policy_spec(config, game)
         self.plan = make_plan(config, game)
