@@ -14,8 +14,9 @@ its type.
 Two modes that give the same numbers (tested):
     `act`      one step for N agents while acting (S5 `step`, a GRU cell), recurrent state in
                and out;
-    `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan; the GRU and
-               MLP cores loop or batch over time), from the state at the rollout's start.
+    `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan, torch's
+               fused GRU over episode segments, the MLP batched over time), from the state at
+               the rollout's start.
 `first[t, i]` means "agent i's episode started at step t": the recurrent state restarts from
 zero before that step takes its input, in both modes, so a replayed rollout reproduces the
 acting-time states exactly.
@@ -170,7 +171,11 @@ class Encoder(nn.Module):
 
 
 class Core(nn.Module, abc.ABC):
-    """Interface of the cores. States are tensors whose agent axis is `batch_dim`."""
+    """Interface of the cores. States are tensors whose agent axis is `batch_dim`.
+
+    `step_cache()` is what `step` needs of the parameters, computed once while they stay
+    fixed (a rollout) and passed to every `step` (None: nothing to precompute).
+    """
 
     batch_dim = 0
 
@@ -179,16 +184,25 @@ class Core(nn.Module, abc.ABC):
         """The zero state of n agents."""
 
     @abc.abstractmethod
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         """x [N, H], first [N] bool, h -> (y [N, H], h)."""
 
     @abc.abstractmethod
     def sequence(self, x, first, h0):
         """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step)."""
 
+    def step_cache(self):
+        return None
+
     def rows(self, h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """The states of agents `index`."""
         return h.index_select(self.batch_dim, index)
+
+    def where(self, mask: torch.Tensor, h: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """The state of `h` for agents where mask [N] is set, else of `other`."""
+        shape = [1] * h.dim()
+        shape[self.batch_dim] = -1
+        return torch.where(mask.view(shape), h, other)
 
 
 class S5Core(Core):
@@ -204,15 +218,19 @@ class S5Core(Core):
     def initial_state(self, n, device):
         return self.block.initial_state(n).to(device)
 
-    def step(self, x, first, h):
-        return self.block.step(x, first, h)
+    def step(self, x, first, h, cache=None):
+        return self.block.step(x, first, h, cache)
+
+    def step_cache(self):
+        return self.block.step_weights()
 
     def sequence(self, x, first, h0):
         return self.block(x, first, h0)
 
 
 class GRUCore(Core):
-    """A GRU cell, looped over time in the update; state [N, H]."""
+    """A GRU cell while acting; in the update, torch's fused GRU over the agents' episode
+    segments (cut where `first`), each from its start state; state [N, H]."""
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
@@ -222,16 +240,50 @@ class GRUCore(Core):
     def initial_state(self, n, device):
         return torch.zeros(n, self.hidden, device=device)
 
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         h = self.cell(x, torch.where(first.unsqueeze(-1), 0.0, h))
         return h, h
 
     def sequence(self, x, first, h0):
-        ys, h = [], h0
-        for t in range(x.shape[0]):
-            y, h = self.step(x[t], first[t], h)
-            ys.append(y)
-        return torch.stack(ys), h
+        t, n, width = x.shape
+        seg, pos, lengths = _segments(first)
+        # segment s's step j sits at padded[j, s]; the segments of t = 0 (numbered 0..N-1)
+        # start from h0 unless an episode starts there, the others from zero
+        padded = x.new_zeros(int(lengths.max()), len(lengths), width)
+        padded[pos, seg] = x
+        hx = x.new_zeros(len(lengths), width)
+        hx[:n] = torch.where(first[0].unsqueeze(-1), 0.0, h0)
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)
+        hx = hx.index_select(0, packed.sorted_indices)
+        c = self.cell
+        params = [c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh]
+        # torch.nn.GRU's own kernel on packed sequences, with the cell's parameters
+        data, _ = torch.gru(
+            packed.data, packed.batch_sizes, hx[None], params, True, 1, 0.0, self.training, False
+        )
+        out = nn.utils.rnn.PackedSequence(
+            data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
+        )
+        y = nn.utils.rnn.pad_packed_sequence(out)[0][pos, seg]
+        return y, y[-1]
+
+
+def _segments(first: torch.Tensor):
+    """The episode segments of a [T, N] rollout: a new one at t = 0 and wherever `first`.
+
+    Returns (seg [T, N] the segment of each entry, pos [T, N] its step within it, lengths
+    [S] int64); segments are numbered in time-major order, so those of t = 0 are 0..N-1.
+    """
+    t, n = first.shape
+    opens = first.clone()
+    opens[0] = True
+    ids = (opens.reshape(-1).cumsum(0) - 1).view(t, n)  # numbers the openings
+    # an entry belongs to its agent's last opening at or before it (ids grow with time)
+    seg = torch.cummax(torch.where(opens, ids, -1), dim=0).values
+    steps = torch.arange(t, device=first.device).unsqueeze(-1).expand(t, n)
+    start = torch.cummax(torch.where(opens, steps, 0), dim=0).values
+    lengths = torch.bincount(seg.reshape(-1))
+    return seg, steps - start, lengths
 
 
 class MLPCore(Core):
@@ -246,7 +298,7 @@ class MLPCore(Core):
     def initial_state(self, n, device):
         return torch.zeros(n, 0, device=device)
 
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         return self.layer(x), h
 
     def sequence(self, x, first, h0):
@@ -347,7 +399,22 @@ class ActorCritic(nn.Module):
             return torch.rand(out.shape[0], self.noise_width, device=out.device)
         return uniforms
 
-    def act(self, obs, types, first, h, critic_in=None, uniforms=None, deterministic: bool = False):
+    def step_cache(self):
+        """What `act` and `value` need of the core's parameters, computed once: pass it to
+        every step while the parameters do not change (a rollout), or None."""
+        return self.core.step_cache()
+
+    def act(
+        self,
+        obs,
+        types,
+        first,
+        h,
+        critic_in=None,
+        uniforms=None,
+        deterministic: bool = False,
+        cache=None,
+    ):
         """One step of N agents.
 
         Args:
@@ -361,22 +428,23 @@ class ActorCritic(nn.Module):
                 actions invert the softmax's CDF at the uniform; continuous ones add
                 exp(log_std) times Box-Muller normals to the mean.
             deterministic: the mode (argmax / mean) instead of a sample.
+            cache: `step_cache()` of the current parameters (computed here when None).
 
         Returns:
             (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
         """
-        y, h = self.core.step(self.encoder(obs, types), first, h)
+        y, h = self.core.step(self.encoder(obs, types), first, h, cache)
         out, value = self._outputs(y, critic_in)
         actions, logp = self._sample(out, uniforms, deterministic)
         return actions, logp, value, h
 
-    def value(self, obs, types, first, h, critic_in=None):
+    def value(self, obs, types, first, h, critic_in=None, cache=None):
         """[N] values of one step (as `act`, without sampling)."""
         if self.spec.central_critic:
             if critic_in is None:
                 raise ValueError("a central critic needs critic_in (state vector, slot, type)")
             return self.critic(critic_in).squeeze(-1)
-        y, _ = self.core.step(self.encoder(obs, types), first, h)
+        y, _ = self.core.step(self.encoder(obs, types), first, h, cache)
         return self._outputs(y, None)[1]
 
     def evaluate(self, obs, types, first, h0, actions, critic_in=None):
