@@ -230,6 +230,22 @@ the rollout, their mean length and the learner team's mean return (with any shap
 of the training game)."""
 
 
+LEARN_COLUMNS = (
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "explained_variance",
+    "grad_norm",
+    "epochs",
+)
+"""The metric columns of one learner's update (`Trainer.learn`'s keys)."""
+UPDATE_STATS = tuple(c for c in LEARN_COLUMNS if c not in ("explained_variance", "epochs"))
+"""The statistics of every minibatch step (`Trainer._minibatch_step`), averaged over the
+update's steps into the columns of the same names."""
+
+
 class _FinalSlot:
     """A learner's rows' final observation, state and critic input, kept (`torch.where`)
     at the step their episode was truncated, for one value call without a host read."""
@@ -532,24 +548,30 @@ class Trainer:
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
         size = math.ceil(total / cfg.minibatches)
-        sums = torch.zeros(6, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(len(UPDATE_STATS), dtype=torch.float64, device=self.device)
+        kl_at = UPDATE_STATS.index("approx_kl")
         steps, epochs_done = 0, 0
         for epoch in range(cfg.epochs):
             perm = torch.randperm(total, generator=self.generator, device=self.device)
             kl = torch.zeros((), dtype=torch.float64, device=self.device)
+            epoch_steps = 0
             for k in range(0, total, size):
                 mine = local[perm[k : k + size]]
                 idx = mine[mine >= 0]
                 stats = self._minibatch_step(index, idx, advantages, returns, epoch, k // size)
                 sums += stats
-                kl += stats[3]
-                steps += 1
+                kl += stats[kl_at]
+                epoch_steps += 1
+            steps += epoch_steps
             epochs_done += 1
-            if cfg.target_kl is not None and float(self.dist.sum_(kl)) / steps > cfg.target_kl:
-                break  # the same decision in every process (summed KL)
+            # this epoch's mean KL, the same decision in every process (summed KL)
+            if (
+                cfg.target_kl is not None
+                and float(self.dist.sum_(kl)) / epoch_steps > cfg.target_kl
+            ):
+                break
         self.dist.sum_(sums)
-        names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
-        out = {k: float(v) / steps for k, v in zip(names, sums, strict=True)}
+        out = {k: float(v) / steps for k, v in zip(UPDATE_STATS, sums, strict=True)}
         out["grad_norm"] /= self.dist.world  # every process holds the same norm
         out["explained_variance"] = self._explained_variance(returns, buf)
         out["epochs"] = epochs_done
@@ -575,12 +597,16 @@ class Trainer:
         return 1.0 - var_d / var_r if var_r > 0 else None
 
     def _minibatch_step(self, index, idx, advantages, returns, epoch, k) -> torch.Tensor:
-        """One optimiser step on this process's rows `idx` of a minibatch; returns the
-        float64 sums (policy, value, entropy, kl, clip fraction, grad norm) for logging."""
+        """One optimiser step on this process's rows `idx` of a minibatch; returns its
+        float64 statistics [len(UPDATE_STATS)], in the order of `UPDATE_STATS`."""
         cfg, learner = self.config, self.learners[index]
         buf, net = learner.buffer, learner.net
-        mask = buf.alive[:, idx]
-        adv = advantages[:, idx]
+
+        def cols(x):  # the minibatch's columns of a [T, N, ...] tensor
+            return x.index_select(1, idx)
+
+        mask = cols(buf.alive)
+        adv = cols(advantages)
         with torch.no_grad():
             a = torch.where(mask, adv, 0.0).to(torch.float64)
             moments = self.dist.sum_(
@@ -591,20 +617,20 @@ class Trainer:
         batch = (
             buf.obs_rows(idx),
             learner.types[idx],
-            buf.first[:, idx],
+            cols(buf.first),
             net.core.rows(buf.h0, idx),
-            buf.actions[:, idx],
-            None if buf.critic_in is None else buf.critic_in[:, idx],
+            cols(buf.actions),
+            None if buf.critic_in is None else cols(buf.critic_in),
         )
         evaluate = self._ddp[index] if self._ddp[index] is not None else net.evaluate
         logp, entropy, value = evaluate(*batch)
         out = ppo_loss(
             logp,
-            buf.logp[:, idx],
+            cols(buf.logp),
             adv,
             value,
-            buf.values[:, idx],
-            returns[:, idx],
+            cols(buf.values),
+            cols(returns),
             entropy,
             mask,
             clip=cfg.clip,
@@ -624,9 +650,15 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         else:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
-        stats = torch.stack(
-            [out.policy, out.value, out.entropy, out.approx_kl, out.clip_frac, norm.detach()]
-        ).to(torch.float64)
+        parts = {
+            "policy_loss": out.policy,
+            "value_loss": out.value,
+            "entropy": out.entropy,
+            "approx_kl": out.approx_kl,
+            "clip_frac": out.clip_frac,
+            "grad_norm": norm.detach(),
+        }
+        stats = torch.stack([parts[k] for k in UPDATE_STATS]).to(torch.float64)
         if not torch.isfinite(norm):  # the same norm in every process: all stop together
             total = self.dist.sum_(stats.clone())
             raise TrainingDiverged(
@@ -698,17 +730,7 @@ class Trainer:
         ]
         for label in self.plan.labels:
             cols += [f"{w}/{label}" for w in OUTCOME_COLUMNS]
-        learned = [
-            "lr",
-            "policy_loss",
-            "value_loss",
-            "entropy",
-            "approx_kl",
-            "clip_frac",
-            "explained_variance",
-            "grad_norm",
-            "epochs",
-        ]
+        learned = ["lr", *LEARN_COLUMNS]
         cols += learned
         if len(self.learners) > 1:
             cols += [f"{k}_team1" for k in learned if k != "lr"]
