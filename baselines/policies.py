@@ -15,8 +15,8 @@ Two modes that give the same numbers (tested):
     `act`      one step for N agents while acting (S5 `step`, a GRU cell), recurrent state in
                and out;
     `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan, torch's
-               fused GRU over episode segments, the MLP batched over time), from the state at
-               the rollout's start.
+               GRU kernel between episode starts, the MLP batched over time), from the state
+               at the rollout's start.
 `first[t, i]` means "agent i's episode started at step t": the recurrent state restarts from
 zero before that step takes its input, in both modes, so a replayed rollout reproduces the
 acting-time states exactly.
@@ -229,8 +229,9 @@ class S5Core(Core):
 
 
 class GRUCore(Core):
-    """A GRU cell while acting; in the update, torch's fused GRU over the agents' episode
-    segments (cut where `first`), each from its start state; state [N, H]."""
+    """A GRU cell while acting; in the update, torch's GRU kernel over the spans of steps
+    in which no agent's episode starts (the state of the agents whose episode starts at a
+    span's first step restarts from zero); state [N, H]."""
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
@@ -245,45 +246,19 @@ class GRUCore(Core):
         return h, h
 
     def sequence(self, x, first, h0):
-        t, n, width = x.shape
-        seg, pos, lengths = _segments(first)
-        # segment s's step j sits at padded[j, s]; the segments of t = 0 (numbered 0..N-1)
-        # start from h0 unless an episode starts there, the others from zero
-        padded = x.new_zeros(int(lengths.max()), len(lengths), width)
-        padded[pos, seg] = x
-        hx = x.new_zeros(len(lengths), width)
-        hx[:n] = torch.where(first[0].unsqueeze(-1), 0.0, h0)
-        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)
-        hx = hx.index_select(0, packed.sorted_indices)
+        t = x.shape[0]
+        # one host read per replay (the update, not the acting path): where spans begin
+        starts = (first[1:].any(-1).nonzero().squeeze(-1) + 1).tolist()
         c = self.cell
         params = [c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh]
-        # torch.nn.GRU's own kernel on packed sequences, with the cell's parameters
-        data, _ = torch.gru(
-            packed.data, packed.batch_sizes, hx[None], params, True, 1, 0.0, self.training, False
-        )
-        out = nn.utils.rnn.PackedSequence(
-            data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
-        )
-        y = nn.utils.rnn.pad_packed_sequence(out)[0][pos, seg]
-        return y, y[-1]
-
-
-def _segments(first: torch.Tensor):
-    """The episode segments of a [T, N] rollout: a new one at t = 0 and wherever `first`.
-
-    Returns (seg [T, N] the segment of each entry, pos [T, N] its step within it, lengths
-    [S] int64); segments are numbered in time-major order, so those of t = 0 are 0..N-1.
-    """
-    t, n = first.shape
-    opens = first.clone()
-    opens[0] = True
-    ids = (opens.reshape(-1).cumsum(0) - 1).view(t, n)  # numbers the openings
-    # an entry belongs to its agent's last opening at or before it (ids grow with time)
-    seg = torch.cummax(torch.where(opens, ids, -1), dim=0).values
-    steps = torch.arange(t, device=first.device).unsqueeze(-1).expand(t, n)
-    start = torch.cummax(torch.where(opens, steps, 0), dim=0).values
-    lengths = torch.bincount(seg.reshape(-1))
-    return seg, steps - start, lengths
+        ys, h = [], h0
+        for a, b in zip([0, *starts], [*starts, t], strict=True):
+            h = torch.where(first[a].unsqueeze(-1), 0.0, h)
+            # torch.nn.GRU's kernel (one layer, unidirectional) with the cell's parameters
+            y, h = torch.gru(x[a:b], h[None], params, True, 1, 0.0, self.training, False, False)
+            ys.append(y)
+            h = h[0]
+        return torch.cat(ys), h
 
 
 class MLPCore(Core):

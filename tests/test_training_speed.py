@@ -81,7 +81,7 @@ def test_s5_steps_with_weights_computed_once_equal_steps_computing_them():
             assert torch.equal(y_once, y_each) and torch.equal(h_once, h_each)
 
 
-def test_the_fused_gru_replay_equals_the_cell_step_by_step_in_states_and_gradients():
+def test_the_gru_kernel_replay_equals_the_cell_step_by_step_in_states_and_gradients():
     torch.manual_seed(0)
     spec = PolicySpec("vector", 7, None, 1, True, core="gru", hidden=16)
     core = ActorCritic(spec).core
