@@ -25,6 +25,7 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -252,7 +253,9 @@ class _FinalSlot:
 
     def __init__(self, learner: Learner, cache):
         self.learner, self.cache = learner, cache
-        self.obs = self.h = self.critic_in = None
+        self.obs: Any = None  # [N, ...] final observations (or a pair), once set
+        self.h: Any = None  # the rows' recurrent state, once set
+        self.critic_in: torch.Tensor | None = None
 
     def keep(self, boot: torch.Tensor, final, h: torch.Tensor, critic_in) -> None:
         """Keep rows `boot` [N] of the final observations, the states and critic inputs."""
@@ -262,7 +265,7 @@ class _FinalSlot:
             self.critic_in = None if critic_in is None else torch.zeros_like(critic_in)
         self.obs = _map(lambda new, old: _where_rows(boot, new, old), final, self.obs)
         self.h = self.learner.net.core.where(boot, h, self.h)
-        if critic_in is not None:
+        if critic_in is not None and self.critic_in is not None:
             self.critic_in = _where_rows(boot, critic_in, self.critic_in)
 
     def value(self) -> torch.Tensor:
@@ -314,7 +317,7 @@ class Trainer:
             # Deterministic mode also fills every new tensor with NaN, which slows each
             # empty_like, clone, cast and gather; every buffer here is written before it is
             # read, so exact resumption does not need the fill.
-            torch.utils.deterministic.fill_uninitialized_memory = False
+            torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
         torch.manual_seed(config.seed)
         self.spec = policy_spec(config, game)
         self.plan = make_plan(config, game)
