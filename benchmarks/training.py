@@ -13,6 +13,7 @@ rewards, alive masks); its compile time is reported apart.
 
     python -m benchmarks.training                             # 1024 games of 5 vs 5, ~3 min
     python -m benchmarks.training --batch 256 4096 --policies s5 gru mlp --json t.json
+    python -m benchmarks.training --preset cpu --batch 512 --policies s5 gru --no-jax
 
 Counting: agent-steps = steps x games x agents per game (every agent of every game, whoever
 acts for it); a PPO update processes the rollout's agent-steps, so its rate is rollout
@@ -56,9 +57,11 @@ class Options:
     policies: list = option(["s5", "mlp"], "PPO policy cores to time", type=str)
     steps: int = option(32, "rollout steps per update")
     repeats: int = option(5, "timed rollouts and updates per PPO configuration")
-    jax: bool = option(True, "also time the JAX scan with the JAX MLP policy")
+    jax: bool = option(True, "also time the JAX scan doing the PyTorch MLP learner's per-step work")
     timeout: float = option(1800.0, "seconds allowed per configuration")
     json: str = option(None, "write the rows as a JSON list to this path")
+    preset: str = option(None, "PPO preset whose recipe the PPO cases train with (e.g. cpu)")
+    threads: int = option(0, "torch threads of the PPO cases (0: torch's default)")
 
 
 @dataclass(frozen=True)
@@ -72,19 +75,24 @@ class Case:
     steps: int
     repeats: int
     policy: str = "mlp"
+    preset: str | None = None
+    """PPO preset of the recipe (None: the PPOConfig defaults)."""
+    threads: int = 0
 
 
 def _ppo_case(case: Case) -> dict[str, Any]:
     import torch
 
-    from baselines.config import PPOConfig
+    from baselines.config import preset
     from baselines.train import Trainer, keep_freed_memory
 
     keep_freed_memory()  # as python -m baselines.ppo does
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = PPOConfig(
+        config = dataclasses.replace(
+            preset(case.preset),
             scenario=case.scenario,
+            threads=case.threads,
             num_envs=case.batch,
             rollout_steps=case.steps,
             policy=case.policy,
@@ -298,7 +306,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if opts.jax:
             cases.append(Case("jax", opts.scenario, batch, opts.steps, opts.repeats))
         cases += [
-            Case("ppo", opts.scenario, batch, opts.steps, opts.repeats, p) for p in opts.policies
+            Case(
+                "ppo", opts.scenario, batch, opts.steps, opts.repeats, p, opts.preset, opts.threads
+            )
+            for p in opts.policies
         ]
     info = run_info()
     env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
