@@ -1,5 +1,5 @@
 """The trainer's fast paths compute what the plain ones do: the rollout's noise in one call,
-S5 step weights computed once, the fused GRU replay, no host read while acting, and the
+S5 step weights computed once, the GRU kernel replay, no host read while acting, and the
 `target_kl` early stop on each epoch's own mean."""
 
 from __future__ import annotations
