@@ -14,6 +14,8 @@ Columns (a metric of a learner other than the first carries a `_team1` suffix):
                                                       outcomes of the learner's team per
                                                       opponent kind (games finished in this
                                                       rollout; empty when none finished)
+    episode_length/<kind>, return/<kind>              their mean length and the learner
+                                                      team's mean return (shaping included)
     lr, policy_loss, value_loss, entropy, approx_kl, clip_frac, explained_variance,
     grad_norm, epochs                                 the update (means over minibatches)
     rss_mb, peak_rss_mb                               resident memory of the process, MiB

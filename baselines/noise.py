@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["categorical", "normal", "uniforms"]
+__all__ = ["categorical", "normal", "rollout_uniforms", "uniforms"]
 
 _GOLDEN = -0x61C8864680B583EB  # 0x9E3779B97F4A7C15 as a signed int64
 _M1 = -0x40A7B892E31B1A47  # 0xBF58476D1CE4E5B9
 _M2 = -0x6B2FB644ECCEEE15  # 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
 
 
 def _shift_right(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -32,13 +33,20 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right(z, 31)
 
 
-def _key(seed: int, stream: int, step: int) -> int:
-    """One int64 per (seed, stream, step), mixed on the host."""
-    x = torch.tensor([seed, stream, step], dtype=torch.int64)
-    h = torch.zeros((), dtype=torch.int64)
-    for v in x:
-        h = _mix(h ^ v)
-    return int(h)
+def _mix_int(x: int) -> int:
+    """`_mix` of one int64 on the host (Python ints wrapped to 64 bits)."""
+    z = (x + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _keys(seed: int, stream: int, steps: torch.Tensor) -> torch.Tensor:
+    """int64 [S] keys of (seed, stream, step) for every step of `steps` (int64 [S]): the
+    seed and stream are mixed on the host, the steps on their device (no host sync)."""
+    h = _mix_int(_mix_int(seed & _MASK) ^ (stream & _MASK))
+    h = h - (1 << 64) if h >= 1 << 63 else h  # as a signed int64
+    return _mix(steps.to(torch.int64) ^ h)
 
 
 def uniforms(seed: int, stream: int, step: int, rows: torch.Tensor, width: int) -> torch.Tensor:
@@ -51,9 +59,23 @@ def uniforms(seed: int, stream: int, step: int, rows: torch.Tensor, width: int) 
         rows: int64 [N] global ids of the agent rows drawing.
         width: numbers per row.
     """
-    base = _key(seed, stream, step)
-    counter = rows.to(torch.int64).unsqueeze(-1) * width + torch.arange(width, device=rows.device)
-    bits = _shift_right(_mix(counter ^ base), 40)  # the top 24 bits
+    return rollout_uniforms(seed, stream, step, 1, rows, width)[0]
+
+
+def rollout_uniforms(
+    seed: int, stream: int, first_step: int, steps: int, rows: torch.Tensor, width: int
+) -> torch.Tensor:
+    """float32 [steps, len(rows), width]: `uniforms` of steps first_step .. first_step +
+    steps - 1 in one call (a rollout's noise; row t equals `uniforms(..., first_step + t, ...)`).
+    """
+    if rows.dim() != 1:
+        raise ValueError(f"rows must be int64 [N], got shape {tuple(rows.shape)}")
+    if steps < 1 or width < 1:
+        raise ValueError(f"steps and width must be >= 1, got steps={steps}, width={width}")
+    device = rows.device
+    base = _keys(seed, stream, torch.arange(first_step, first_step + steps, device=device))
+    counter = rows.to(torch.int64).unsqueeze(-1) * width + torch.arange(width, device=device)
+    bits = _shift_right(_mix(counter ^ base[:, None, None]), 40)  # the top 24 bits
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 

@@ -146,7 +146,8 @@ class RewardScaler(_RunningStatistic):
         self._refresh()
 
     def _refresh(self) -> None:
-        self._scale = float(torch.rsqrt(self.stats.var[0] + 1e-8))
+        # a float32 scalar tensor, not a Python float: no host read when a rollout ends
+        self._scale = torch.rsqrt(self.stats.var[0] + 1e-8).float()
 
     def __call__(self, rewards: torch.Tensor, alive: torch.Tensor, cont: torch.Tensor):
         """rewards [N] float32 of agents that acted (`alive`); `cont` [N]: the trajectory goes

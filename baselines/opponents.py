@@ -367,14 +367,22 @@ class PoolPlayer:
         self.active = sorted((used - {-1}) | {self.incoming})
 
     @torch.no_grad()
-    def act(self, obs, types, first, h, critic_in=None, uniforms=None):
+    def step_cache(self) -> list:
+        """Each seat's `ActorCritic.step_cache()`, for the rollout (the seats are fixed
+        by then: `begin_rollout` runs first)."""
+        return [seat.net.step_cache() for seat in self.seats]
+
+    def act(self, obs, types, first, h, critic_in=None, uniforms=None, cache=None):
         """One step of the player's rows (the `ActorCritic.act` interface, on raw
         observations: each seat normalises them with its snapshot's statistics)."""
         self.seat = torch.where(first, self.incoming, self.seat)
         out = None
         for i in self.active:
             p = self.seats[i]
-            step = p.net.act(_normalized(p.normalizer, obs), types, first, h, None, uniforms)
+            seat_cache = None if cache is None else cache[i]
+            step = p.net.act(
+                _normalized(p.normalizer, obs), types, first, h, None, uniforms, cache=seat_cache
+            )
             if out is None:
                 out = list(step)
                 continue

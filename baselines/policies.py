@@ -17,8 +17,9 @@ every value it returns is mapped back to the return scale (`baselines.valuenorm`
 Two modes that give the same numbers (tested):
     `act`      one step for N agents while acting (S5 `step`, a GRU cell), recurrent state in
                and out;
-    `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan; the GRU and
-               MLP cores loop or batch over time), from the state at the rollout's start.
+    `evaluate` a whole rollout [T, N] at once in the update (S5's parallel scan, torch's
+               GRU kernel between episode starts, the MLP batched over time), from the state
+               at the rollout's start.
 `first[t, i]` means "agent i's episode started at step t": the recurrent state restarts from
 zero before that step takes its input, in both modes, so a replayed rollout reproduces the
 acting-time states exactly.
@@ -180,7 +181,11 @@ class Encoder(nn.Module):
 
 
 class Core(nn.Module, abc.ABC):
-    """Interface of the cores. States are tensors whose agent axis is `batch_dim`."""
+    """Interface of the cores. States are tensors whose agent axis is `batch_dim`.
+
+    `step_cache()` is what `step` needs of the parameters, computed once while they stay
+    fixed (a rollout) and passed to every `step` (None: nothing to precompute).
+    """
 
     batch_dim = 0
 
@@ -189,16 +194,25 @@ class Core(nn.Module, abc.ABC):
         """The zero state of n agents."""
 
     @abc.abstractmethod
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         """x [N, H], first [N] bool, h -> (y [N, H], h)."""
 
     @abc.abstractmethod
     def sequence(self, x, first, h0):
         """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step)."""
 
+    def step_cache(self):
+        return None
+
     def rows(self, h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """The states of agents `index`."""
         return h.index_select(self.batch_dim, index)
+
+    def where(self, mask: torch.Tensor, h: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """The state of `h` for agents where mask [N] is set, else of `other`."""
+        shape = [1] * h.dim()
+        shape[self.batch_dim] = -1
+        return torch.where(mask.view(shape), h, other)
 
 
 class S5Core(Core):
@@ -214,15 +228,20 @@ class S5Core(Core):
     def initial_state(self, n, device):
         return self.block.initial_state(n).to(device)
 
-    def step(self, x, first, h):
-        return self.block.step(x, first, h)
+    def step(self, x, first, h, cache=None):
+        return self.block.step(x, first, h, cache)
+
+    def step_cache(self):
+        return self.block.step_weights()
 
     def sequence(self, x, first, h0):
         return self.block(x, first, h0)
 
 
 class GRUCore(Core):
-    """A GRU cell, looped over time in the update; state [N, H]."""
+    """A GRU cell while acting; in the update, torch's GRU kernel over the spans of steps
+    in which no agent's episode starts (the state of the agents whose episode starts at a
+    span's first step restarts from zero); state [N, H]."""
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
@@ -232,16 +251,24 @@ class GRUCore(Core):
     def initial_state(self, n, device):
         return torch.zeros(n, self.hidden, device=device)
 
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         h = self.cell(x, torch.where(first.unsqueeze(-1), 0.0, h))
         return h, h
 
     def sequence(self, x, first, h0):
+        t = x.shape[0]
+        # one host read per replay (the update, not the acting path): where spans begin
+        starts = (first[1:].any(-1).nonzero().squeeze(-1) + 1).tolist()
+        c = self.cell
+        params = [c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh]
         ys, h = [], h0
-        for t in range(x.shape[0]):
-            y, h = self.step(x[t], first[t], h)
+        for a, b in zip([0, *starts], [*starts, t], strict=True):
+            h = torch.where(first[a].unsqueeze(-1), 0.0, h)
+            # torch.nn.GRU's kernel (one layer, unidirectional) with the cell's parameters
+            y, h = torch.gru(x[a:b], h[None], params, True, 1, 0.0, self.training, False, False)
             ys.append(y)
-        return torch.stack(ys), h
+            h = h[0]
+        return torch.cat(ys), h
 
 
 class MLPCore(Core):
@@ -256,7 +283,7 @@ class MLPCore(Core):
     def initial_state(self, n, device):
         return torch.zeros(n, 0, device=device)
 
-    def step(self, x, first, h):
+    def step(self, x, first, h, cache=None):
         return self.layer(x), h
 
     def sequence(self, x, first, h0):
@@ -323,15 +350,17 @@ class ActorCritic(nn.Module):
         k = h.shape[-1] // 2
         return h[..., :k], h[..., k:]
 
-    def _step(self, obs, types, first, h):
-        """(actor core output [N, H], critic core output or None, new state) of one step."""
+    def _step(self, obs, types, first, h, cache=None):
+        """(actor core output [N, H], critic core output or None, new state) of one step;
+        `cache` as `step_cache()` returns it (None: computed by the cores)."""
         x = self.encoder(obs, types)
         if not self.spec.separate_critic:
-            y, h = self.core.step(x, first, h)
+            y, h = self.core.step(x, first, h, cache)
             return y, None, h
         ha, hc = self._split(h)
-        y, ha = self.core.step(x, first, ha)
-        yc, hc = self.critic_core.step(self.critic_encoder(obs, types), first, hc)
+        actor_cache, critic_cache = (None, None) if cache is None else cache
+        y, ha = self.core.step(x, first, ha, actor_cache)
+        yc, hc = self.critic_core.step(self.critic_encoder(obs, types), first, hc, critic_cache)
         return y, yc, torch.cat([ha, hc], dim=-1)
 
     def _critic(self, yc, critic_in):
@@ -392,7 +421,25 @@ class ActorCritic(nn.Module):
             return torch.rand(out.shape[0], self.noise_width, device=out.device)
         return uniforms
 
-    def act(self, obs, types, first, h, critic_in=None, uniforms=None, deterministic: bool = False):
+    def step_cache(self):
+        """What `act` and `value` need of the core's parameters, computed once: pass it to
+        every step while the parameters do not change (a rollout), or None. With a separate
+        critic: (the actor core's, the critic core's)."""
+        if self.spec.separate_critic:
+            return self.core.step_cache(), self.critic_core.step_cache()
+        return self.core.step_cache()
+
+    def act(
+        self,
+        obs,
+        types,
+        first,
+        h,
+        critic_in=None,
+        uniforms=None,
+        deterministic: bool = False,
+        cache=None,
+    ):
         """One step of N agents.
 
         Args:
@@ -406,24 +453,26 @@ class ActorCritic(nn.Module):
                 actions invert the softmax's CDF at the uniform; continuous ones add
                 exp(log_std) times Box-Muller normals to the mean.
             deterministic: the mode (argmax / mean) instead of a sample.
+            cache: `step_cache()` of the current parameters (computed here when None).
 
         Returns:
             (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
         """
-        y, yc, h = self._step(obs, types, first, h)
+        y, yc, h = self._step(obs, types, first, h, cache)
         out, value = self._outputs(y, critic_in, yc)
         actions, logp = self._sample(out, uniforms, deterministic)
         return actions, logp, value, h
 
-    def value(self, obs, types, first, h, critic_in=None):
+    def value(self, obs, types, first, h, critic_in=None, cache=None):
         """[N] values of one step (as `act`, without sampling)."""
         if self.spec.central_critic:
             return self._critic(None, critic_in)
         if self.spec.separate_critic:
             x = self.critic_encoder(obs, types)
-            yc, _ = self.critic_core.step(x, first, self._split(h)[1])
+            critic_cache = None if cache is None else cache[1]
+            yc, _ = self.critic_core.step(x, first, self._split(h)[1], critic_cache)
             return self._critic(yc, None)
-        y, _ = self.core.step(self.encoder(obs, types), first, h)
+        y, _ = self.core.step(self.encoder(obs, types), first, h, cache)
         return self._outputs(y, None)[1]
 
     def evaluate(self, obs, types, first, h0, actions, critic_in=None):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,7 @@ from torch import nn
 __all__ = [
     "S5Block",
     "S5Layer",
+    "StepWeights",
     "hippo_legs",
     "hippo_normal_eig",
     "resettable_scan",
@@ -36,6 +38,17 @@ __all__ = [
 _COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 ScanFn = Callable[..., torch.Tensor]
+
+
+class StepWeights(NamedTuple):
+    """A layer's parameters as :meth:`S5Layer.step` uses them (fixed while acting)."""
+
+    a_bar: torch.Tensor
+    """complex [P / 2], the discretised state matrix."""
+    w_in: torch.Tensor
+    """real [P, H], ``B̄`` on the interleaved (re, im) state."""
+    w_out: torch.Tensor
+    """real [H, P], ``2 Re(C̃ ·)`` on the interleaved (re, im) state."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,15 +445,28 @@ class S5Layer(nn.Module):
         dtype = _COMPLEX_OF[self.lambda_re.dtype]
         return torch.zeros(batch, self.n_states, dtype=dtype, device=self.lambda_re.device)
 
-    def _input(self, u: torch.Tensor, b_bar: torch.Tensor) -> torch.Tensor:
+    def step_weights(self) -> StepWeights:
+        """What :meth:`step` needs of the parameters: ``Ā`` and the real matrices of ``B̄ u``
+        and ``2 Re(C̃ x) + D u``. Compute them once while the parameters stay fixed (a
+        rollout) and pass them to every step."""
+        a_bar, b_bar = self.discretize()
+        return StepWeights(a_bar, self._input_weight(b_bar), self._output_weight())
+
+    def _input_weight(self, b_bar: torch.Tensor) -> torch.Tensor:
+        """Real [P, H] matrix of ``B̄ u`` on the interleaved (re, im) state."""
+        return torch.view_as_real(b_bar).transpose(1, 2).reshape(self.state_dim, self.d_model)
+
+    def _output_weight(self) -> torch.Tensor:
+        """Real [H, P] matrix of ``2 Re(C̃ x)`` on the interleaved (re, im) state."""
+        c = torch.view_as_complex(self.c_tilde)
+        return torch.stack((2 * c.real, -2 * c.imag), dim=-1).reshape(self.d_model, self.state_dim)
+
+    def _input(self, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``B̄ u`` as one real matmul: [..., H] real -> [..., P / 2] complex (a view)."""
-        w = torch.view_as_real(b_bar).transpose(1, 2).reshape(self.state_dim, self.d_model)
         return torch.view_as_complex(F.linear(u, w).unflatten(-1, (self.n_states, 2)))
 
-    def _output(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    def _output(self, x: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``2 Re(C̃ x) + D u`` as one real matmul on the interleaved (re, im) state."""
-        c = torch.view_as_complex(self.c_tilde)
-        w = torch.stack((2 * c.real, -2 * c.imag), dim=-1).reshape(self.d_model, self.state_dim)
         return F.linear(torch.view_as_real(x).flatten(-2), w).addcmul_(u, self.d)
 
     def _check_input(self, u: torch.Tensor, reset: torch.Tensor, rank: int) -> None:
@@ -473,11 +499,15 @@ class S5Layer(nn.Module):
         """
         self._check_input(u, reset, rank=3)
         a_bar, b_bar = self.discretize()
-        x = _SCANS[self.scan](a_bar, self._input(u, b_bar), reset, h0)
-        return self._output(x, u), x[-1]
+        x = _SCANS[self.scan](a_bar, self._input(u, self._input_weight(b_bar)), reset, h0)
+        return self._output(x, u, self._output_weight()), x[-1]
 
     def step(
-        self, u_t: torch.Tensor, reset_t: torch.Tensor, h: torch.Tensor
+        self,
+        u_t: torch.Tensor,
+        reset_t: torch.Tensor,
+        h: torch.Tensor,
+        weights: StepWeights | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step, for acting; same numbers as :meth:`forward` on the same sequence.
 
@@ -485,6 +515,8 @@ class S5Layer(nn.Module):
             u_t: Inputs, float [B, d_model].
             reset_t: bool [B]; True where an episode starts at this step.
             h: Complex state before this step, [B, P / 2].
+            weights: :meth:`step_weights` of the current parameters (computed here when
+                omitted).
 
         Returns:
             ``(y_t, h_new)``: outputs [B, d_model] and the new state [B, P / 2].
@@ -495,9 +527,9 @@ class S5Layer(nn.Module):
                 f"h must have shape [B, P/2] = {(u_t.shape[0], self.n_states)}, "
                 f"got {tuple(h.shape)}"
             )
-        a_bar, b_bar = self.discretize()
-        h = torch.where(reset_t.unsqueeze(-1), 0, h) * a_bar + self._input(u_t, b_bar)
-        return self._output(h, u_t), h
+        a_bar, w_in, w_out = self.step_weights() if weights is None else weights
+        h = torch.where(reset_t.unsqueeze(-1), 0, h) * a_bar + self._input(u_t, w_in)
+        return self._output(h, u_t, w_out), h
 
 
 class S5Block(nn.Module):
@@ -564,8 +596,16 @@ class S5Block(nn.Module):
             states.append(h)
         return x, torch.stack(states)
 
+    def step_weights(self) -> list[StepWeights]:
+        """Every layer's :meth:`S5Layer.step_weights` (compute once per rollout)."""
+        return [layer.step_weights() for layer in self.layers]
+
     def step(
-        self, u_t: torch.Tensor, reset_t: torch.Tensor, h: torch.Tensor
+        self,
+        u_t: torch.Tensor,
+        reset_t: torch.Tensor,
+        h: torch.Tensor,
+        weights: list[StepWeights] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step, for acting; same numbers as :meth:`forward`.
 
@@ -573,6 +613,8 @@ class S5Block(nn.Module):
             u_t: Inputs, float [B, d_model].
             reset_t: bool [B]; True where an episode starts at this step.
             h: Complex state [n_layers, B, P / 2].
+            weights: :meth:`step_weights` of the current parameters (computed here when
+                omitted).
 
         Returns:
             ``(y_t, h_new)``: outputs [B, d_model] and the new state [n_layers, B, P / 2].
@@ -582,7 +624,7 @@ class S5Block(nn.Module):
         self._check_state(h, u_t.shape[0])
         x, states = u_t, []
         for i, (norm, layer) in enumerate(zip(self.norms, self.layers, strict=True)):
-            z, h_i = layer.step(norm(x), reset_t, h[i])
+            z, h_i = layer.step(norm(x), reset_t, h[i], None if weights is None else weights[i])
             x = self._mix(i, z).add_(x)
             states.append(h_i)
         return x, torch.stack(states)

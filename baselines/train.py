@@ -25,6 +25,7 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -89,13 +90,6 @@ def _one_hot(index: torch.Tensor, size: int) -> torch.Tensor:
 
 def _vector_part(obs):
     return obs[1] if isinstance(obs, tuple) else obs
-
-
-def _take(obs, index: torch.Tensor):
-    """Rows `index` of a flattened [B * n, ...] observation (or pair)."""
-    if isinstance(obs, tuple):
-        return tuple(o.index_select(0, index) for o in obs)
-    return obs.index_select(0, index)
 
 
 def _flat(obs, rows: int):
@@ -171,41 +165,52 @@ class Learner:
 
 
 class _OutcomeCounts:
-    """Win/draw/loss counts per opponent kind and episode statistics, on the device."""
+    """Win/draw/loss counts, episode lengths and returns per opponent kind, and episode
+    statistics over all games: each step's outcome tensors are copied into [T, B] buffers on
+    the device, and `close()` reduces the rollout's in float64 at once."""
 
-    def __init__(self, plan, game: GameSpec, device, games):
+    def __init__(self, plan, game: GameSpec, device, games, steps: int):
         k = len(plan.labels)
         lo, hi = games
+        b, n = hi - lo, game.n_agents
         self.label = torch.as_tensor(plan.game_label[lo:hi], device=device)
         self.team = torch.as_tensor(plan.game_team[lo:hi], device=device)
         teams = torch.as_tensor(game.teams, device=device)
         sizes = torch.as_tensor([max(s, 1) for s in game.team_sizes], device=device)
-        self.team_mean = _one_hot(teams, 2) / sizes  # [n, 2]: a team's mean over its agents
-        self.counts = torch.zeros(4, k, dtype=torch.float64, device=device)  # w, d, l, games
+        # [n, 2]: a team's mean over its agents
+        self.team_mean = (_one_hot(teams, 2) / sizes).to(torch.float64)
+        self.ended = torch.zeros(steps, b, dtype=torch.bool, device=device)
+        self.winner = torch.zeros(steps, b, dtype=torch.int64, device=device)
+        self.length = torch.zeros(steps, b, dtype=torch.float32, device=device)
+        self.returns = torch.zeros(steps, b, n, dtype=torch.float32, device=device)
+        # per kind: wins, draws, losses, games, summed lengths, summed learner-team returns
+        self.counts = torch.zeros(6, k, dtype=torch.float64, device=device)
         self.episode = torch.zeros(4, dtype=torch.float64, device=device)  # n, len, r0, r1
 
     def zero(self) -> None:
-        self.counts.zero_()
-        self.episode.zero_()
+        for t in (self.ended, self.counts, self.episode):
+            t.zero_()
 
-    def add(self, ended, info) -> None:
-        e = ended.to(torch.float64)
-        winner = info["winner"].long()
-        outcome = (
-            torch.stack(
-                [winner == self.team, winner == -1, winner == 1 - self.team, torch.ones_like(ended)]
-            ).to(torch.float64)
-            * e
-        )
-        self.counts.index_add_(1, self.label, outcome)
-        returns = info["episode_return"].to(torch.float64) @ self.team_mean.to(torch.float64)
-        self.episode += torch.cat(
-            [
-                e.sum()[None],
-                (info["episode_length"].to(torch.float64) * e).sum()[None],
-                (returns * e[:, None]).sum(0),
-            ]
-        )
+    def add(self, t: int, ended, info) -> None:
+        """Step t's games that ended, their winners, lengths and returns (copies only)."""
+        self.ended[t] = ended
+        self.winner[t] = info["winner"]
+        self.length[t] = info["episode_length"]
+        self.returns[t] = info["episode_return"]
+
+    def close(self) -> None:
+        """Reduce the rollout's steps into the counts (float64)."""
+        e = self.ended.to(torch.float64)  # [T, B]
+        team = self.team.expand_as(self.winner)
+        length = self.length.to(torch.float64) * e
+        returns = (self.returns.to(torch.float64) @ self.team_mean) * e[..., None]  # [T, B, 2]
+        mine = returns.gather(-1, team.unsqueeze(-1)).squeeze(-1)  # the learner team's
+        w = self.winner
+        per_game = torch.stack(
+            [(w == team) * e, (w == -1) * e, (w == 1 - team) * e, e, length, mine]
+        ).sum(1)  # [6, B]
+        self.counts.index_add_(1, self.label, per_game)
+        self.episode += torch.cat([e.sum()[None], length.sum()[None], returns.sum((0, 1))])
 
     def summary(self, labels, reduce) -> dict:
         """Rates and means over every process's games (`reduce` sums over processes)."""
@@ -219,10 +224,72 @@ class _OutcomeCounts:
         }
         for i, label in enumerate(labels):
             games = counts[3, i]
-            for j, what in enumerate(("win_rate", "draw_rate", "loss_rate")):
+            for j, what in enumerate(OUTCOME_COLUMNS):
                 out[f"{what}/{label}"] = counts[j, i] / games if games else None
-            out[f"games/{label}"] = games
+            out[f"games/{label}"] = games  # the count itself
         return out
+
+
+OUTCOME_COLUMNS = ("win_rate", "draw_rate", "loss_rate", "games", "episode_length", "return")
+"""Columns per opponent kind, `{column}/{kind}`: rates and games of the episodes that ended in
+the rollout, their mean length and the learner team's mean return (with any shaping terms
+of the training game)."""
+
+
+LEARN_COLUMNS = (
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "explained_variance",
+    "grad_norm",
+    "epochs",
+)
+"""The metric columns of one learner's update (`Trainer.learn`'s keys)."""
+UPDATE_STATS = tuple(c for c in LEARN_COLUMNS if c not in ("explained_variance", "epochs"))
+"""The statistics of every minibatch step (`Trainer._minibatch_step`), averaged over the
+update's steps into the columns of the same names."""
+
+
+class _FinalSlot:
+    """A learner's rows' final observation, state and critic input, kept (`torch.where`)
+    at the step their episode was truncated, for one value call without a host read."""
+
+    def __init__(self, learner: Learner, cache):
+        self.learner, self.cache = learner, cache
+        self.obs: Any = None  # [N, ...] final observations (or a pair), once set
+        self.h: Any = None  # the rows' recurrent state, once set
+        self.critic_in: torch.Tensor | None = None
+
+    def keep(self, boot: torch.Tensor, final, h: torch.Tensor, critic_in) -> None:
+        """Keep rows `boot` [N] of the final observations, the states and critic inputs."""
+        if self.obs is None:
+            self.obs = _map(torch.zeros_like, final)
+            self.h = torch.zeros_like(h)
+            self.critic_in = None if critic_in is None else torch.zeros_like(critic_in)
+        self.obs = _map(lambda new, old: _where_rows(boot, new, old), final, self.obs)
+        self.h = self.learner.net.core.where(boot, h, self.h)
+        if critic_in is not None and self.critic_in is not None:
+            self.critic_in = _where_rows(boot, critic_in, self.critic_in)
+
+    def value(self) -> torch.Tensor:
+        """[N] values of the kept final observations (read where the rows were truncated)."""
+        learner = self.learner
+        first = torch.zeros(len(learner.rows), dtype=torch.bool, device=self.h.device)
+        obs = learner.normalize(self.obs)
+        return learner.net.value(obs, learner.types, first, self.h, self.critic_in, self.cache)
+
+
+def _where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)
+
+
+def _map(fn, *obs):
+    """fn over an observation or, part by part, a pair of them."""
+    if isinstance(obs[0], tuple):
+        return tuple(fn(*parts) for parts in zip(*obs, strict=True))
+    return fn(*obs)
 
 
 class Trainer:
@@ -257,6 +324,10 @@ class Trainer:
             torch.set_num_threads(config.threads)
         if self.device.type == "cpu":  # exact resumption is promised on the CPU
             torch.use_deterministic_algorithms(True)
+            # Deterministic mode also fills every new tensor with NaN, which slows each
+            # empty_like, clone, cast and gather; every buffer here is written before it is
+            # read, so exact resumption does not need the fill.
+            torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
         torch.manual_seed(config.seed)
         self.spec = policy_spec(config, game)
         self.plan = make_plan(config, game)
@@ -283,7 +354,9 @@ class Trainer:
         self.pool = OpponentPool(config.pool_size)
         self.generator = torch.Generator(self.device).manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
-        self.outcomes = _OutcomeCounts(self.plan, game, self.device, self.games)
+        self.outcomes = _OutcomeCounts(
+            self.plan, game, self.device, self.games, config.rollout_steps
+        )
         self.evaluator = Evaluator(config, game.symmetric)
         self.update = 0
         self.agent_steps = 0
@@ -353,25 +426,50 @@ class Trainer:
         for p, snap in zip(pool, self.pool.sample(self.rng, len(pool)), strict=True):
             p.begin_rollout(snap, self.first[p.rows.game])
 
-    def _noise(self, index: int, p, t: int):
-        """Player `index`'s sampling uniforms at rollout step t (see `baselines.noise`)."""
-        step = (self.update - 1) * self.config.rollout_steps + t
-        return noise.uniforms(self.config.seed, index, step, p.rows.uid, p.net.noise_width)
+    def _noise(self, index: int, p) -> torch.Tensor:
+        """Player `index`'s sampling uniforms of the whole rollout, [T, N, width]: step t
+        of update u draws counter (u - 1) * T + t (see `baselines.noise`)."""
+        t = self.config.rollout_steps
+        first = (self.update - 1) * t
+        return noise.rollout_uniforms(
+            self.config.seed, index, first, t, p.rows.uid, p.net.noise_width
+        )
+
+    @property
+    def _one_truncation_per_rollout(self) -> bool:
+        """No row can be truncated twice in a rollout (the time limit is at least the
+        rollout's length, or there is none), so one slot per row holds its final
+        observation until the rollout ends."""
+        config = getattr(self.venv, "config", None)
+        if config is None or not hasattr(config, "max_episode_length"):
+            return False
+        limit = config.max_episode_length
+        return limit is None or limit >= self.config.rollout_steps
 
     @torch.no_grad()
     def collect(self) -> None:
-        """One rollout into the learners' buffers (see the module doc)."""
+        """One rollout into the learners' buffers (see the module doc).
+
+        Nothing here reads a tensor on the host: the sampling noise of the rollout is made in
+        one call per player, the policies' step weights once, and the values of truncated
+        episodes' final observations in one call after the rollout.
+        """
         cfg, game = self.config, self.game
         b, n = self.games[1] - self.games[0], game.n_agents
         for learner in self.learners:
             learner.buffer.h0 = learner.h
         self._swap_pool_players()
+        players = self.players()
+        uniforms = [self._noise(i, p) for i, p in enumerate(players)]
+        caches = [p.net.step_cache() for p in players]
+        learners = zip(self.learners, caches[: len(self.learners)], strict=True)
+        self._finals = [_FinalSlot(learner, cache) for learner, cache in learners]
         self.outcomes.zero()
         act_shape = () if game.discrete else (3,)
         for t in range(cfg.rollout_steps):
             flat = _flat(self.obs, b * n)
             dead = self.dead.reshape(-1)
-            for i, p in enumerate(self.players()):
+            for i, p in enumerate(players):
                 rows = p.rows
                 raw = rows.take(flat)
                 first = self.first[rows.game]
@@ -382,8 +480,9 @@ class Trainer:
                 if learning and self.spec.central_critic:
                     critic_in = p.critic_input(self.state_vectors)
                     p.state_norm.add(self.state_vectors[rows.game, rows.team], alive)
-                u = self._noise(i, p, t)
-                actions, logp, value, p.h = p.net.act(obs, p.types, first, p.h, critic_in, u)
+                actions, logp, value, p.h = p.net.act(
+                    obs, p.types, first, p.h, critic_in, uniforms[i][t], cache=caches[i]
+                )
                 if learning:
                     buf = p.buffer
                     buf.store_obs(t, obs)
@@ -399,55 +498,54 @@ class Trainer:
             self.obs, self.first, self.dead = obs, ended, dones
             if self.spec.central_critic:
                 self.state_vectors = info["state_vector"]
-        self._bootstrap_values()
+        self.outcomes.close()
+        self._final_values()
+        self._bootstrap_values(caches)
         for learner in self.learners:
             learner.commit(self.dist.sum_)
 
     def _record_step(self, t, rewards, dones, ended, info) -> None:
         flat_rewards, flat_dones = rewards.reshape(-1), dones.reshape(-1)
-        for learner in self.learners:
+        truncated = info["truncated"]
+        b, n = self.games[1] - self.games[0], self.game.n_agents
+        final = _flat(info["final_obs"], b * n)
+        for learner, slot in zip(self.learners, self._finals, strict=True):
             rows, buf = learner.rows, learner.buffer
             alive = buf.alive[t]
             alive_after = ~rows.take(flat_dones)
             cont = alive_after & ~ended[rows.game]
             buf.cont[t] = cont
-            buf.boot[t] = alive_after & info["truncated"][rows.game]
-            buf.final_values[t] = 0.0
+            boot = alive_after & truncated[rows.game]
+            buf.boot[t] = boot
             r = torch.where(alive, rows.take(flat_rewards), 0.0)
             buf.rewards[t] = learner.rewards(r, alive, cont)
-        self.outcomes.add(ended, info)
-        if bool(info["truncated"].any()):  # one scalar read: evaluate final observations
-            self._final_values(t, info)
-
-    def _final_values(self, t: int, info) -> None:
-        """Values of the final observations of truncated episodes (bootstrap targets)."""
-        b, n = self.games[1] - self.games[0], self.game.n_agents
-        final = _flat(info["final_obs"], b * n)
-        for learner in self.learners:
-            buf = learner.buffer
-            idx = buf.boot[t].nonzero().squeeze(-1)
-            if idx.numel() == 0:
-                continue
-            rows = learner.rows
-            obs = learner.normalize(_take(final, rows.index[idx]))
             critic_in = None
             if self.spec.central_critic:
-                critic_in = learner.critic_input(info["final_state_vector"], idx)
-            h = learner.net.core.rows(learner.h, idx)
-            first = torch.zeros(idx.shape, dtype=torch.bool, device=self.device)
-            value = learner.net.value(obs, learner.types[idx], first, h, critic_in)
-            buf.final_values[t, idx] = value
+                critic_in = learner.critic_input(info["final_state_vector"])
+            slot.keep(boot, rows.take(final), learner.h, critic_in)
+            if not self._one_truncation_per_rollout:  # a row may be truncated again
+                buf.final_values[t] = torch.where(boot, slot.value(), 0.0)
+        self.outcomes.add(t, ended, info)
 
-    def _bootstrap_values(self) -> None:
+    def _final_values(self) -> None:
+        """Values of the final observations of truncated episodes (bootstrap targets): one
+        call per learner on the rows' kept final observations and states."""
+        if not self._one_truncation_per_rollout:
+            return  # made step by step in `_record_step`
+        for learner, slot in zip(self.learners, self._finals, strict=True):
+            buf = learner.buffer
+            buf.final_values = torch.where(buf.boot, slot.value().unsqueeze(0), 0.0)
+
+    def _bootstrap_values(self, caches) -> None:
         b, n = self.games[1] - self.games[0], self.game.n_agents
         flat = _flat(self.obs, b * n)
-        for learner in self.learners:
+        for i, learner in enumerate(self.learners):
             rows = learner.rows
             obs = learner.normalize(rows.take(flat))
             central = self.spec.central_critic
             critic_in = learner.critic_input(self.state_vectors) if central else None
             learner.buffer.next_values = learner.net.value(
-                obs, learner.types, self.first[rows.game], learner.h, critic_in
+                obs, learner.types, self.first[rows.game], learner.h, critic_in, caches[i]
             )
 
     # --- update ------------------------------------------------------------------------------
@@ -468,24 +566,30 @@ class Trainer:
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
         size = math.ceil(total / cfg.minibatches)
-        sums = torch.zeros(6, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(len(UPDATE_STATS), dtype=torch.float64, device=self.device)
+        kl_at = UPDATE_STATS.index("approx_kl")
         steps, epochs_done = 0, 0
         for epoch in range(cfg.epochs):
             perm = torch.randperm(total, generator=self.generator, device=self.device)
             kl = torch.zeros((), dtype=torch.float64, device=self.device)
+            epoch_steps = 0
             for k in range(0, total, size):
                 mine = local[perm[k : k + size]]
                 idx = mine[mine >= 0]
                 stats = self._minibatch_step(index, idx, advantages, returns, epoch, k // size)
                 sums += stats
-                kl += stats[3]
-                steps += 1
+                kl += stats[kl_at]
+                epoch_steps += 1
+            steps += epoch_steps
             epochs_done += 1
-            if cfg.target_kl is not None and float(self.dist.sum_(kl)) / steps > cfg.target_kl:
-                break  # the same decision in every process (summed KL)
+            # this epoch's mean KL, the same decision in every process (summed KL)
+            if (
+                cfg.target_kl is not None
+                and float(self.dist.sum_(kl)) / epoch_steps > cfg.target_kl
+            ):
+                break
         self.dist.sum_(sums)
-        names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
-        out = {k: float(v) / steps for k, v in zip(names, sums, strict=True)}
+        out = {k: float(v) / steps for k, v in zip(UPDATE_STATS, sums, strict=True)}
         out["grad_norm"] /= self.dist.world  # every process holds the same norm
         out["explained_variance"] = self._explained_variance(returns, buf)
         out["epochs"] = epochs_done
@@ -511,12 +615,16 @@ class Trainer:
         return 1.0 - var_d / var_r if var_r > 0 else None
 
     def _minibatch_step(self, index, idx, advantages, returns, epoch, k) -> torch.Tensor:
-        """One optimiser step on this process's rows `idx` of a minibatch; returns the
-        float64 sums (policy, value, entropy, kl, clip fraction, grad norm) for logging."""
+        """One optimiser step on this process's rows `idx` of a minibatch; returns its
+        float64 statistics [len(UPDATE_STATS)], in the order of `UPDATE_STATS`."""
         cfg, learner = self.config, self.learners[index]
         buf, net = learner.buffer, learner.net
-        mask = buf.alive[:, idx]
-        adv = advantages[:, idx]
+
+        def cols(x):  # the minibatch's columns of a [T, N, ...] tensor
+            return x.index_select(1, idx)
+
+        mask = cols(buf.alive)
+        adv = cols(advantages)
         with torch.no_grad():
             a = torch.where(mask, adv, 0.0).to(torch.float64)
             moments = self.dist.sum_(
@@ -527,17 +635,17 @@ class Trainer:
         batch = (
             buf.obs_rows(idx),
             learner.types[idx],
-            buf.first[:, idx],
+            cols(buf.first),
             net.core.rows(buf.h0, idx),
-            buf.actions[:, idx],
-            None if buf.critic_in is None else buf.critic_in[:, idx],
+            cols(buf.actions),
+            None if buf.critic_in is None else cols(buf.critic_in),
         )
         evaluate = self._ddp[index] if self._ddp[index] is not None else net.evaluate
         logp, entropy, value = evaluate(*batch)
-        value, old, target = normalized_value_terms(net, value, buf.values[:, idx], returns[:, idx])
+        value, old, target = normalized_value_terms(net, value, cols(buf.values), cols(returns))
         out = ppo_loss(
             logp,
-            buf.logp[:, idx],
+            cols(buf.logp),
             adv,
             value,
             old,
@@ -561,9 +669,15 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         else:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
-        stats = torch.stack(
-            [out.policy, out.value, out.entropy, out.approx_kl, out.clip_frac, norm.detach()]
-        ).to(torch.float64)
+        parts = {
+            "policy_loss": out.policy,
+            "value_loss": out.value,
+            "entropy": out.entropy,
+            "approx_kl": out.approx_kl,
+            "clip_frac": out.clip_frac,
+            "grad_norm": norm.detach(),
+        }
+        stats = torch.stack([parts[k] for k in UPDATE_STATS]).to(torch.float64)
         if not torch.isfinite(norm):  # the same norm in every process: all stop together
             total = self.dist.sum_(stats.clone())
             raise TrainingDiverged(
@@ -634,18 +748,8 @@ class Trainer:
             "return_team1",
         ]
         for label in self.plan.labels:
-            cols += [f"{w}/{label}" for w in ("win_rate", "draw_rate", "loss_rate", "games")]
-        learned = [
-            "lr",
-            "policy_loss",
-            "value_loss",
-            "entropy",
-            "approx_kl",
-            "clip_frac",
-            "explained_variance",
-            "grad_norm",
-            "epochs",
-        ]
+            cols += [f"{w}/{label}" for w in OUTCOME_COLUMNS]
+        learned = ["lr", *LEARN_COLUMNS]
         cols += learned
         if len(self.learners) > 1:
             cols += [f"{k}_team1" for k in learned if k != "lr"]

@@ -1,15 +1,19 @@
 """Training throughput of the PPO baseline: the rollout and the update phase, against the
-same rollout as one JAX scan with a same-sized JAX policy.
+same rollout's per-step work as one JAX scan.
 
 Every configuration runs in a fresh process. A PPO case builds the trainer
 (`baselines.train.Trainer`, opponent "self": the policy acts for every agent), compiles and
-warms up with one rollout and one update, then times `repeats` rollouts and updates
-(medians, min-max). The JAX case is `benchmarks.throughput` with `--policy mlp` (a 2-layer
-tanh MLP, 64 units, on every agent's vector observation, inside the compiled scan) and the
-auto-resetting step, on the same scenario, batch and number of steps.
+warms up with one rollout and one update (`warmup_s`, reported apart), then times `repeats`
+rollouts and updates (medians, min-max). The JAX case does in one compiled scan what the
+PyTorch MLP learner does per step: normalise the observations, run a same-width policy
+(linear + ReLU encoder and core, one head for logits and value), sample actions and their
+log-probabilities, accumulate the observation statistics, step the auto-resetting games,
+and write the rollout buffers (normalised observations, actions, log-probs, values, masked
+rewards, alive masks); its compile time is reported apart.
 
     python -m benchmarks.training                             # 1024 games of 5 vs 5, ~3 min
     python -m benchmarks.training --batch 256 4096 --policies s5 gru mlp --json t.json
+    python -m benchmarks.training --preset cpu --batch 512 --policies s5 gru --no-jax
 
 Counting: agent-steps = steps x games x agents per game (every agent of every game, whoever
 acts for it); a PPO update processes the rollout's agent-steps, so its rate is rollout
@@ -24,6 +28,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from benchmarks._common import (
@@ -49,9 +54,11 @@ class Options:
     policies: list = option(["s5", "mlp"], "PPO policy cores to time", type=str)
     steps: int = option(32, "rollout steps per update")
     repeats: int = option(5, "timed rollouts and updates per PPO configuration")
-    jax: bool = option(True, "also time the JAX scan with the JAX MLP policy")
+    jax: bool = option(True, "also time the JAX scan doing the PyTorch MLP learner's per-step work")
     timeout: float = option(1800.0, "seconds allowed per configuration")
     json: str = option(None, "write the rows as a JSON list to this path")
+    preset: str = option(None, "PPO preset whose recipe the PPO cases train with (e.g. cpu)")
+    threads: int = option(0, "torch threads of the PPO cases (0: torch's default)")
 
 
 @dataclass(frozen=True)
@@ -65,19 +72,24 @@ class Case:
     steps: int
     repeats: int
     policy: str = "mlp"
+    preset: str | None = None
+    """PPO preset of the recipe (None: the PPOConfig defaults)."""
+    threads: int = 0
 
 
 def _ppo_case(case: Case) -> dict[str, Any]:
     import torch
 
-    from baselines.config import PPOConfig
+    from baselines.config import preset
     from baselines.train import Trainer, keep_freed_memory
 
     keep_freed_memory()  # as python -m baselines.ppo does
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = PPOConfig(
+        config = dataclasses.replace(
+            preset(case.preset),
             scenario=case.scenario,
+            threads=case.threads,
             num_envs=case.batch,
             rollout_steps=case.steps,
             policy=case.policy,
@@ -117,26 +129,104 @@ def _ppo_case(case: Case) -> dict[str, Any]:
         }
 
 
-def _jax_case(case: Case) -> dict[str, Any]:
-    from benchmarks import throughput
+def _jax_policy(config, hidden: int, key):
+    """`act(obs (B, n, L), mean, scale, key) -> (normalised obs, actions, log-probs, values)`:
+    what the PyTorch MLP learner does per step, in JAX: normalise the observation (frozen
+    statistics, clipped at 10), a linear + ReLU encoder, a linear + ReLU core, one head for
+    the 27 logits (3 means) and the value, a sample and its log-probability."""
+    import jax
+    import jax.numpy as jnp
 
-    row = throughput.run_case(
-        throughput.Case(
-            case.scenario,
-            batch=case.batch,
-            steps=case.steps,
-            repeats=case.repeats,
-            policy="mlp",
-            step_fn="autoreset",
-        )
+    n_out = 27 if config.discrete_actions else 3
+    k1, k2, k3 = jax.random.split(key, 3)
+    width = config.vector_size
+    w1 = jax.random.normal(k1, (width, hidden)) / jnp.sqrt(width)
+    w2 = jax.random.normal(k2, (hidden, hidden)) / jnp.sqrt(hidden)
+    w3 = jax.random.normal(k3, (hidden, n_out + 1)) * 0.01
+    log_std = jnp.full((3,), -0.5)
+
+    def act(obs, mean, scale, k):
+        x = jnp.clip((obs - mean) * scale, -10.0, 10.0)
+        y = jax.nn.relu(jax.nn.relu(x @ w1) @ w2) @ w3
+        out, value = y[..., :n_out], y[..., n_out]
+        if config.discrete_actions:
+            logp_all = jax.nn.log_softmax(out)
+            actions = jax.random.categorical(k, logp_all)
+            logp = jnp.take_along_axis(logp_all, actions[..., None], -1)[..., 0]
+            return x, actions.astype(jnp.int32), logp, value
+        z = jax.random.normal(k, out.shape)
+        actions = out + jnp.exp(log_std) * z
+        logp = jnp.sum(-0.5 * z * z - log_std - 0.5 * jnp.log(2 * jnp.pi), -1)
+        return x, actions, logp, value
+
+    return act
+
+
+def _jax_case(case: Case) -> dict[str, Any]:
+    """The PyTorch rollout's per-step work as one JAX scan: the policy above acting for every
+    agent, running sums of the observation statistics, and the rollout buffers (normalised
+    observations, actions, log-probs, values, rewards, alive masks) as the scan's outputs."""
+    import jax
+    import jax.numpy as jnp
+
+    import gigastep
+    from baselines.config import PPOConfig
+    from benchmarks._common import time_repeats
+    from gigastep import env as genv
+
+    config = gigastep.make(case.scenario).config
+    act = _jax_policy(config, PPOConfig().hidden, jax.random.PRNGKey(1))
+    b = case.batch
+    obs, states = jax.jit(partial(genv.batched_reset, config))(
+        jax.random.split(jax.random.PRNGKey(0), b)
     )
+    width = config.vector_size
+
+    def body(carry, key):
+        states, obs, alive, mean, scale, sums = carry
+        k_act, k_env = jax.random.split(key)
+        x, actions, logp, value = act(obs, mean, scale, k_act)
+        m = alive.reshape(-1).astype(jnp.float32)
+        flat = obs.reshape(-1, width)
+        sums = sums + jnp.stack([m @ flat, m @ (flat * flat)])
+        nxt, states, rewards, dones, ended, _ = genv.batched_step_autoreset(
+            config, states, actions, jax.random.split(k_env, b)
+        )
+        alive_next = ~dones | ended[:, None]
+        out = (x, actions, logp, value, jnp.where(alive, rewards, 0.0), alive)
+        return (states, nxt, alive_next, mean, scale, sums), out
+
+    def rollout(carry, key):
+        return jax.lax.scan(body, carry, jax.random.split(key, case.steps))
+
+    n = config.n_agents
+    carry = (
+        states,
+        obs,
+        jnp.ones((b, n), bool),
+        jnp.zeros(width),
+        jnp.ones(width),
+        jnp.zeros((2, width)),
+    )
+    t0 = time.perf_counter()
+    compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(2)).compile()
+    compile_s = time.perf_counter() - t0
+    state = {"carry": carry}
+
+    def call(i):
+        state["carry"], buffers = compiled(state["carry"], jax.random.PRNGKey(100 + i))
+        return state["carry"], buffers
+
+    timing = time_repeats(call, repeats=case.repeats, warmup=1)
+    agent_steps = case.steps * b * n
     return {
-        "n_agents": row["n_agents"],
-        "rollout_agent_steps_per_s": row["agent_steps_per_s"],
-        "rollout_min": row["agent_steps_per_s_min"],
-        "rollout_max": row["agent_steps_per_s_max"],
-        "compile_s": row["compile_s"],
-        "scenario_hash": row["scenario_hash"],
+        "n_agents": n,
+        "agent_steps": agent_steps,
+        "rollout_agent_steps_per_s": agent_steps / timing.median,
+        "rollout_min": agent_steps / max(timing.times),
+        "rollout_max": agent_steps / min(timing.times),
+        "compile_s": compile_s,
+        "scenario_hash": gigastep.scenario_hash(config),
     }
 
 
@@ -147,7 +237,9 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"PyTorch PPO rollout, {row['policy']}" if row["kind"] == "ppo" else "JAX scan, mlp"
+    if row["kind"] == "ppo":
+        return f"PyTorch PPO rollout, {row['policy']}"
+    return "JAX scan, same per-step work (mlp)"
 
 
 COLUMNS = (
@@ -157,8 +249,17 @@ COLUMNS = (
     Column("_range", "rollout min-max [agent-steps/s]"),
     Column("_ratio", "vs JAX scan"),
     Column("update_agent_steps_per_s", "update [agent-steps/s]", format_number),
+    Column("_update_range", "update min-max [agent-steps/s]"),
+    Column("_compile", "compile or warm-up [s]"),
     Column("peak_rss_mb", "peak RSS [MiB]", lambda x: f"{x:.0f}"),
 )
+
+
+def _update_range(row: dict[str, Any]) -> str:
+    if row["kind"] != "ppo" or not row.get("update_s"):
+        return "–"
+    n, times = row["agent_steps"], row["update_s"]
+    return f"{format_number(n / max(times))}–{format_number(n / min(times))}"
 
 
 def render(rows: list[dict[str, Any]]) -> str:
@@ -183,6 +284,8 @@ def render(rows: list[dict[str, Any]]) -> str:
                 "_label": _label(r),
                 "_ratio": ratio,
                 "_range": f"{format_number(r['rollout_min'])}–{format_number(r['rollout_max'])}",
+                "_update_range": _update_range(r),
+                "_compile": f"{r.get('compile_s', r.get('warmup_s', 0.0)):.1f}",
             }
         )
     return markdown_table(shown, COLUMNS)
@@ -200,7 +303,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if opts.jax:
             cases.append(Case("jax", opts.scenario, batch, opts.steps, opts.repeats))
         cases += [
-            Case("ppo", opts.scenario, batch, opts.steps, opts.repeats, p) for p in opts.policies
+            Case(
+                "ppo", opts.scenario, batch, opts.steps, opts.repeats, p, opts.preset, opts.threads
+            )
+            for p in opts.policies
         ]
     rows = run_cases(
         "benchmarks.training",
