@@ -277,8 +277,8 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
     seen = []  # (player, first, seat of every row after the step's start)
     act = PoolPlayer.act
 
-    def watched(self, obs, types, first, h, *rest):
-        out = act(self, obs, types, first, h, *rest)
+    def watched(self, obs, types, first, h, *rest, **kwargs):
+        out = act(self, obs, types, first, h, *rest, **kwargs)
         seen.append((self.name, first.clone(), self.seat.clone()))
         return out
 
