@@ -8,7 +8,7 @@ one-hot input, so heterogeneous teams share weights. A policy is
       -> actor head (27-way categorical, or a 3-d Gaussian) and value head,
 
 or, with a centralised critic (MAPPO), the actor above and a separate MLP critic on the game's
-global state vector (`gigastep.observations.global_state`), the agent's slot in its team and
+global state vector (`gigastep.game.observations.global_state`), the agent's slot in its team and
 its type.
 
 Two modes that give the same numbers (tested):
@@ -22,7 +22,7 @@ acting-time states exactly.
 
 Continuous actions: a Gaussian with a learned, state-independent log-std per action
 dimension. The sampled action is sent to the environment unclipped and unsquashed; the
-environment clips it to [-1, 1] (`gigastep.dynamics.decode_actions`). The log-probability is
+environment clips it to [-1, 1] (`gigastep.game.dynamics.decode_actions`). The log-probability is
 that of the unclipped sample under the Gaussian: the clipping is part of the environment's
 dynamics, so the ratio of two policies' log-probabilities stays exact.
 """

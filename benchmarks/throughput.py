@@ -456,10 +456,10 @@ def _worker_env(case: Case) -> dict[str, str] | None:
 
 def _obs_kernel(config) -> str:
     """Which code computes this config's observation here: "native" (the CPU kernel of
-    gigastep/_native) or "jax"."""
+    gigastep/game/_native) or "jax"."""
     import jax
 
-    from gigastep.observations.vector import native_supported
+    from gigastep.game.observations.vector import native_supported
 
     cpu = jax.default_backend() == "cpu"
     return "native" if config.obs_type == "vector" and cpu and native_supported(config) else "jax"

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep import env as _env
+from gigastep._checks import check_positive_int
 from gigastep.opponents import POLICIES, Policy, resolve_env
 from gigastep.types import EnvConfig, closest
 
@@ -569,16 +570,14 @@ def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *,
     env = resolve_env(scenario, **overrides)
     config = env.config
     for name, value in (("games", games), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_int(value, name)
     steps = config.max_episode_length if max_steps is None else max_steps
     if steps is None:
         raise ValueError(
             "this scenario has no time limit (max_episode_length=None): pass max_steps, after "
             "which unfinished games are not counted"
         )
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    check_positive_int(steps, "max_steps")
     plan = _seat_plan(config, games, a_team)
     a, b = resolve_player(player_a, device), resolve_player(player_b, device)
     for team, _ in plan:
@@ -805,7 +804,7 @@ def _groups_from_one_start(config: EnvConfig, groups, seed: int):
     """Start states of all slots: every group starts from the same positions."""
     sizes = [size for _, size in groups]
     keys = jax.random.split(jax.random.PRNGKey(seed), max(sizes))
-    return _env._v_reset(config, jnp.concatenate([keys[:s] for s in sizes]))[1]
+    return _env.GigastepEnv(config).v_reset(jnp.concatenate([keys[:s] for s in sizes]))[1]
 
 
 def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:

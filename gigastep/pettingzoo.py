@@ -35,7 +35,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import observe_state, resolve_env, team_outcome
 from gigastep.types import EnvConfig, EnvState, check_finite_state, closest
 

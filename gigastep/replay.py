@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._checks import check_positive_int
 from gigastep._files import atomic_path
 from gigastep.env import GigastepEnv
 from gigastep.evaluation import ScriptedPlayer, resolve_player
@@ -329,8 +330,7 @@ def record_game(env, players, steps: int = 200, seed: int = 0, agents=(),
         agents: agents whose RGB observations the recording keeps (for videos).
         progress: optional callable `progress(steps_done)`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    check_positive_int(steps, "steps")
     game = GameRunner(env, players, seed, overrides, device)
     agents = check_agents(game.env, agents)
 

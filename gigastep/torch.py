@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from gigastep import env as _env
-from gigastep.observations.global_state import state_vector
+from gigastep._checks import check_positive_int, check_team
+from gigastep.game.observations.global_state import state_vector
 from gigastep.opponents import VersusEnv, get_policy, observe_state, resolve_env
 from gigastep.types import EnvConfig, EnvState, check_finite_state
 
@@ -232,8 +233,7 @@ class ScriptedTeam:
         if not 0 <= self.start < self.stop:
             raise ValueError(f"ScriptedTeam needs 0 <= start < stop, got [{self.start}, "
                              f"{self.stop})")  # fmt: skip
-        if self.team not in (0, 1):
-            raise ValueError(f"ScriptedTeam.team must be 0 or 1, got {self.team}")
+        check_team(self.team, "ScriptedTeam.team")
         object.__setattr__(self, "policy", get_policy(self.policy))
 
 
@@ -277,7 +277,7 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
     games and draws their keys (see `_game_keys`).
     `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
     global state vectors (B, 2, S) of the next and of the finished states are returned too
-    (`gigastep.observations.global_state`, seen from team 0 and from team 1).
+    (`gigastep.game.observations.global_state`, seen from team 0 and from team 1).
     """
     config = _game_config(game)
     if reset_finished_only:
@@ -373,7 +373,7 @@ class TorchVecEnv:
             else running values), `winner` (B,) int32 (the team left alone at the end of a
             finished episode, else -1: see `gigastep.env.episode_winner`).
             With `state_vectors=True` also `state_vector` and `final_state_vector`, (B, 2, S)
-            float32: the global state vector (`gigastep.observations.global_state`) of the
+            float32: the global state vector (`gigastep.game.observations.global_state`) of the
             next state and of the state the step ended in, seen from team 0 and team 1.
 
     `scripted` (a sequence of `ScriptedTeam`) lets the compiled step play one team of chosen
@@ -398,8 +398,7 @@ class TorchVecEnv:
     def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
                  final_obs: bool = True, opponent=None, team: int = 0, scripted=(),
                  state_vectors: bool = False, window=None):  # fmt: skip
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        check_positive_int(num_envs, "num_envs")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
         self.num_envs = num_envs
@@ -505,7 +504,7 @@ class TorchVecEnv:
 
     def state_vector(self) -> torch.Tensor:
         """(B, 2, S) float32: the global state vector of the current states, seen from team
-        0 and from team 1 (`gigastep.observations.global_state`)."""
+        0 and from team 1 (`gigastep.game.observations.global_state`)."""
         return jax_to_torch(_v_both_state_vectors(self.config, self.states))
 
     def snapshot(self) -> dict:
@@ -618,6 +617,5 @@ def _as_game(name_or_env, opponent, team) -> Game:
     env = resolve_env(name_or_env)
     if opponent is None:
         return env.config
-    if isinstance(team, bool) or team not in (0, 1):
-        raise ValueError(f"team must be 0 or 1, got {team!r}")
+    check_team(team)
     return VersusEnv(env, opponent, opponent_team=1 - team)

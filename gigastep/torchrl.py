@@ -47,7 +47,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS
+from gigastep.game.batching import select_games
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import VersusEnv, resolve_env
 from gigastep.spaces import vector_bounds
 from gigastep.torch import TorchVecEnv, jax_to_torch
@@ -252,7 +253,7 @@ class GigastepTorchRLEnv(EnvBase):
         """Really reset the games of `mask` that have not ended (their states are replaced)."""
         self._reset_key, sub = jax.random.split(self._reset_key)
         fresh = _fresh_states(self.config, jax.random.split(sub, self.num_envs))
-        states = _env._select(jax.numpy.asarray(mask.cpu().numpy()), fresh, self._venv.states)
+        states = select_games(jax.numpy.asarray(mask.cpu().numpy()), fresh, self._venv.states)
         fresh_obs = self._venv.reset_to(states)  # observes every game as at a reset
         fresh_alive = jax_to_torch(states.agents.alive)
         if isinstance(self._venv.game, VersusEnv):

@@ -17,6 +17,9 @@ from typing import Any
 import chex
 import jax.numpy as jnp
 
+from gigastep._checks import closest, float_tuple
+from gigastep.game.maps import MapSpec, map_set
+
 __all__ = [
     "OBS_TYPES",
     "AgentState",
@@ -32,15 +35,7 @@ __all__ = [
 
 OBS_TYPES = ("vector", "rgb", "rgb_vector")
 
-Box4 = tuple[float, float, float, float]
 Pair = tuple[float, float]
-
-
-def closest(name: str, choices, n: int = 3) -> list[str]:
-    """The `n` names in `choices` that look most like `name` (for error messages)."""
-    choices = list(choices)
-    found = difflib.get_close_matches(name, choices, n=n, cutoff=0.0)
-    return found or choices[:n]
 
 
 # Keyword names of the 2023 library that this project renamed (old name -> new name).
@@ -84,58 +79,6 @@ def check_fields(names, where: str = "") -> None:
             f"{prefix}unknown EnvConfig field {key!r} ({hint}); "
             f"help(gigastep.EnvConfig) documents all {len(valid)} fields"
         )
-
-
-@dataclass(frozen=True)
-class MapSpec:
-    """One obstacle map, in coordinates of a 10 x 10 reference world.
-
-    Scaled to the environment's `limit_x` x `limit_y` when used (heights and headings are not).
-    """
-
-    name: str
-    boxes: tuple[Box4, ...] = ()  # [x1, y1, x2, y2] each; agents strictly inside die
-    start_team0: Box4 = (1.0, 1.0, 4.0, 9.0)  # start region of team 0
-    start_team1: Box4 = (6.0, 1.0, 9.0, 9.0)  # start region of team 1
-    height: Pair = (0.0, 0.0)  # start altitude range [lo, hi)
-    heading_team0: Pair = (0.0, 0.0)  # start heading range of team 0, radians
-    heading_team1: Pair = (math.pi, math.pi)  # start heading range of team 1, radians
-
-    def __post_init__(self):
-        boxes = tuple(_floats(b, 4, f"map {self.name!r} box") for b in self.boxes)
-        object.__setattr__(self, "boxes", boxes)
-        for name, size in (
-            ("start_team0", 4),
-            ("start_team1", 4),
-            ("height", 2),
-            ("heading_team0", 2),
-            ("heading_team1", 2),
-        ):
-            object.__setattr__(self, name, _floats(getattr(self, name), size, name))
-        for b in boxes:
-            if not (b[0] <= b[2] and b[1] <= b[3]):
-                raise ValueError(f"map {self.name!r}: box {b} must have x1 <= x2 and y1 <= y2")
-        for region in (self.start_team0, self.start_team1):
-            if not (region[0] < region[2] and region[1] < region[3]):
-                raise ValueError(
-                    f"map {self.name!r}: start region {region} must have x1 < x2 and y1 < y2"
-                )
-        if not 0.0 <= self.height[0] <= self.height[1] <= 10.0:
-            raise ValueError(
-                f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10"
-            )
-
-
-def _floats(values: Any, size: int, what: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what} must be {size} numbers, got {values!r}") from None
-    if len(out) != size:
-        raise ValueError(f"{what} must have {size} numbers, got {len(out)}: {values!r}")
-    if not all(math.isfinite(v) for v in out):
-        raise ValueError(f"{what} must be finite, got {values!r}")
-    return out
 
 
 _PER_AGENT = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
@@ -340,15 +283,13 @@ class EnvConfig:
             )
         self._check_numbers()
         if not self.maps:
-            from gigastep.maps import map_set
-
             _set(self, "maps", map_set(self.map_set))
         else:
             maps = tuple(self.maps)
             if not all(isinstance(m, MapSpec) for m in maps):
                 raise TypeError("maps must be a tuple of gigastep.MapSpec")
             _set(self, "maps", maps)
-        _set(self, "waypoint_lifetime", _floats(self.waypoint_lifetime, 2, "waypoint_lifetime"))
+        _set(self, "waypoint_lifetime", float_tuple(self.waypoint_lifetime, 2, "waypoint_lifetime"))
 
     def _check_numbers(self):
         for f in dataclasses.fields(self):

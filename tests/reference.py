@@ -688,7 +688,7 @@ def reference_step(config, state: dict, actions, noise: dict):
 # ------------------------------------------------------------------------------------------
 #
 # Decisions the SPEC leaves room for, taken as this project's reset documents them
-# (`gigastep.env._reset_state_streamed`):
+# (`gigastep.game.reset.reset_state_streamed`):
 #   * The random draws are inputs: the map index (uniform over config.maps, §15 row 4) and one
 #     (4, n) array of uniforms in [0, 1) per round (round 0 the first draw, round r the r-th
 #     redraw): the fractions of x, y, z and heading across each agent's ranges.

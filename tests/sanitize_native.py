@@ -3,7 +3,7 @@
     python tests/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
     python tests/sanitize_native.py --opt -O3  # the optimised code the library ships
 
-Builds gigastep/_native/vector_obs.cc with ``-fsanitize=address,undefined
+Builds gigastep/game/_native/vector_obs.cc with ``-fsanitize=address,undefined
 -fno-sanitize-recover=all`` (through ``GIGASTEP_NATIVE_FLAGS``) into a temporary cache
 directory, so the normal cache never holds the instrumented library; preloads the ASan
 runtime (``LD_PRELOAD=$(c++ -print-file-name=libasan.so)``, then libstdc++; ``detect_leaks=0``,
@@ -40,7 +40,7 @@ def _stress(batches: list[int]) -> None:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from gigastep import _native
+    from gigastep.game import _native
     from tests import test_native_vector_obs as t
 
     ok, detail = _native._load_cached()

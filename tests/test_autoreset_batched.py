@@ -1,7 +1,7 @@
 """The batched auto-reset step (`GigastepEnv.v_step_autoreset`) resets only the finished games,
 yet returns bit for bit what `jax.vmap(step_autoreset)` returns (states, obs, rewards, dones,
 episode dones and info), whether no game, a few games (up to its capacity
-`_autoreset_capacity(B)`) or more games than that finish in the step.
+`autoreset_capacity(B)`) or more games than that finish in the step.
 
 Bit for bit needs one precaution. On a CPU with FMA, XLA lets LLVM contract a multiply and an
 add into one fused multiply-add inside a fused kernel, and which pairs it contracts depends on
@@ -70,7 +70,8 @@ def run_cases(strict: bool) -> dict[str, dict]:
     import numpy as np
 
     from gigastep import env as genv
-    from gigastep.env import GigastepEnv, _autoreset_capacity
+    from gigastep.env import GigastepEnv
+    from gigastep.game.batching import autoreset_capacity
     from gigastep.opponents import VersusEnv
     from gigastep.scenarios import make_config
     from gigastep.types import EnvState
@@ -80,7 +81,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
     )
     rgbv = vec.replace(discrete_actions=True, obs_type="rgb_vector", resolution_x=16,
                        resolution_y=16)  # fmt: skip
-    cap = _autoreset_capacity(BATCH)
+    cap = autoreset_capacity(BATCH)
     results = {}
 
     def actions_for(config, key, batch):
@@ -248,10 +249,10 @@ def test_reset_where_resets_exactly_the_masked_games(full_reset, games):
     import jax.numpy as jnp
     import numpy as np
 
-    from gigastep.env import _autoreset_capacity, reset_where
+    from gigastep.game.batching import autoreset_capacity, reset_where
 
     env, keys, want = full_reset
-    assert _autoreset_capacity(BATCH) == 2
+    assert autoreset_capacity(BATCH) == 2
     mask = jnp.zeros(BATCH, bool).at[jnp.asarray(games, jnp.int32)].set(True)
     got = jax.jit(lambda m, k: reset_where(env.reset, m, k))(mask, keys)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):

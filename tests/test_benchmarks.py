@@ -38,7 +38,7 @@ def test_row_has_the_documented_fields_and_types(env_row):
     assert env_row["scenario"] == "identical_1_vs_1_pobs_vec_maps_cont"
     assert env_row["obs_type"] == "vector"
     # Which observation code ran is part of the record (a compiler makes it "native").
-    from gigastep import _native
+    from gigastep.game import _native
 
     want = "native" if _native._compiler() is not None and _native.enabled() else "jax"
     assert env_row["obs_kernel"] == want and env_row["native_build_s"] >= 0

@@ -1,7 +1,7 @@
 """The JAX observation path, the one every GPU runs, against the NumPy reference.
 
 On the CPU the native kernel computes every vector observation of a step, so the rule and
-reference tests hold the JAX code (`gigastep.observations.visibility` + `.vector`) only
+reference tests hold the JAX code (`gigastep.game.observations.visibility` + `.vector`) only
 through the kernel's bit-for-bit equality with it. These tests call the JAX path explicitly
 (`jax_vector_observations`, never the CPU dispatch) on random states and compare it with
 tests/reference.py (§5.1, §5.2), so that a change to the JAX code alone (say, dropping the
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep.interactions import geometry
-from gigastep.observations.vector import jax_vector_observations
+from gigastep.game.interactions import geometry
+from gigastep.game.observations.vector import jax_vector_observations
 from gigastep.types import EnvConfig, EnvState
 from tests import reference as ref
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep import _native
-from gigastep.observations.vector import native_attributes, native_vector_observations
+from gigastep.game import _native
+from gigastep.game.observations.vector import native_attributes, native_vector_observations
 from gigastep.types import EnvConfig, EnvState
 
 N = 4

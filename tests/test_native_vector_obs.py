@@ -1,4 +1,4 @@
-"""The native CPU observation kernel (gigastep/_native) against the JAX code it replaces.
+"""The native CPU observation kernel (gigastep/game/_native) against the JAX code it replaces.
 
 On the CPU the environment computes visibility + the vector observation with one compiled C++
 kernel; elsewhere (GPU, or GIGASTEP_NATIVE=0, or no compiler) the JAX functions
@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep import _native
 from gigastep import env as genv
-from gigastep import random as grandom
-from gigastep.observations.vector import (
+from gigastep.game import _native
+from gigastep.game import random as grandom
+from gigastep.game.observations.vector import (
     jax_vector_observations,
     native_supported,
     native_vector_observations,

@@ -3,7 +3,7 @@
 `EnvState.create`, `TorchVecEnv.reset_to` and `load_state` / `save_state` refuse NaN or
 infinite positions, speeds and headings, naming the field, the game and the agent. A state
 that is non-finite all the same (built with `dataclasses.replace`, say) is observed as
-defined in `gigastep.observations.vector`: such an agent is seen by nobody and observes all
+defined in `gigastep.game.observations.vector`: such an agent is seen by nobody and observes all
 zeros, and a seen agent at a NaN or infinite distance keeps its row (before any unseen agent).
 The expected observations below are written out by hand from SPEC §5.2; both the JAX path
 (which GPUs run) and the native kernel are held to them.
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep import _native
-from gigastep.observations.vector import jax_vector_observations, native_vector_observations
+from gigastep.game import _native
+from gigastep.game.observations.vector import jax_vector_observations, native_vector_observations
 from gigastep.replay import load_state, save_state
 from gigastep.types import EnvConfig, EnvState
 

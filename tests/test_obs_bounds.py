@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import gigastep
-from gigastep.maps import builtin_maps
+from gigastep.game.maps import builtin_maps
 from gigastep.spaces import _speed_range, vector_bounds
 
 ROLLOUT_SCENARIOS = [

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from gigastep import opponents
-from gigastep.dynamics import ACTION_TABLE
 from gigastep.env import GigastepEnv
+from gigastep.game.dynamics import ACTION_TABLE
 from gigastep.opponents import VersusEnv, get_policy, to_discrete
 from gigastep.types import EnvConfig, EnvState
 

@@ -830,7 +830,7 @@ def test_visibility_matches_reference_across_bit_word_sizes(n, stochastic_comm):
     agent counts below, at and above one and two words must give the reference's seen sets."""
     import jax
 
-    from gigastep.observations.visibility import visibility
+    from gigastep.game.observations.visibility import visibility
 
     rng = np.random.default_rng(n)
     teams = tuple(int(t) for t in rng.permutation(np.arange(n) % 2))

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from gigastep import env as genv
-from gigastep import random as grandom
+from gigastep.game import random as grandom
+from gigastep.game import reset as game_reset
 from gigastep.types import EnvConfig, MapSpec
 from tests import reference as ref
 
@@ -94,15 +95,15 @@ CONFIGS = {
 def library_draws(config: EnvConfig, key):
     """The draws of one reset, from the library's draw functions: (map_idx, uniforms
     (R + 1, 4, n), comm (n, n))."""
-    k_map, k_place, k_comm = genv._reset_keys(key)
-    rounds = jnp.stack([genv._placement_uniforms(config, k_place, r)
+    k_map, k_place, k_comm = game_reset.reset_keys(key)
+    rounds = jnp.stack([game_reset.placement_uniforms(config, k_place, r)
                         for r in range(config.reset_max_rounds + 1)])  # fmt: skip
     n = config.n_agents
     if config.stochastic_comm:
         comm = grandom.uniform(k_comm, (n, n))
     else:
         comm = jnp.zeros((n, n), jnp.float32)
-    return genv._map_index(config, k_map), rounds, comm
+    return game_reset.map_index(config, k_map), rounds, comm
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from scipy import stats
 import gigastep
 from gigastep import EnvConfig, GigastepEnv, MapSpec
 from gigastep import env as genv
+from gigastep.game import reset as game_reset
 from tests import reference as ref
 from tests.spec_maps import SPEC_MAPS, scaled
 
@@ -253,8 +254,8 @@ def test_padding_boxes_do_not_force_redraws():
     @jax.jit
     def reset_and_first_draw(keys):
         states = jax.vmap(functools.partial(genv.reset_state, config))(keys)[0]
-        k_place = jax.vmap(genv._reset_keys)(keys)[:, 1]
-        u = jax.vmap(lambda k: genv._placement_uniforms(config, k, 0))(k_place)
+        k_place = jax.vmap(game_reset.reset_keys)(keys)[:, 1]
+        u = jax.vmap(lambda k: game_reset.placement_uniforms(config, k, 0))(k_place)
         return states.agents.x[:, 0], states.episode.map_idx, u[:, 0, 0]
 
     x, map_idx, u = (np.asarray(v) for v in reset_and_first_draw(keys))
@@ -265,7 +266,7 @@ def test_padding_boxes_do_not_force_redraws():
 
 
 def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_step():
-    """Defined rule (gigastep.env._reset_state_streamed): after reset_max_rounds redraws the
+    """Defined rule (gigastep.game.reset.reset_state_streamed): after reset_max_rounds redraws the
     game starts with the last round's positions, conflicts or not. Three team-0 agents in a
     0.05 x 0.05 region can never be 0.5 apart: the reset still returns a valid game inside the
     start regions, the agents are alive and close, and on the first step (computed by the NumPy

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep.maps import prerender
-from gigastep.observations.rgb import global_view, rgb_observations
+from gigastep.game.maps import prerender
+from gigastep.game.observations.rgb import global_view, rgb_observations
 from gigastep.types import EnvConfig, EnvState, MapSpec
 
 W = (255, 255, 255)

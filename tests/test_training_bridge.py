@@ -13,7 +13,7 @@ import torch
 
 from gigastep import opponents
 from gigastep.env import GigastepEnv
-from gigastep.observations.global_state import state_vector_size
+from gigastep.game.observations.global_state import state_vector_size
 from gigastep.torch import ScriptedTeam, TorchVecEnv
 from gigastep.types import EnvConfig, EnvState
 

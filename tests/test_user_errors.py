@@ -15,7 +15,7 @@ import pytest
 
 import gigastep
 from gigastep.env import GigastepEnv
-from gigastep.maps import map_set_names
+from gigastep.game.maps import map_set_names
 from gigastep.scenarios import ScenarioBuilder, make_config
 from gigastep.types import EnvConfig
 

@@ -305,7 +305,7 @@ def test_agent_killed_this_step_observes_all_zeros(gs):
 def test_row_order_is_a_stable_partial_sort(n):
     # Ties (equal distances) and unseen agents (inf) keep index order; np.argsort(kind="stable")
     # is the independent reference.
-    from gigastep.observations.vector import nearest_first
+    from gigastep.game.observations.vector import nearest_first
 
     rng = np.random.default_rng(n)
     rank = rng.integers(0, 3, size=(n, n)).astype(np.float32)  # many ties

@@ -7,7 +7,7 @@ import pytest
 
 pygame = pytest.importorskip("pygame")
 
-from gigastep.dynamics import ACTION_TABLE  # noqa: E402
+from gigastep.game.dynamics import ACTION_TABLE  # noqa: E402
 from gigastep.replay import GameRunner  # noqa: E402
 from gigastep.viewer import HELP_HEIGHT, Viewer  # noqa: E402
 

@@ -317,7 +317,7 @@ def rgb_observations(
 
     Args:
         config: the environment's config (static).
-        background: (K, res_x, res_y, 3) uint8, `gigastep.maps.prerender(config)`.
+        background: (K, res_x, res_y, 3) uint8, `gigastep.game.maps.prerender(config)`.
         agents: the agents after the step.
         episode: gives the map index and the waypoint.
         seen: (n, n) bool, ``seen[e, i]`` = ego e sees agent i.

@@ -2,9 +2,9 @@
 
 One kernel today: ``gigastep_vector_obs`` (``vector_obs.cc``), visibility plus the vector
 observation of a batch of games in one pass. On the CPU it replaces the XLA lowering of
-`gigastep.observations.visibility` + `gigastep.observations.vector` with the same values
+`gigastep.game.observations.visibility` + `gigastep.game.observations.vector` with the same values
 bit for bit on every state, finite or not, except that where both give NaN its sign and
-payload bits are not promised (`gigastep.observations.vector` defines non-finite states; the
+payload bits are not promised (`gigastep.game.observations.vector` defines non-finite states; the
 tests compare both paths); on other platforms the JAX code runs. Every operand's shape and
 dtype is checked by the kernel itself (an FFI error naming the operand, never a read out of
 bounds) and before the call.

@@ -27,6 +27,8 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._checks import check_team
+from gigastep.game.maps import map_arrays
 from gigastep.types import EnvConfig, EnvState
 
 __all__ = ["STATE_AGENT_FEATURES", "agent_order", "state_vector", "state_vector_size"]
@@ -62,8 +64,7 @@ def state_vector(config: EnvConfig, state: EnvState, team: int = 0, boxes=None):
         boxes: (B, 4) float32 boxes of the current map in world units (looked up from the
             config's maps when None).
     """
-    if isinstance(team, bool) or team not in (0, 1):
-        raise ValueError(f"team must be 0 or 1, got {team!r}")
+    check_team(team)
     a, episode = state.agents, state.episode
     lx, ly = config.limit_x, config.limit_y
     order = agent_order(config, team)
@@ -98,9 +99,7 @@ def state_vector(config: EnvConfig, state: EnvState, team: int = 0, boxes=None):
         parts += [w * active, active[None]]
     if config.max_boxes:
         if boxes is None:
-            from gigastep.env import _maps
-
-            boxes = jnp.asarray(_maps(config).boxes)[episode.map_idx]
+            boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
         scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
         parts.append((boxes[: config.max_boxes] / scale).reshape(-1))
     return jnp.concatenate(parts).astype(jnp.float32)

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.dynamics import wrap_angle
-from gigastep.observations.visibility import finite_agents, visibility
+from gigastep.game.dynamics import wrap_angle
+from gigastep.game.observations.visibility import finite_agents, visibility
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = ["N_AGENT_FEATURES", "jax_vector_observations", "native_supported",
@@ -143,7 +143,7 @@ def native_supported(config: EnvConfig) -> bool:
     """Whether `native_vector_observations` serves this config: JAX's default backend is the
     CPU, the kernel is built and loaded, at most 64 agents and 64 boxes. (On a GPU machine
     nothing is compiled or loaded.)"""
-    from gigastep import _native
+    from gigastep.game import _native
 
     return (config.n_agents <= _NATIVE_MAX_AGENTS and config.max_boxes <= _NATIVE_MAX_BOXES
             and jax.default_backend() == "cpu" and _native.load())  # fmt: skip
@@ -152,14 +152,14 @@ def native_supported(config: EnvConfig) -> bool:
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
                                dist, detected, comm_noise, boxes, comm_stream=None):  # fmt: skip
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
-    ``gigastep_vector_obs``, gigastep/_native/vector_obs.cc): the values of
+    ``gigastep_vector_obs``, gigastep/game/_native/vector_obs.cc): the values of
     `jax_vector_observations` bit for bit (NaNs aside, module docstring). CPU only (callers
     pick it with `jax.lax.platform_dependent`).
 
     Args:
         detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
         comm_stream: optional (3,) uint32 counter stream those uniforms come from
-            (`gigastep.random.stream`); the kernel then hashes them itself and `comm_noise`
+            (`gigastep.game.random.stream`); the kernel then hashes them itself and `comm_noise`
             is not read (nor, in a compiled step, computed).
         Others as in `vector_observations`.
 

@@ -1,15 +1,74 @@
-"""Obstacle maps: the built-in catalogue, map sets, scaling to the world and prerendering."""
+"""Obstacle maps: the map type, the built-in catalogue, map sets, scaling to the world and
+prerendering (both cached per config)."""
 
 from __future__ import annotations
 
-from functools import cache
+import math
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gigastep._checks import closest, float_tuple
 from gigastep._resources import read_catalog_toml
-from gigastep.types import EnvConfig, MapSpec, closest
 
-__all__ = ["MapArrays", "builtin_maps", "map_arrays", "map_set", "map_set_names", "prerender"]
+if TYPE_CHECKING:
+    from gigastep.types import EnvConfig
+
+__all__ = [
+    "MapArrays",
+    "MapSpec",
+    "background",
+    "builtin_maps",
+    "map_arrays",
+    "map_set",
+    "map_set_names",
+    "prerender",
+]
+
+Box4 = tuple[float, float, float, float]
+Pair = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """One obstacle map, in coordinates of a 10 x 10 reference world.
+
+    Scaled to the environment's `limit_x` x `limit_y` when used (heights and headings are not).
+    """
+
+    name: str
+    boxes: tuple[Box4, ...] = ()  # [x1, y1, x2, y2] each; agents strictly inside die
+    start_team0: Box4 = (1.0, 1.0, 4.0, 9.0)  # start region of team 0
+    start_team1: Box4 = (6.0, 1.0, 9.0, 9.0)  # start region of team 1
+    height: Pair = (0.0, 0.0)  # start altitude range [lo, hi)
+    heading_team0: Pair = (0.0, 0.0)  # start heading range of team 0, radians
+    heading_team1: Pair = (math.pi, math.pi)  # start heading range of team 1, radians
+
+    def __post_init__(self):
+        boxes = tuple(float_tuple(b, 4, f"map {self.name!r} box") for b in self.boxes)
+        object.__setattr__(self, "boxes", boxes)
+        for name, size in (
+            ("start_team0", 4),
+            ("start_team1", 4),
+            ("height", 2),
+            ("heading_team0", 2),
+            ("heading_team1", 2),
+        ):
+            object.__setattr__(self, name, float_tuple(getattr(self, name), size, name))
+        for b in boxes:
+            if not (b[0] <= b[2] and b[1] <= b[3]):
+                raise ValueError(f"map {self.name!r}: box {b} must have x1 <= x2 and y1 <= y2")
+        for region in (self.start_team0, self.start_team1):
+            if not (region[0] < region[2] and region[1] < region[3]):
+                raise ValueError(
+                    f"map {self.name!r}: start region {region} must have x1 < x2 and y1 < y2"
+                )
+        if not 0.0 <= self.height[0] <= self.height[1] <= 10.0:
+            raise ValueError(
+                f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10"
+            )
 
 
 @cache
@@ -78,8 +137,16 @@ class MapArrays:
         )
 
 
+@lru_cache(maxsize=64)
 def map_arrays(config: EnvConfig) -> MapArrays:
+    """`MapArrays(config)`, cached per config (numpy, so traced code embeds it as constants)."""
     return MapArrays(config)
+
+
+@lru_cache(maxsize=16)
+def background(config: EnvConfig) -> np.ndarray:
+    """`prerender(config)`, cached per config."""
+    return prerender(config)
 
 
 def prerender(config: EnvConfig) -> np.ndarray:

@@ -12,7 +12,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.dynamics import wrap_angle
+from gigastep.game.dynamics import wrap_angle
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
