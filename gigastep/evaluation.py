@@ -43,7 +43,7 @@ import dataclasses
 import math
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any, Protocol, runtime_checkable
@@ -55,7 +55,7 @@ import numpy as np
 from gigastep import env as _env
 from gigastep._checks import check_positive_int
 from gigastep.opponents import POLICIES, Policy, resolve_env
-from gigastep.types import EnvConfig, closest
+from gigastep.types import PER_AGENT_FIELDS, EnvConfig, closest
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -285,7 +285,9 @@ def resolve_player(player, device="cpu") -> Player:
 # ------------------------------------------------------------------------------------------
 
 
-def _z(confidence: float) -> float:
+def normal_quantile(confidence: float) -> float:
+    """z, the two-sided standard normal quantile of `confidence` in (0, 1) (1.96 for 0.95):
+    the half-width, in standard errors, of a normal confidence interval."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
@@ -302,7 +304,7 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
         raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
     if trials == 0:
         return (0.0, 1.0)
-    z = _z(confidence)
+    z = normal_quantile(confidence)
     p, n = successes / trials, trials
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
@@ -482,9 +484,6 @@ class MatchResult:
 # Seats
 # ------------------------------------------------------------------------------------------
 
-_TYPE_TABLES = ("sprites", "max_health", "detection_range", "damage_range", "thrust",
-                "idle_reward")  # fmt: skip
-
 
 def symmetric(config: EnvConfig) -> bool:
     """Whether both teams have the same agent types in the same order (so that swapping the
@@ -493,7 +492,7 @@ def symmetric(config: EnvConfig) -> bool:
     rows = [np.flatnonzero(teams == t) for t in (0, 1)]
     if len(rows[0]) != len(rows[1]):
         return False
-    tables = [getattr(config, t) for t in _TYPE_TABLES]
+    tables = [getattr(config, t) for t in PER_AGENT_FIELDS]
     if config.type_names:
         tables.append(config.type_names)
     return all([tab[i] for i in rows[0]] == [tab[i] for i in rows[1]] for tab in tables)
@@ -852,13 +851,3 @@ def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
                 break
     venv.close()
     return _Tally(*(x.cpu().numpy() for x in (finished, winner, returns, length)))
-
-
-def _names(players: Sequence) -> list[str]:
-    """Labels for players, made unique by appending #2, #3, ... to repeated names."""
-    seen: dict[str, int] = {}
-    out = []
-    for p in players:
-        seen[p.name] = seen.get(p.name, 0) + 1
-        out.append(p.name if seen[p.name] == 1 else f"{p.name} #{seen[p.name]}")
-    return out

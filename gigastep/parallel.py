@@ -32,6 +32,7 @@ from functools import lru_cache, partial
 
 import jax
 import numpy as np
+from jax import shard_map
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from gigastep.rollout import (
@@ -46,14 +47,7 @@ from gigastep.rollout import (
 )
 from gigastep.types import EnvConfig
 
-try:
-    from jax import shard_map
-
-    _NO_CHECK = {"check_vma": False}
-except ImportError:  # jax < 0.7
-    from jax.experimental.shard_map import shard_map
-
-    _NO_CHECK = {"check_rep": False}
+_NO_CHECK = {"check_vma": False}
 
 __all__ = ["default_mesh", "gather", "sharded_rollout"]
 

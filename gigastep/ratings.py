@@ -38,7 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gigastep._files import atomic_path, write_text
-from gigastep.evaluation import DEFAULT_SCENARIO, MatchResult, _names, evaluate, resolve_player
+from gigastep.evaluation import (
+    DEFAULT_SCENARIO,
+    MatchResult,
+    evaluate,
+    normal_quantile,
+    resolve_player,
+)
 
 __all__ = ["ELO_SCALE", "League", "Rating", "Ratings", "fit_ratings", "play_league"]
 
@@ -172,7 +178,6 @@ def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
         from scipy.optimize import minimize
     except ImportError:
         raise ImportError("fitting ratings needs scipy: pip install 'gigastep[eval]'") from None
-    from gigastep.evaluation import _z
 
     records = _records(outcomes)
     names = list(players) if players is not None else list(
@@ -200,7 +205,7 @@ def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
     centre = np.eye(k) - 1.0 / k  # the covariance of the centred ratings
     se = ELO_SCALE * np.sqrt(np.maximum(np.diag(centre @ cov @ centre), 0.0))
     theta = fit.x[:k] - fit.x[:k].mean()
-    z = _z(confidence)
+    z = normal_quantile(confidence)
     out = []
     for m, name in enumerate(names):
         rec = [(r[2], r[3], r[4]) if r[0] == name else (r[4], r[3], r[2])
@@ -390,7 +395,7 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
     if len(players) < 2:
         raise ValueError(f"a league needs at least 2 players, got {len(players)}")
     resolved = [resolve_player(p, device) for p in players]
-    labels = _names(resolved)
+    labels = _player_labels(resolved)
     pairs = [(a, b) for a in range(len(labels)) for b in range(a, len(labels))
              if a != b or self_play]  # fmt: skip
     results, done = [], 0
@@ -410,3 +415,13 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
     first = results[0]
     return League(labels, first.scenario, first.scenario_hash, games, seed, results, pairs,
                   ratings)  # fmt: skip
+
+
+def _player_labels(players: Sequence) -> list[str]:
+    """Labels for players, made unique by appending #2, #3, ... to repeated names."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in players:
+        seen[p.name] = seen.get(p.name, 0) + 1
+        out.append(p.name if seen[p.name] == 1 else f"{p.name} #{seen[p.name]}")
+    return out

@@ -22,6 +22,7 @@ from gigastep.game.maps import MapSpec, map_set
 
 __all__ = [
     "OBS_TYPES",
+    "PER_AGENT_FIELDS",
     "AgentState",
     "EnvConfig",
     "EnvState",
@@ -81,7 +82,15 @@ def check_fields(names, where: str = "") -> None:
         )
 
 
-_PER_AGENT = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
+# The per-agent type table of `EnvConfig`: one entry per agent each (indexed by agent).
+PER_AGENT_FIELDS = (
+    "sprites",
+    "max_health",
+    "detection_range",
+    "damage_range",
+    "thrust",
+    "idle_reward",
+)
 _PER_AGENT_DEFAULT = {
     "sprites": 1,
     "max_health": 1.0,
@@ -250,7 +259,7 @@ class EnvConfig:
         if bad:
             raise ValueError(f"teams must contain only 0 and 1, got {sorted(set(bad))}")
         _set(self, "teams", tuple(int(t) for t in teams))
-        for name in _PER_AGENT:
+        for name in PER_AGENT_FIELDS:
             values = tuple(getattr(self, name))
             if not values:
                 values = (_PER_AGENT_DEFAULT[name],) * n
