@@ -23,6 +23,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.dlpack
@@ -39,6 +40,7 @@ from gigastep.types import EnvConfig, EnvState, check_finite_state
 __all__ = [
     "JAX_MEMORY_SETTING",
     "ScriptedTeam",
+    "StepOutputs",
     "TorchVecEnv",
     "jax2torch",
     "jax_to_torch",
@@ -258,13 +260,34 @@ def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], state
     return actions
 
 
+class StepOutputs(NamedTuple):
+    """What the compiled batched step of a `TorchVecEnv` returns besides the key and states:
+    arrays with leading axis B (JAX arrays in the compiled call, torch tensors once
+    converted by `jax_to_torch`). A NamedTuple, so it is a pytree that jit returns as is.
+
+    `final_obs` is None unless the env was built with `final_obs=True`; `state_vector` and
+    `final_state_vector` are None unless with `state_vectors=True`.
+    """
+
+    obs: Any  # the next observation (a fresh game's where the episode ended)
+    rewards: Any  # (B, n) float32
+    dones: Any  # (B, n) bool, True for dead agents
+    ep_dones: Any  # (B,) bool, the episode ended at this step
+    terminated: Any  # (B,) bool
+    truncated: Any  # (B,) bool
+    episode_return: Any  # (B, n) float32, the return of the episode so far (before reset)
+    episode_length: Any  # (B,) int32
+    winner: Any  # (B,) int32, 0 or 1 at the end of a won episode, else -1
+    final_obs: Any = None  # the last observation of the finished games (obs elsewhere)
+    state_vector: Any = None  # (B, 2, S) float32, of the next states, from team 0 and 1
+    final_state_vector: Any = None  # (B, 2, S) float32, of the states the step ended in
+
+
 @lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
                    scripted: tuple = (), state_vectors: bool = False, window=None):  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
-    (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
-    episode_return, episode_length, winner, final_obs[, state_vector, final_state_vector]));
-    state leaves and key are donated.
+    (key, state leaves, `StepOutputs`); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
     list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
     four per step.
@@ -298,12 +321,17 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
         obs, states, rewards, dones, ep_dones, info = step(
             states, actions, _game_keys(sub, actions.shape[0], window)
         )
-        outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
-                   info.episode_return, info.episode_length, info.winner,
-                   info.final_obs)  # fmt: skip
+        outputs = StepOutputs(
+            obs=obs, rewards=rewards, dones=dones, ep_dones=ep_dones,
+            terminated=info.terminated, truncated=info.truncated,
+            episode_return=info.episode_return, episode_length=info.episode_length,
+            winner=info.winner, final_obs=info.final_obs if final_obs else None,
+        )  # fmt: skip
         if state_vectors:
-            outputs += (_both_state_vectors(config, states),
-                        _both_state_vectors(config, info.final_state))  # fmt: skip
+            outputs = outputs._replace(
+                state_vector=_both_state_vectors(config, states),
+                final_state_vector=_both_state_vectors(config, info.final_state),
+            )
         return key, jax.tree_util.tree_leaves(states), outputs
 
     return jax.jit(run, donate_argnums=(0, 1))
@@ -485,22 +513,20 @@ class TorchVecEnv:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
         actions = _leaf_to_jax(self._check_actions(actions))
         self._key, self._leaves, out = self._step(self._leaves, self._key, actions)
-        obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length, winner = (
-            jax_to_torch(out[:9])
-        )
-        final = jax_to_torch(out[9]) if self.final_obs else obs
-        self.last_obs = obs
+        out = jax_to_torch(out)
+        self.last_obs = out.obs
         info = {
-            "terminated": terminated,
-            "truncated": truncated,
-            "final_obs": final,
-            "episode_return": ep_return,
-            "episode_length": ep_length,
-            "winner": winner,
+            "terminated": out.terminated,
+            "truncated": out.truncated,
+            "final_obs": out.final_obs if self.final_obs else out.obs,
+            "episode_return": out.episode_return,
+            "episode_length": out.episode_length,
+            "winner": out.winner,
         }
         if self.state_vectors:
-            info["state_vector"], info["final_state_vector"] = jax_to_torch(out[10:12])
-        return obs, rewards, dones, ep_dones, info
+            info["state_vector"] = out.state_vector
+            info["final_state_vector"] = out.final_state_vector
+        return out.obs, out.rewards, out.dones, out.ep_dones, info
 
     def state_vector(self) -> torch.Tensor:
         """(B, 2, S) float32: the global state vector of the current states, seen from team
