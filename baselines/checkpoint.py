@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from baselines.actor import PolicyActor
 from gigastep import _files
 
 __all__ = [
@@ -137,15 +138,13 @@ class LoadedPolicy:
         seed: int = 0,
         game=None,
     ):
-        """A stateful actor for `team` of `num_envs` games (`baselines.players.PolicyActor`).
+        """A stateful actor for `team` of `num_envs` games (`baselines.actor.PolicyActor`).
 
         Args:
             team: the team to play (default: the one it was trained for; a policy trained on
                 team 0 of a symmetric scenario plays either team).
             game: the `GameSpec` of the game to play (default: the training game).
         """
-        from baselines.players import PolicyActor
-
         return PolicyActor(self, team, num_envs, device, deterministic, seed, game)
 
 

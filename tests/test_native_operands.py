@@ -4,7 +4,7 @@ Two layers, each tested per operand: `native_vector_observations` raises a Value
 the operand before building the call, and the FFI handler itself (called here through
 `jax.ffi.ffi_call`, bypassing the Python check) returns an error naming the operand, its shape
 and the expected one, instead of reading out of bounds (issue 16: a (2,) waypoint was read past
-its end). Run under AddressSanitizer by tests/sanitize_native.py.
+its end). Run under AddressSanitizer by tools/sanitize_native.py.
 """
 
 from __future__ import annotations

@@ -286,4 +286,4 @@ def test_ci_installs_lints_and_tests_as_the_readme_says():
     assert test == "python -m pytest -n 2" and test in ci
     assert jax_path.startswith("GIGASTEP_NATIVE=0 python -m pytest") and jax_path in ci
     assert lint == "ruff check . && ruff format --check ." and lint in ci
-    assert sanitize == "python tests/sanitize_native.py"  # documented, not run by CI
+    assert sanitize == "python tools/sanitize_native.py"  # documented, not run by CI

@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import jax
@@ -812,76 +810,6 @@ def _clean_env() -> dict[str, str]:
 def test_scenario_hash_needs_a_config():
     with pytest.raises(TypeError, match="EnvConfig"):
         scenario_hash({"teams": (0, 1)})
-
-
-# ------------------------------------------------------------------------------------------
-# Shipping: the catalogue is inside the wheel
-# ------------------------------------------------------------------------------------------
-
-
-def _build_wheel(tmp_path: Path) -> Path:
-    """Build the wheel from a copy of the project (README stubbed if not written yet)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", src)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("gigastep", "envs"):
-        shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
-    readme = ROOT / "README.md"
-    (src / "README.md").write_text(readme.read_text() if readme.exists() else "# gigastep\n")
-    out = tmp_path / "dist"
-    try:
-        from hatchling.builders.wheel import WheelBuilder
-    except ImportError:
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if result.returncode != 0 and "hatchling" in result.stdout + result.stderr:
-            pytest.skip(
-                "no build backend: hatchling is not installed (pip install hatchling) and pip "
-                f"could not fetch it:\n{result.stderr[-500:]}"
-            )
-        assert result.returncode == 0, result.stdout + result.stderr
-    else:
-        list(WheelBuilder(str(src)).build(directory=str(out), versions=["standard"]))
-    (wheel,) = out.glob("gigastep-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    return _build_wheel(tmp_path_factory.mktemp("wheel"))
-
-
-def test_the_wheel_ships_the_catalogue_and_the_command(wheel):
-    with zipfile.ZipFile(wheel) as z:
-        names = set(z.namelist())
-        entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        scripts = z.read(entry_points).decode()
-    for file in ("agent_types.toml", "scenarios.toml", "maps.toml"):
-        assert f"gigastep/_envs/{file}" in names
-    assert {"gigastep/scenarios.py", "gigastep/cli.py", "gigastep/_resources.py"} <= names
-    assert re.search(r"^gigastep\s*=\s*gigastep\.cli:main$", scripts, re.M)
-
-
-def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
-    site = tmp_path / "site"
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(site)
-    code = (
-        "import gigastep, gigastep._resources as r, gigastep.scenarios as s\n"
-        "print(gigastep.__file__)\n"
-        "print(r.catalog_dir())\n"
-        "print(len(s.list_scenarios()), s.scenario_hash(s.make_config('identical_5_vs_1')))\n"
-    )
-    env = {**_clean_env(), "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    module, catalog, listing = out.stdout.strip().splitlines()
-    assert Path(module).is_relative_to(site)
-    assert Path(catalog) == site / "gigastep" / "_envs"
-    assert listing == f"288 {scenario_hash(make_config('identical_5_vs_1'))}"
 
 
 def test_scenarios_module_exports_its_public_names():

@@ -15,7 +15,7 @@ The shared library is built with the system C++ compiler the first time a CPU st
 version, the compiler and its flags. Without a compiler, or with ``GIGASTEP_NATIVE=0``, the
 pure JAX path runs: same observations, slower (see README, "Throughput").
 ``GIGASTEP_NATIVE_FLAGS`` adds compiler flags (split as a shell would; they enter the cache
-key), for instance the sanitizer build of tests/sanitize_native.py.
+key), for instance the sanitizer build of tools/sanitize_native.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Run the native observation kernel under AddressSanitizer + UndefinedBehaviorSanitizer.
 
-    python tests/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
-    python tests/sanitize_native.py --opt -O3  # the optimised code the library ships
+    python tools/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
+    python tools/sanitize_native.py --opt -O3  # the optimised code the library ships
 
 Builds gigastep/game/_native/vector_obs.cc with ``-fsanitize=address,undefined
 -fno-sanitize-recover=all`` (through ``GIGASTEP_NATIVE_FLAGS``) into a temporary cache

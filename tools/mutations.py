@@ -14,10 +14,10 @@ on the union of the chosen tests: a mutation only counts as caught if those test
 without it.
 
 Usage:
-    python tests/mutations.py                  # every mutation, each with its own tests
-    python tests/mutations.py --list           # the mutations and their tests
-    python tests/mutations.py -k reset frame   # mutations whose name contains any word
-    python tests/mutations.py --full           # each mutation against the default suite
+    python tools/mutations.py                  # every mutation, each with its own tests
+    python tools/mutations.py --list           # the mutations and their tests
+    python tools/mutations.py -k reset frame   # mutations whose name contains any word
+    python tools/mutations.py --full           # each mutation against the default suite
 
 Exit status 0 when every selected mutation was caught, 1 otherwise.
 """
