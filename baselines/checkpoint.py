@@ -25,11 +25,16 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from baselines.actor import PolicyActor
 from gigastep import _files
+
+if TYPE_CHECKING:
+    from baselines.envs import GameSpec
+    from baselines.policies import PolicySpec
 
 __all__ = [
     "FORMAT",
@@ -113,9 +118,9 @@ class LoadedPolicy:
     """Trained policies of a checkpoint, ready to act (see `load_policy`)."""
 
     path: str
-    game: object
+    game: GameSpec
     """The `baselines.envs.GameSpec` it was trained on."""
-    spec: object
+    spec: PolicySpec
     """The `baselines.policies.PolicySpec`."""
     nets: dict
     """team -> `ActorCritic` (eval mode, no gradients)."""

@@ -302,7 +302,7 @@ def _cmd_replay(args) -> int:
     fps = args.fps or float(options.get("fps", 10.0))
     rec = replay.simulate(agents=args.agents)
     frames = recording_frames(rec, scale)
-    save_video(frames, out, fps)
+    save_video(frames, out, int(fps))
     print(
         f"wrote {out}: {len(frames)} frames, {rec.steps} steps of {replay.scenario} "
         f"(seed {replay.seed}), re-simulated exactly"
@@ -444,7 +444,8 @@ def _forward(command: str, argv: list[str]) -> int:
         )
         return 2
     if spec is None or spec.origin is None:
-        where = importlib.util.find_spec(package).submodule_search_locations
+        found = importlib.util.find_spec(package)
+        where = found.submodule_search_locations if found is not None else None
         print(
             f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
             f"{package!r} ({', '.join(where or [])}) has no module {name!r}",

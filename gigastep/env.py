@@ -12,6 +12,7 @@ batched with `vmap`, and auto-resetting), all compiled with the config as static
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import chex
 import jax
@@ -20,6 +21,7 @@ import numpy as np
 
 from gigastep import _checks
 from gigastep._checks import check_actions
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game import dynamics, interactions, rewards, waypoints
 from gigastep.game.batching import reset_where, select_games, where_masked
 from gigastep.game.maps import map_arrays
@@ -161,8 +163,8 @@ def _noise_shapes(n: int):
     return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
 
 
-@chex.dataclass(frozen=True)
-class Advanced:
+@pytree_dataclass
+class Advanced(PytreeData):
     """A step's outcome before its observation (what `advance` returns): the next state, the
     geometry and combat it was computed with, rewards (n,), terminated () and truncated ()."""
 
@@ -468,7 +470,7 @@ class GigastepEnv:
         elif fields:
             config = config.replace(**fields)
         self.config = config
-        self.spec = None
+        self.spec: Any = None  # the ScenarioSpec of an env built by gigastep.make
 
     # --- attributes ---------------------------------------------------------------------
     @property

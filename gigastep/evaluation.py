@@ -739,11 +739,11 @@ def _play_scripted(config, a, b, groups, steps, seed, report) -> _Tally:
     total = len(seats)
     states = _groups_from_one_start(config, groups, seed)
     key = jax.random.PRNGKey(seed + 1)
-    rec = _empty_record(total, config.n_agents)
+    rec: Any = _empty_record(total, config.n_agents)
     run = _scripted_segment(config, table)
-    t, limit, seats = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
+    t, limit, seat_ids = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
     for _ in range(-(-steps // SEGMENT_STEPS)):
-        states, key, rec, t = run(states, key, rec, t, seats, limit)
+        states, key, rec, t = run(states, key, rec, t, seat_ids, limit)
         count = int(jnp.sum(rec[0]))  # one host read per segment
         report(count)
         if count == total:
@@ -759,9 +759,9 @@ class _Side:
         self.player, self.team, self.rows = player, team, rows
         self.index = np.flatnonzero(np.asarray(config.teams) == team)
         lo, hi = int(self.index[0]), int(self.index[-1]) + 1
-        self.agents = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
+        self.agents: Any = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
         self.discrete = config.discrete_actions
-        self.actor = None
+        self.actor: Any = None
         if not isinstance(player, ScriptedPlayer):
             self.actor = player.actor(config, team, rows.stop - rows.start, device, seed)
 
@@ -812,7 +812,8 @@ def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
     from gigastep.torch import ScriptedTeam, TorchVecEnv
 
     total = sum(size for _, size in groups)
-    sides, start = [], 0
+    sides: list[_Side] = []
+    start = 0
     for team_a, size in groups:
         rows = slice(start, start + size)
         for player, team in ((a, team_a), (b, 1 - team_a)):

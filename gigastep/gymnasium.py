@@ -54,6 +54,7 @@ _RENDER_MODES = ["rgb_array"]
 def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     """(observation_space, action_space) of one game for the learner team (Gymnasium)."""
     m, config = versus.n_agents, versus.config
+    action: gymnasium.spaces.Space
     if config.discrete_actions:
         action = gymnasium.spaces.MultiDiscrete(np.full(m, N_DISCRETE_ACTIONS, np.int64))
     else:
@@ -61,7 +62,11 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
     low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
     vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)
-    obs = {"rgb": rgb, "vector": vec, "rgb_vector": gymnasium.spaces.Tuple((rgb, vec))}
+    obs: dict[str, gymnasium.spaces.Space] = {
+        "rgb": rgb,
+        "vector": vec,
+        "rgb_vector": gymnasium.spaces.Tuple((rgb, vec)),
+    }
     return obs[config.obs_type], action
 
 
@@ -197,8 +202,8 @@ class TeamEnv(gymnasium.Env):
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.observation_space, self.action_space = team_spaces(self.versus)
         self.render_mode = render_mode
-        self._state = None
-        self._key = None
+        self._state: Any = None
+        self._key: Any = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -288,10 +293,10 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = team_spaces(self.versus)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._states = None
-        self._obs = None  # device observations (the masked reset keeps the others')
-        self._key = None
-        self._pending = None  # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._states: Any = None
+        self._obs: Any = None  # device observations (the masked reset keeps the others')
+        self._key: Any = None
+        self._pending: Any = None  # device (B,) bool: ended at the last step (NEXT_STEP)
         self._ended = np.zeros(num_envs, bool)  # host copy, for DISABLED misuse checks
 
     # --- reset --------------------------------------------------------------------------

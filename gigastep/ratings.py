@@ -34,6 +34,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -183,7 +184,7 @@ def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
     names = list(players) if players is not None else list(
         dict.fromkeys(n for r in records for n in r[:2])
     )  # fmt: skip
-    index = {p: m for m, p in enumerate(names)}
+    index: dict[Any, int] = {p: m for m, p in enumerate(names)}
     missing = sorted({n for r in records for n in r[:2]} - set(index))
     if missing:
         raise ValueError(f"outcomes name players {missing} that are not in players={names}")
@@ -289,7 +290,7 @@ class League:
         head = ["player_a", "player_b", "games", "wins", "draws", "losses", "win_rate",
                 "win_ci_low", "win_ci_high", "loss_rate", "loss_ci_low", "loss_ci_high",
                 "mean_return_a", "mean_return_b", "mean_episode_length", "unfinished"]  # fmt: skip
-        rows = [head]
+        rows: list[list[Any]] = [head]
         for r in self.results:
             rows.append([r.player_a, r.player_b, r.games, r.wins, r.draws, r.losses,
                          *_fmt(r.win_rate, *r.win_rate_ci, r.loss_rate, *r.loss_rate_ci,
@@ -298,8 +299,9 @@ class League:
         return _csv(rows)
 
     def _ratings_csv(self) -> str:
-        rows = [["player", "rating", "se", "ci_low", "ci_high", "games", "wins", "draws",
-                 "losses", "score"]]  # fmt: skip
+        head = ["player", "rating", "se", "ci_low", "ci_high", "games", "wins", "draws",
+                "losses", "score"]  # fmt: skip
+        rows: list[list[Any]] = [head]
         for r in self.ratings.ranked():
             rows.append([r.player, *_fmt(r.rating, r.se, r.ci_low, r.ci_high), r.games,
                          r.wins, r.draws, r.losses, *_fmt(r.score)])  # fmt: skip
@@ -370,7 +372,7 @@ class League:
         plt.close(fig)
 
 
-def _fmt(*values) -> list[str]:
+def _fmt(*values: float | None) -> list[Any]:
     return ["" if (v is None or math.isnan(v)) else f"{v:.4f}" for v in values]
 
 

@@ -49,6 +49,7 @@ import numpy as np
 from gigastep import env as _env
 from gigastep import opponents
 from gigastep._checks import check_actions, check_key, check_positive_int
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.types import EnvConfig, EnvState
 
 __all__ = [
@@ -68,8 +69,8 @@ _TRACES: Counter = Counter()
 # ------------------------------------------------------------------------------------------
 
 
-@chex.dataclass(frozen=True)
-class Trajectory:
+@pytree_dataclass
+class Trajectory(PytreeData):
     """Per-step records of a rollout (T = num_steps, B = num_envs, n = agents per game).
 
     obs: the observation each step's actions were chosen at, (T, B, n, L) float32 (vector),
@@ -88,8 +89,8 @@ class Trajectory:
     episode_done: chex.Array
 
 
-@chex.dataclass(frozen=True)
-class RolloutResult:
+@pytree_dataclass
+class RolloutResult(PytreeData):
     """What a rollout returns, per game (leading axis B = num_envs; n = agents per game).
 
     total_reward: (B, n) float32, each agent's rewards summed over all steps (finished and

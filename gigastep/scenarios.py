@@ -680,6 +680,7 @@ def _find(name_or_path: str | Path) -> tuple[int, EnvConfig, ScenarioName]:
     """Version and base config (no suffixes applied) of a name or file reference, and its name."""
     path, name = _split_path(name_or_path)
     if path is None:
+        assert name is not None  # a catalogue name (`_split_path` returns one with no file)
         parsed = parse_name(name)
         if parsed.base not in _builtin_catalog().scenarios:
             choices = [*base_scenarios(), *_all_names()]

@@ -225,7 +225,7 @@ class ScriptedTeam:
     start: int
     stop: int
     team: int
-    policy: object = "random"
+    policy: Any = "random"
 
     def __post_init__(self):
         for name in ("start", "stop", "team"):
@@ -436,9 +436,9 @@ class TorchVecEnv:
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._leaves = None  # the batched states as a flat list (see _compiled_step)
+        self._leaves: Any = None  # the batched states as a flat list (see _compiled_step)
         self._treedef = _state_treedef(self.game)
-        self.last_obs = None
+        self.last_obs: Any = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
                                     self.scripted, self.state_vectors, self.window)  # fmt: skip
@@ -624,7 +624,7 @@ def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, 
     for s in scripted:
         if s.stop > num_envs:
             raise ValueError(f"{s} reaches past the batch of {num_envs} games")
-        if not np.any(np.asarray(game.teams) == s.team):
+        if not np.any(np.asarray(_game_config(game).teams) == s.team):
             raise ValueError(f"{s}: team {s.team} has no agents in this game")
         for lo, hi in taken[s.team]:
             if s.start < hi and lo < s.stop:

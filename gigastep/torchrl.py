@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import numpy as np
@@ -117,7 +118,7 @@ class GigastepTorchRLEnv(EnvBase):
             group: [f"{group}_agent{i}" for i in range(int(np.sum(controlled == int(group[-1]))))]
             for group in self._groups
         }
-        self._fresh_obs = None  # observations of the games as they are now (after auto-reset)
+        self._fresh_obs: Any = None  # observations of the games as they are now (after auto-reset)
         self._pending = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._reset_key = jax.random.PRNGKey(seed + 1)  # for resets of games that go on
         self._make_specs()
@@ -200,7 +201,7 @@ class GigastepTorchRLEnv(EnvBase):
         """The (B, n[, 3]) actions of every controlled agent, in the game's agent order."""
         parts = {group: tensordict.get((group, "action")) for group in self._groups}
         if all(isinstance(i, slice) for i in self._groups.values()):
-            order = sorted(self._groups, key=lambda g: self._groups[g].start)
+            order = sorted(self._groups, key=lambda g: self._groups[g].start)  # type: ignore[union-attr]
             return torch.cat([parts[g] for g in order], dim=1)
         first = next(iter(parts.values()))
         joint = first.new_empty((self.num_envs, self._venv.n_agents, *first.shape[2:]))

@@ -18,6 +18,7 @@ import chex
 import jax.numpy as jnp
 
 from gigastep._checks import closest, float_tuple
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game.maps import MapSpec, map_set
 
 __all__ = [
@@ -426,8 +427,8 @@ def check_finite_state(state, where: str) -> None:
             )
 
 
-@chex.dataclass(frozen=True)
-class AgentState:
+@pytree_dataclass
+class AgentState(PytreeData):
     """Per-agent state, struct of arrays with one leading agent axis."""
 
     x: chex.Array  # (n,) float32, world units
@@ -440,8 +441,8 @@ class AgentState:
     tracked: chex.Array  # (n, n) int32; [i, j] = consecutive steps shooter j has locked target i
 
 
-@chex.dataclass(frozen=True)
-class EpisodeState:
+@pytree_dataclass
+class EpisodeState(PytreeData):
     """Per-game quantities."""
 
     map_idx: chex.Array  # () int32, index into config.maps
@@ -452,8 +453,8 @@ class EpisodeState:
     returns: chex.Array  # (n,) float32, undiscounted reward summed over this episode
 
 
-@chex.dataclass(frozen=True)
-class EnvState:
+@pytree_dataclass
+class EnvState(PytreeData):
     """The whole traced state of one game."""
 
     agents: AgentState
@@ -506,8 +507,8 @@ class EnvState:
         return state
 
 
-@chex.dataclass(frozen=True)
-class StepNoise:
+@pytree_dataclass
+class StepNoise(PytreeData):
     """Every random number one step consumes, drawn up front from the step's key.
 
     Making the randomness an explicit input lets tests replay a step exactly (for example
@@ -519,8 +520,8 @@ class StepNoise:
     waypoint: chex.Array  # (4,) float32 U[0, 1): appear, x, y, lifetime
 
 
-@chex.dataclass(frozen=True)
-class StepInfo:
+@pytree_dataclass
+class StepInfo(PytreeData):
     """Extra outputs of the auto-resetting step (`GigastepEnv.step_autoreset`)."""
 
     terminated: chex.Array  # () bool, a team was eliminated this step

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-import chex
 import jax
 import jax.numpy as jnp
 
 from gigastep._checks import check_positive_int
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.env import GigastepEnv
 from gigastep.spaces import Box, Tuple
 from gigastep.types import EnvState
@@ -16,8 +16,8 @@ from gigastep.types import EnvState
 __all__ = ["FrameStack", "FrameStackState"]
 
 
-@chex.dataclass(frozen=True)
-class FrameStackState:
+@pytree_dataclass
+class FrameStackState(PytreeData):
     env_state: EnvState
     frames: object  # obs pytree with a stack axis after the agent axis: (n, k, ...)
 

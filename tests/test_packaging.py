@@ -107,6 +107,7 @@ def test_the_wheel_ships_the_catalogue_and_the_command(wheel):
     for file in ("agent_types.toml", "scenarios.toml", "maps.toml"):
         assert f"gigastep/_envs/{file}" in names
     assert {"gigastep/scenarios.py", "gigastep/cli.py", "gigastep/_resources.py"} <= names
+    assert "gigastep/py.typed" in names  # the PEP 561 marker: type checkers read its hints
     assert re.search(r"^gigastep\s*=\s*gigastep\.cli:main$", scripts, re.M)
 
 

@@ -47,10 +47,10 @@ def where_masked(fn: Callable[..., Any], mask: jax.Array, *args: Any) -> Any:
     v_fn = jax.vmap(fn)
     shapes = jax.eval_shape(v_fn, *args)
 
-    def zeros(_):
+    def zeros(_: None) -> Any:
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    def few(_):
+    def few(_: None) -> Any:
         (idx,) = jnp.nonzero(mask, size=cap, fill_value=b)
         # the unused slots compute a copy of the first masked game and are dropped
         take = jnp.where(idx < b, idx, idx[0])
@@ -59,7 +59,7 @@ def where_masked(fn: Callable[..., Any], mask: jax.Array, *args: Any) -> Any:
             lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), out
         )
 
-    def every(_):
+    def every(_: None) -> Any:
         return v_fn(*args)
 
     count = jnp.sum(mask, dtype=jnp.int32)

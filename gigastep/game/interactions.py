@@ -12,14 +12,15 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game.dynamics import wrap_angle
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
 
 
-@chex.dataclass(frozen=True)
-class Geometry:
+@pytree_dataclass
+class Geometry(PytreeData):
     """Pairwise planar geometry of one game, computed once per step."""
 
     dx: chex.Array  # (n, n) float32, x_i - x_j
@@ -52,8 +53,8 @@ def in_cone(angle: float, geo: Geometry, heading):
     return jnp.where(geo.d2 > 0, ahead, coincident)
 
 
-@chex.dataclass(frozen=True)
-class Hazards:
+@pytree_dataclass
+class Hazards(PytreeData):
     """Deaths by leaving the map, agent-agent collisions and boxes."""
 
     oob: chex.Array  # (n,) bool, outside [0, limit_x] x [0, limit_y]
@@ -88,8 +89,8 @@ def hazards(config: EnvConfig, agents: AgentState, geo: Geometry, boxes, box_val
     return Hazards(oob=oob, collided=collided, in_box=in_box, alive=alive & ~in_box)
 
 
-@chex.dataclass(frozen=True)
-class Combat:
+@pytree_dataclass
+class Combat(PytreeData):
     """Detection, tracking and damage of one step."""
 
     detected: chex.Array  # (n, n) bool, HD[i, j]: enemy j has detected i

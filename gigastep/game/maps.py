@@ -46,7 +46,7 @@ class MapSpec:
     heading_team0: Pair = (0.0, 0.0)  # start heading range of team 0, radians
     heading_team1: Pair = (math.pi, math.pi)  # start heading range of team 1, radians
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         boxes = tuple(float_tuple(b, 4, f"map {self.name!r} box") for b in self.boxes)
         object.__setattr__(self, "boxes", boxes)
         for name, size in (

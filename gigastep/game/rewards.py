@@ -10,13 +10,14 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.types import EnvConfig
 
 __all__ = ["RewardInputs", "reward_terms", "total_reward"]
 
 
-@chex.dataclass(frozen=True)
-class RewardInputs:
+@pytree_dataclass
+class RewardInputs(PytreeData):
     alive_pre: chex.Array  # (n,) bool, alive before the step
     alive: chex.Array  # (n,) bool, alive after the step
     hit_waypoint: chex.Array  # (n,) bool, collected the waypoint this step

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import Array
 
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = ["update_waypoint"]
 
 
-def update_waypoint(config: EnvConfig, agents: AgentState, episode: EpisodeState, alive_pre, noise):
+def update_waypoint(
+    config: EnvConfig, agents: AgentState, episode: EpisodeState, alive_pre: Array, noise: Array
+) -> tuple[Array, Array, Array]:
     """Collect, age and spawn the waypoint.
 
     Args:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -54,7 +55,9 @@ def agent_order(config: EnvConfig, team: int) -> np.ndarray:
     return np.concatenate([np.flatnonzero(teams == team), np.flatnonzero(teams != team)])
 
 
-def state_vector(config: EnvConfig, state: EnvState, team: int = 0, boxes=None):
+def state_vector(
+    config: EnvConfig, state: EnvState, team: int = 0, boxes: jax.Array | None = None
+) -> jax.Array:
     """(S,) float32: the state vector of one game seen from `team` (layout: module doc).
 
     Args:

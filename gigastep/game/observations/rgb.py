@@ -115,13 +115,14 @@ def _tail_points(config: EnvConfig, px, py, heading):
 def _sprite_points(config: EnvConfig, px, py):
     """Every lit sprite pixel: x, y (m,) int32 (pixels outside the image at the drop sentinel)
     and owner (m,), the static index of the agent each belongs to."""
-    owner, dxy = [], []
+    owners: list[int] = []
+    offsets: list[tuple[int, int]] = []
     for j, sprite in enumerate(config.sprites):
         for off in sprite_offsets(sprite):
-            owner.append(j)
-            dxy.append(off)
-    owner = np.asarray(owner, np.int32).reshape(-1)
-    dxy = np.asarray(dxy, np.int32).reshape(-1, 2)
+            owners.append(j)
+            offsets.append(off)
+    owner = np.asarray(owners, np.int32).reshape(-1)
+    dxy = np.asarray(offsets, np.int32).reshape(-1, 2)
     sx, sy = px[owner] + dxy[:, 0], py[owner] + dxy[:, 1]
     return (*_drop_outside(config, sx, sy), owner)
 
@@ -230,6 +231,7 @@ def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Vie
 
 def _bar(viewers: _Viewers, x):
     """(V, *x.shape, 3) uint8 health-bar colour at columns x: green below the cut, else white."""
+    assert viewers.bar_cut is not None  # only views with a health bar draw one
     white = x[None] >= viewers.bar_cut.reshape((-1,) + (1,) * x.ndim)
     return jnp.where((jnp.arange(3) == 1) | white[..., None], jnp.uint8(255), jnp.uint8(0))
 

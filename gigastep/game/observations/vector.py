@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -117,8 +118,8 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
              (w[2] - agents.x) / lx, (w[3] - agents.y) / ly], axis=-1)  # fmt: skip
         parts.append(jnp.concatenate([corner * active, jnp.broadcast_to(active, (n, 1))], -1))
     if config.max_boxes:
-        scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
-        flat = (boxes[: config.max_boxes] / scale).reshape(-1)
+        box_scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
+        flat = (boxes[: config.max_boxes] / box_scale).reshape(-1)
         parts.append(jnp.broadcast_to(flat, (n, flat.shape[0])))
     obs = jnp.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
     return jnp.where((agents.alive & finite_agents(agents))[:, None], obs, 0.0)
@@ -174,6 +175,7 @@ def _check_operands(config: EnvConfig, agents, episode, dist, detected, comm_noi
                     comm_stream):  # fmt: skip
     """ValueError naming the first operand whose (per-game) shape or dtype is wrong."""
     n, floating = config.n_agents, jnp.floating
+    checks: list[tuple[str, Any, tuple[int, ...], Any]]
     checks = [(f"agents.{name}", getattr(agents, name), (n,), floating)
               for name in ("x", "y", "z", "heading", "v", "health")]  # fmt: skip
     checks += [
