@@ -2,8 +2,8 @@
 
 This module is deliberately slow: every phase is a small function with explicit Python loops
 over agents and pairs, in float32 where rounding matters. It exists so that the fast JAX step
-and reset can be checked against it (tests/test_reference_equivalence.py,
-tests/test_reference_reset.py) and an optimisation cannot silently change the game. Section
+and reset can be checked against it (tests/game/test_reference_equivalence.py,
+tests/game/test_reference_reset.py) and an optimisation cannot silently change the game. Section
 numbers refer to /work/shared/SPEC.md; where §15 (this project's decisions) overrides §0-§14
 the row is cited as "§15 row N".
 

@@ -8,7 +8,8 @@ Builds gigastep/game/_native/vector_obs.cc with ``-fsanitize=address,undefined
 directory, so the normal cache never holds the instrumented library; preloads the ASan
 runtime (``LD_PRELOAD=$(c++ -print-file-name=libasan.so)``, then libstdc++; ``detect_leaks=0``,
 as Python leaks by design) and runs, each in a subprocess: the kernel's tests
-(tests/test_native_vector_obs.py, tests/test_native_operands.py, tests/test_nonfinite.py)
+(tests/game/test_native_vector_obs.py, tests/game/test_native_operands.py,
+tests/game/test_nonfinite.py)
 and a stress of batches of 1 to 10,000 games holding NaN, +-inf and overflowing positions,
 headings and speeds, checked against the JAX path. Exits non-zero on any sanitizer report,
 test failure or a run that did not load the instrumented library. Not part of the default
@@ -29,8 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_native_vector_obs.py", "tests/test_native_operands.py",
-         "tests/test_nonfinite.py"]  # fmt: skip
+TESTS = ["tests/game/test_native_vector_obs.py", "tests/game/test_native_operands.py",
+         "tests/game/test_nonfinite.py"]  # fmt: skip
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
 

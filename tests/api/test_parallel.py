@@ -21,7 +21,7 @@ from gigastep.parallel import sharded_rollout
 from gigastep.rollout import joint_policy
 from gigastep.scenarios import make_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The game of test_rollout.py's loop comparison (2 vs 2, stochastic detection and
 # communication, obstacle maps, episodes of at most 6 steps so that games restart), its joint

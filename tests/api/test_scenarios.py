@@ -36,7 +36,7 @@ from gigastep.scenarios import (
 from gigastep.spaces import Box, Discrete
 from gigastep.types import EnvConfig, MapSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # SPEC §9.2, in table order: (team 0 types in order, team 1 types in order, world size).
 BASES = {

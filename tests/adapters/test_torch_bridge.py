@@ -84,7 +84,7 @@ def test_non_array_leaves_are_rejected_with_their_type():
 
 
 def test_import_turns_jax_preallocation_off_when_nothing_is_set():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in gt._MEMORY_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     code = (

@@ -86,7 +86,7 @@ def test_reset_is_reproducible_for_a_seed():
     assert not all(np.array_equal(a[k], c[k]) for k in a)
 
 
-# A 2-vs-1 duel without randomness (see tests/test_torch_bridge.py): team0_agent0 and
+# A 2-vs-1 duel without randomness (see tests/adapters/test_torch_bridge.py): team0_agent0 and
 # team1_agent0 fly head-on from 0.95 apart and collide at step 3; team0_agent1 survives.
 DUEL = EnvConfig(
     teams=(0, 0, 1), obs_type="vector", map_set="empty", stochastic_obs=False,

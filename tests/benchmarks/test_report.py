@@ -23,7 +23,7 @@ from PIL import Image
 from benchmarks import _report_files, compare, report
 from benchmarks._report_tables import TABLES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CPU_INFO = {
     "run_info": {
         "hardware": {"cpu_model": "Test CPU", "cpu_cores_usable": 2, "memory_gb": 8.0},

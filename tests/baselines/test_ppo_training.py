@@ -21,7 +21,7 @@ from baselines.config import PPOConfig
 from baselines.ppo import main
 from baselines.train import Trainer, TrainingDiverged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = PPOConfig(
     scenario="identical_2_vs_2_fobs_vec_void_disc",
     num_envs=8,

@@ -82,7 +82,7 @@ SPEC_DEFAULTS = {
     "idle_reward": ((0.0,) * 10, "§1 per_agent_idle_reward"),
 }
 # Fields that are not game constants: names shown by `gigastep info`, and the map objects
-# (pinned by tests/test_map_data.py through `map_set`).
+# (pinned by tests/game/test_map_data.py through `map_set`).
 NOT_CONSTANTS = {"type_names", "maps"}
 
 

@@ -21,7 +21,7 @@ from benchmarks.collectives import (
     slow_links,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REQUIRED = ("framework", "op", "bytes", "processes", "latency_us", "algbw_gbps", "busbw_gbps")
 SIZES = (4096, 262144)
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

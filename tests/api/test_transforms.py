@@ -47,7 +47,7 @@ RGB = VEC.replace(obs_type="rgb_vector", resolution_x=16, resolution_y=16)
 DET = VEC.replace(stochastic_obs=False, stochastic_comm=False, enable_waypoints=False)
 N = 4  # teams (0, 0, 1, 1)
 BATCH = 8
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ------------------------------------------------------------------------------------------

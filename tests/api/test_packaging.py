@@ -14,7 +14,7 @@ import pytest
 
 from gigastep.scenarios import make_config, scenario_hash
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Import gigastep, build a game and step it with the optional stacks made unimportable.
 SCRIPT = """
