@@ -83,6 +83,7 @@ def test_non_array_leaves_are_rejected_with_their_type():
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_import_turns_jax_preallocation_off_when_nothing_is_set():
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in gt._MEMORY_VARIABLES}

@@ -117,6 +117,7 @@ def _ok(result):
     return result.stdout
 
 
+@pytest.mark.subprocess
 def test_version_list_and_info_run_as_commands(tmp_path):
     script = Path(sys.executable).with_name("gigastep")
     if script.exists():  # the console script of the installed package
@@ -137,6 +138,7 @@ def _gif_frames(path):
     return frames
 
 
+@pytest.mark.subprocess
 def test_render_saves_a_replay_whose_video_has_the_same_frames(tmp_path, compile_cache):
     out = _ok(_gigastep("render", RGB, "--policy", "pursuit", "--opponent", "random", "--out",
                         "game.gif", "--steps", 12, "--seed", 4, "--scale", 2, "--save-replay",
@@ -150,6 +152,7 @@ def test_render_saves_a_replay_whose_video_has_the_same_frames(tmp_path, compile
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+@pytest.mark.subprocess
 def test_eval_writes_wins_draws_losses_and_games_as_json(tmp_path, compile_cache):
     out = _ok(_gigastep("eval", "pursuit", "random", "--games", 8, "--scenario", VEC, *SHORT,
                         "--json", "result.json", cwd=tmp_path, cache=compile_cache))  # fmt: skip
@@ -160,6 +163,7 @@ def test_eval_writes_wins_draws_losses_and_games_as_json(tmp_path, compile_cache
     assert result["player_a"] == "pursuit" and result["scenario"] == VEC
 
 
+@pytest.mark.subprocess
 def test_league_writes_the_matrix_ratings_json_and_heat_map(tmp_path, compile_cache):
     out = _ok(_gigastep("league", "random", "circle", "pursuit", "--games", 8, "--scenario",
                         VEC, *SHORT, "--out", "league", cwd=tmp_path,
@@ -169,6 +173,7 @@ def test_league_writes_the_matrix_ratings_json_and_heat_map(tmp_path, compile_ca
     assert files == ["heatmap.png", "league.json", "matrix.csv", "ratings.csv", "results.csv"]
 
 
+@pytest.mark.subprocess
 def test_play_and_view_run_headless_for_a_few_frames(tmp_path, compile_cache):
     run = dict(cwd=tmp_path, cache=compile_cache)
     out = _ok(_gigastep("play", VEC, *SHORT, "--agent", 2, "--max-frames", 3, "--fps", 100,
@@ -189,6 +194,7 @@ def _fake_package(root: Path, package: str, module: str | None) -> None:
         )
 
 
+@pytest.mark.subprocess
 def test_bench_and_train_forward_their_arguments_and_exit_status(tmp_path):
     _fake_package(tmp_path / "fake", "benchmarks", "report")
     _fake_package(tmp_path / "fake", "baselines", "ppo")
@@ -200,6 +206,7 @@ def test_bench_and_train_forward_their_arguments_and_exit_status(tmp_path):
     assert "forwards its arguments to `python -m baselines.ppo`" in train.stdout
 
 
+@pytest.mark.subprocess
 def test_a_missing_forward_target_is_named_with_a_non_zero_exit(tmp_path):
     _fake_package(tmp_path / "fake", "baselines", None)
     result = _gigastep("train", "--steps", 5, cwd=tmp_path,
@@ -209,6 +216,7 @@ def test_a_missing_forward_target_is_named_with_a_non_zero_exit(tmp_path):
     assert "has no module 'ppo'" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.subprocess
 def test_a_bad_argument_exits_2_with_one_line_and_no_traceback(tmp_path):
     result = _gigastep("eval", "pursuitt", "random", "--games", 4, cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
@@ -298,6 +306,7 @@ print(r.games, len(rec.actions))
 """
 
 
+@pytest.mark.subprocess
 def test_scripted_evaluation_videos_and_replays_need_only_the_core(tmp_path, compile_cache):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(compile_cache),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # fmt: skip

@@ -99,6 +99,7 @@ def wheel(tmp_path_factory) -> Path:
     return _build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
+@pytest.mark.subprocess
 def test_the_wheel_ships_the_catalogue_and_the_command(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
@@ -131,6 +132,7 @@ def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
     assert listing == f"288 {scenario_hash(make_config('identical_5_vs_1'))}"
 
 
+@pytest.mark.subprocess
 def test_the_wheel_ships_the_package_its_entry_point_names(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())

@@ -127,6 +127,7 @@ def assert_saved_equals(path, reference):
                 raise AssertionError(f"{where}: {len(bad)} entries differ, first at {bad[0]}")
 
 
+@pytest.mark.subprocess
 def test_sharded_rollout_on_2_and_4_cpu_devices_equals_the_one_device_rollout(reference, tmp_path):
     result = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT, str(tmp_path)], env=_env(4),
                             cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -136,6 +137,7 @@ def test_sharded_rollout_on_2_and_4_cpu_devices_equals_the_one_device_rollout(re
         assert_saved_equals(tmp_path / f"devices{d}.npz", reference)
 
 
+@pytest.mark.subprocess
 def test_two_process_sharded_rollout_equals_the_one_process_rollout(reference, tmp_path):
     port = str(_free_port())
     procs = [

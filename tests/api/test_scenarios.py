@@ -788,6 +788,7 @@ def test_any_field_change_changes_the_hash():
         assert scenario_hash(other) != base, f.name
 
 
+@pytest.mark.subprocess
 def test_the_hash_is_the_same_in_a_fresh_interpreter():
     code = (
         "from gigastep.scenarios import make_config, scenario_hash\n"

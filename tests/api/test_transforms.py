@@ -280,6 +280,7 @@ _MULTI_DEVICE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_pmap_and_sharded_jit_over_two_cpu_devices_equal_vmap():
     env = {

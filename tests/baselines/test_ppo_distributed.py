@@ -76,6 +76,7 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.mark.subprocess
 def test_two_processes_match_one_with_the_same_total_batch(runs):
     one, two = _model(runs / "one/checkpoint_000001.pt"), _model(runs / "two/checkpoint_000001.pt")
     worst = max(float((one[k] - two[k]).abs().max()) for k in one)
@@ -87,12 +88,14 @@ def test_two_processes_match_one_with_the_same_total_batch(runs):
     assert [a[i] for i in keep] == [b[i] for i in keep]
 
 
+@pytest.mark.subprocess
 def test_only_the_main_process_writes_one_checkpoint_with_every_process_games(runs):
     ckpt = torch.load(runs / "two/checkpoint.pt", weights_only=True)
     assert ckpt["world_size"] == 2 and [r["games"] for r in ckpt["ranks"]] == [[0, 16], [16, 32]]
     assert len(_rows(runs / "two")) == 3  # header + 2 updates, written once
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_two_process_run_resumes_exactly(runs, tmp_path):
     _run(tmp_path / "r", "--updates", "1", processes=2)

@@ -127,6 +127,7 @@ def test_continuous_actions_and_images_train(scenario, env, tmp_path):
     assert trainer.spec.obs_type == ("rgb_vector" if env else "vector")
 
 
+@pytest.mark.subprocess
 def test_a_checkpoint_file_is_a_frozen_opponent(smoke_run, tmp_path):
     from baselines.config import preset
 
@@ -204,6 +205,7 @@ def smoke_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.subprocess
 def test_the_smoke_preset_writes_metrics_config_curves_and_a_checkpoint(smoke_run):
     names = {p.name for p in smoke_run.iterdir()}
     assert {
@@ -222,6 +224,7 @@ def test_the_smoke_preset_writes_metrics_config_curves_and_a_checkpoint(smoke_ru
     assert ckpt["update"] == 10 and ckpt["gigastep_player"] == "ppo"
 
 
+@pytest.mark.subprocess
 def test_a_run_killed_between_checkpoints_resumes_to_the_same_parameters(smoke_run, tmp_path):
     out = tmp_path / "run"
     proc = _ppo(*SMOKE, "--out", str(out))
@@ -252,6 +255,7 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_parameters(smoke_r
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_a_checkpoint_plays_a_team_of_a_torchvecenv(smoke_run):
     from gigastep.torch import TorchVecEnv
 
@@ -265,6 +269,7 @@ def test_a_checkpoint_plays_a_team_of_a_torchvecenv(smoke_run):
         obs, _, _, first, _ = venv.step(actions)
 
 
+@pytest.mark.subprocess
 def test_a_checkpoint_refuses_a_game_it_cannot_play(smoke_run):
     import gigastep
     from baselines.players import load

@@ -167,7 +167,7 @@ def test_parallel_scan_equals_sequential_loop_for_any_length(t, seed, p_reset):
     )
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 def test_parallel_scan_on_cuda_equals_cpu(dtype):
     a, b, reset, h0 = _scan_inputs(33, dtype, "per_state", seed=6)
@@ -468,6 +468,7 @@ def test_benchmark_ratios_and_tables():
     ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_benchmark_command_writes_rows_for_every_implementation(tmp_path):
     import json

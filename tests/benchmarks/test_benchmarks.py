@@ -159,6 +159,7 @@ def test_every_benchmark_help_names_python_m_as_its_program(name, capsys):
     assert capsys.readouterr().out.startswith(f"usage: python -m benchmarks.{name}")
 
 
+@pytest.mark.subprocess
 def test_observation_write_baseline_runs_in_a_fresh_process():
     case = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=1,
                            kind="write_vector")  # fmt: skip

@@ -41,6 +41,7 @@ def quick_run(tmp_path_factory):
     return out, json.loads((out / "rows.json").read_text()), result.stdout
 
 
+@pytest.mark.subprocess
 def test_quick_run_measures_every_op_and_size_on_each_link(quick_run):
     _, rows, _ = quick_run
     links = {(r["framework"], r["scope"], r["processes"], r["devices"]) for r in rows}
@@ -54,6 +55,7 @@ def test_quick_run_measures_every_op_and_size_on_each_link(quick_run):
         ), link
 
 
+@pytest.mark.subprocess
 def test_quick_run_rows_carry_the_stated_units(quick_run):
     _, rows, _ = quick_run
     for r in rows:
@@ -67,6 +69,7 @@ def test_quick_run_rows_carry_the_stated_units(quick_run):
         assert "machine" in r and r["backend"] and isinstance(r["flags"], list)
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_the_markdown_table_and_a_png(quick_run):
     out, _, stdout = quick_run
     text = (out / "rows.md").read_text()

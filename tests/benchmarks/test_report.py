@@ -57,6 +57,7 @@ def tiny_json(tiny) -> dict:
     return json.loads((tiny / "report.json").read_text())
 
 
+@pytest.mark.subprocess
 def test_tiny_preset_writes_every_artefact(tiny, tiny_json):
     assert [s["status"] for s in tiny_json["sections"]] == ["ok", "ok", "ok"]
     names = {p.name for p in tiny.iterdir()}
@@ -84,6 +85,7 @@ def test_balance_check_rejects_crossed_and_unclosed_environments():
     assert not _balanced(r"\begin{a}")
 
 
+@pytest.mark.subprocess
 def test_latex_tables_have_balanced_environments_and_booktabs_rules(tiny):
     for path in tiny.glob("*.tex"):
         tex = path.read_text()
@@ -92,6 +94,7 @@ def test_latex_tables_have_balanced_environments_and_booktabs_rules(tiny):
         assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule")), path.name
 
 
+@pytest.mark.subprocess
 def test_every_latex_row_has_as_many_cells_as_the_column_spec(tiny):
     for path in tiny.glob("*.tex"):
         tex = path.read_text()
@@ -111,6 +114,7 @@ def _same(csv_value: str, json_value) -> bool:
     return csv_value == str(json_value)
 
 
+@pytest.mark.subprocess
 def test_csv_and_json_hold_the_same_rows(tiny, tiny_json):
     for name, table in tiny_json["tables"].items():
         rows = list(csv.DictReader(io.StringIO((tiny / f"{name}.csv").read_text())))
@@ -121,6 +125,7 @@ def test_csv_and_json_hold_the_same_rows(tiny, tiny_json):
             assert not bad, (name, bad)
 
 
+@pytest.mark.subprocess
 def test_pngs_are_images_with_data(tiny):
     for path in tiny.glob("*.png"):
         with Image.open(path) as image:
@@ -133,6 +138,7 @@ def test_pngs_are_images_with_data(tiny):
             assert len(rgb.getcolors(maxcolors=1 << 20)) > 50, path.name
 
 
+@pytest.mark.subprocess
 def test_throughput_rows_count_agent_steps_as_env_steps_times_agents(tiny_json):
     rows = tiny_json["tables"]["throughput"]["rows"] + tiny_json["tables"]["bridge"]["rows"]
     for r in rows:
@@ -142,6 +148,7 @@ def test_throughput_rows_count_agent_steps_as_env_steps_times_agents(tiny_json):
                 r["env_steps_per_s" + end] * r["n_agents"])  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_rates_come_from_the_timed_calls_alone(tiny, tiny_json):
     """rate x median seconds of the timed calls = the work of one call; had compile been
     counted, the rate would be work / (median + compile), which these rows are not."""
@@ -155,6 +162,7 @@ def test_rates_come_from_the_timed_calls_alone(tiny, tiny_json):
         assert work / (r["median_s"] + r["compile_s"]) < r["agent_steps_per_s"]
 
 
+@pytest.mark.subprocess
 def test_every_numeric_field_declares_its_unit(tiny_json):
     for name, table in tiny_json["tables"].items():
         for row in table["rows"]:
@@ -163,6 +171,7 @@ def test_every_numeric_field_declares_its_unit(tiny_json):
             assert numeric <= set(table["units"]), (name, numeric - set(table["units"]))
 
 
+@pytest.mark.subprocess
 def test_every_number_column_of_the_markdown_names_its_unit(tiny):
     md = (tiny / "report.md").read_text()
     for spec in (TABLES["throughput"], TABLES["bridge"], TABLES["scan"]):
@@ -172,6 +181,7 @@ def test_every_number_column_of_the_markdown_names_its_unit(tiny):
                 assert f"| {col.header} |" in md, col.header
 
 
+@pytest.mark.subprocess
 def test_every_file_records_device_versions_flags_and_scenario_hashes(tiny, tiny_json):
     import jax
 
@@ -364,6 +374,7 @@ def test_an_unknown_section_name_is_a_clear_error_naming_the_closest():
         report.plan(report.PRESETS["quick"], only=["scna"])
 
 
+@pytest.mark.subprocess
 def test_module_lookup_does_not_import_the_module():
     assert report.module_available("benchmarks.throughput")
     assert not report.module_available("benchmarks.no_such_module")
@@ -484,6 +495,7 @@ def test_compare_treats_longer_times_as_slower(tmp_path):
     assert result["verdict"] == "drop" and result["ratio"] == pytest.approx(0.7)
 
 
+@pytest.mark.subprocess
 def test_compare_reads_a_report_and_a_benchmark_json_of_the_same_run(tiny):
     results = compare.compare(compare.load_tables(tiny / "raw" / "throughput.json"),
                               compare.load_tables(tiny / "report.json"))  # fmt: skip

@@ -238,6 +238,7 @@ def test_shell_commands_join_backslash_lines_and_drop_comments():
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("group", GROUPS, ids=[f"README.md:{g.line}" for g in GROUPS])
 def test_readme_python_example_runs(group: Block):
     blocks = [group, *group.continuations]
@@ -252,6 +253,7 @@ def test_readme_python_example_runs(group: Block):
     assert result.returncode == 0, _report(f"README.md:{group.line}", result)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("block", BASH_RUN, ids=[f"README.md:{b.line}" for b in BASH_RUN])
 def test_readme_shell_commands_run(block: Block):
     for command in bash_commands(block.code):

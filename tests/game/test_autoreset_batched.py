@@ -187,17 +187,20 @@ def assert_case(results, name):
     assert not r["mismatches"], f"{name}: differs from vmap(step_autoreset) in {r['mismatches']}"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("config", ["vec", "rgbv"])
 def test_equals_vmapped_step_autoreset_when_no_game_finishes(results, config):
     assert_case(results, f"{config}/none")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("config", ["vec", "rgbv"])
 @pytest.mark.parametrize("case", ["one", "capacity"])
 def test_equals_vmapped_step_autoreset_when_up_to_capacity_games_finish(results, config, case):
     assert_case(results, f"{config}/{case}")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("config", ["vec", "rgbv"])
 @pytest.mark.parametrize("case", ["capacity+1", "all"])
 def test_equals_vmapped_step_autoreset_when_more_than_capacity_games_finish(results, config,
@@ -205,6 +208,7 @@ def test_equals_vmapped_step_autoreset_when_more_than_capacity_games_finish(resu
     assert_case(results, f"{config}/{case}")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("config", ["vec", "rgbv"])
 def test_terminated_and_truncated_games_are_both_reset(results, config):
     # the mixed batches hold eliminated (terminated) games besides truncated ones
@@ -213,11 +217,13 @@ def test_terminated_and_truncated_games_are_both_reset(results, config):
         assert_case(results, f"{config}/{case}")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", ["none", "one"])
 def test_equals_vmapped_step_autoreset_for_one_game_typed_keys_no_final_obs(results, case):
     assert_case(results, f"single/{case}")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", ["none", "one", "capacity", "capacity+1", "all"])
 def test_versus_env_batched_form_equals_its_vmapped_step_autoreset(results, case):
     # the scripted opponent may end a game on its own, so at least the chosen games finish
