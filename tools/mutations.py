@@ -157,8 +157,8 @@ MUTATIONS = [
              ("tests/adapters/test_pettingzoo.py",),
              "pettingzoo: a time limit is reported as termination, an elimination is not"),
     Mutation("torch_swaps_endings", "gigastep/torch.py",
-             '"truncated": truncated,',
-             '"truncated": terminated,',
+             '"truncated": out.truncated,',
+             '"truncated": out.terminated,',
              ("tests/adapters/test_torch_bridge.py",),
              "TorchVecEnv.step reports terminated as truncated"),
 ]  # fmt: skip
