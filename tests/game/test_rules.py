@@ -268,6 +268,23 @@ def test_stochastic_comm_with_teammate_iff_draw_at_least_distance_over_range(gs,
         np.testing.assert_array_equal(rows[1:], np.zeros((2, 9)))
 
 
+@pytest.mark.parametrize("teams, shared", [((0, 0, 1), False), ((0, 1, 0), True)])
+def test_an_enemy_within_communication_range_never_communicates(gs, teams, shared):
+    # Ego 0 at (2, 2) heading +x; agent 2 at (0.5, 2), 1.5 behind it: outside ego 0's cone
+    # (never detected by it), d / R = 1.5 / 8 = 0.1875, comm draw 0.99. Agent 1 at (2, 6) has
+    # comm draw 0 < 4 / 8 (never communicates) and detects nobody. As a teammate agent 2
+    # communicates (0.1875 <= 0.99) and so is seen; as an enemy its score gains 1 for the
+    # other team (1.1875 > 0.99) and the ego sees nothing but itself.
+    config = gs.config(teams=teams, stochastic_obs=True, stochastic_comm=True)
+    state = gs.state(config, x=[2.0, 2.0, 0.5], y=[2.0, 6.0, 2.0])
+    out = gs.step(config, state, noise=gs.noise(config, comm_0_2=0.99))
+    rows = out.obs[0, :27].reshape(3, 9)
+    assert rows[0, 0] == 1  # the ego always communicates with itself
+    assert bool(rows[1, 0]) is shared  # the nearest other agent, agent 2, when seen
+    if not shared:
+        np.testing.assert_array_equal(rows[1:], np.zeros((2, 9)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Tracking, damage and health (§4.7)
 # ---------------------------------------------------------------------------------------------
