@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "NotAnIntegerError",
     "check_actions",
     "check_key",
     "check_keys",
@@ -42,11 +43,19 @@ def check_team(team: Any, what: str = "team") -> int:
     return int(team)
 
 
+class NotAnIntegerError(TypeError, ValueError):
+    """A count given as a bool or a non-integer (2.0 included). Both a TypeError (its kind) and
+    a ValueError (what these checks raised before they were shared), so callers catching
+    either keep working."""
+
+
 def check_positive_int(value: Any, name: str) -> int:
-    """`value` as an int after checking that it is an integer >= 1: a TypeError for a bool or a
-    non-integer (2.0 included), a ValueError for one below 1."""
+    """`value` as an int after checking that it is an integer >= 1: a `NotAnIntegerError`
+    (a TypeError and a ValueError) for a bool or a non-integer, a ValueError for one below 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+        raise NotAnIntegerError(
+            f"{name} must be a positive integer, got {type(value).__name__} {value!r}"
+        )
     value = operator.index(value)
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value}")
