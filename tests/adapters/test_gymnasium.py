@@ -195,6 +195,7 @@ def test_vector_env_reset_is_reproducible(vector_envs):
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.slow  # an RGB vector env (minutes on 2 cores); the vector tests cover the adapter
 def test_vector_env_with_rgb_observations():
     envs = TeamVectorEnv("identical_1_vs_1_fobs_rgb_void_cont", 3, opponent="random",
                          render_mode="rgb_array", **SMALL_RGB)  # fmt: skip

@@ -39,7 +39,11 @@ SPEC_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", SPEC_CASES, ids=list(SPEC_CASES))
+# the RGB case compiles the largest game of this file (minutes on 2 cores): slow tier only
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c.startswith("rgb") else c for c in SPEC_CASES],
+)
 def test_check_env_specs_passes(case):
     name, overrides = SPEC_CASES[case]
     env = _env(name, **overrides)
