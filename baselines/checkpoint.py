@@ -25,10 +25,16 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from baselines.actor import PolicyActor
 from gigastep import _files
+
+if TYPE_CHECKING:
+    from baselines.envs import GameSpec
+    from baselines.policies import PolicySpec
 
 __all__ = [
     "FORMAT",
@@ -112,9 +118,9 @@ class LoadedPolicy:
     """Trained policies of a checkpoint, ready to act (see `load_policy`)."""
 
     path: str
-    game: object
+    game: GameSpec
     """The `baselines.envs.GameSpec` it was trained on."""
-    spec: object
+    spec: PolicySpec
     """The `baselines.policies.PolicySpec`."""
     nets: dict
     """team -> `ActorCritic` (eval mode, no gradients)."""
@@ -137,15 +143,13 @@ class LoadedPolicy:
         seed: int = 0,
         game=None,
     ):
-        """A stateful actor for `team` of `num_envs` games (`baselines.players.PolicyActor`).
+        """A stateful actor for `team` of `num_envs` games (`baselines.actor.PolicyActor`).
 
         Args:
             team: the team to play (default: the one it was trained for; a policy trained on
                 team 0 of a symmetric scenario plays either team).
             game: the `GameSpec` of the game to play (default: the training game).
         """
-        from baselines.players import PolicyActor
-
         return PolicyActor(self, team, num_envs, device, deterministic, seed, game)
 
 

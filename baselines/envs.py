@@ -82,7 +82,7 @@ def _type_key(config, i: int) -> str:
 
 def game_spec_from_config(config, name: str) -> GameSpec:
     """The `GameSpec` of a Gigastep `EnvConfig`."""
-    from gigastep.observations.global_state import state_vector_size
+    from gigastep.game.observations.global_state import state_vector_size
     from gigastep.scenarios import scenario_hash
 
     image = None

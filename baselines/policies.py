@@ -10,7 +10,7 @@ one-hot input, so heterogeneous teams share weights. A policy is
 or, with `separate_critic`, the actor above and a value head on a second encoder and core of
 the same kinds (the recurrent state is then the two cores' states concatenated on the last
 axis), or, with a centralised critic (MAPPO), the actor above and a separate MLP critic on
-the game's global state vector (`gigastep.observations.global_state`), the agent's slot in
+the game's global state vector (`gigastep.game.observations.global_state`), the agent's slot in
 its team and its type. With `value_norm` the value head predicts standardised returns and
 every value it returns is mapped back to the return scale (`baselines.valuenorm`).
 
@@ -26,7 +26,7 @@ acting-time states exactly.
 
 Continuous actions: a Gaussian with a learned, state-independent log-std per action
 dimension. The sampled action is sent to the environment unclipped and unsquashed; the
-environment clips it to [-1, 1] (`gigastep.dynamics.decode_actions`). The log-probability is
+environment clips it to [-1, 1] (`gigastep.game.dynamics.decode_actions`). The log-probability is
 that of the unclipped sample under the Gaussian: the clipping is part of the environment's
 dynamics, so the ratio of two policies' log-probabilities stays exact.
 """

@@ -283,10 +283,8 @@ def time_operation(run, sync: Sync, repeats: int, target: float,
 
 
 def _shard_map():
-    try:
-        from jax import shard_map
-    except ImportError:  # jax < 0.7
-        from jax.experimental.shard_map import shard_map
+    from jax import shard_map
+
     return shard_map
 
 

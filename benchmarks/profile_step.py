@@ -92,8 +92,9 @@ def _inputs(config, batch: int, seed: int = 0) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from gigastep import dynamics, interactions
     from gigastep import env as genv
+    from gigastep.game import dynamics, interactions
+    from gigastep.game.maps import map_arrays
 
     n = config.n_agents
     key = jax.random.PRNGKey(seed)
@@ -111,7 +112,7 @@ def _inputs(config, batch: int, seed: int = 0) -> dict[str, Any]:
         states = vstep(states, actions_of(ka), jax.random.split(ks, batch))[1]
     keys = jax.random.split(k_step, batch)
     actions = actions_of(k_act)
-    maps = genv._maps(config)
+    maps = map_arrays(config)
     boxes = jnp.asarray(maps.boxes)[states.episode.map_idx]
     box_valid = jnp.asarray(maps.box_valid)[states.episode.map_idx]
 
@@ -138,14 +139,15 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
     import jax
     import jax.numpy as jnp
 
-    from gigastep import dynamics, interactions, rewards
     from gigastep import env as genv
-    from gigastep.observations.vector import (
+    from gigastep.game import dynamics, interactions, rewards
+    from gigastep.game.maps import background
+    from gigastep.game.observations.vector import (
         native_supported,
         native_vector_observations,
         vector_observations,
     )
-    from gigastep.observations.visibility import visibility
+    from gigastep.game.observations.visibility import visibility
 
     c = config
     n = c.n_agents
@@ -192,9 +194,9 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
                            (moved_alive, s.episode, x["geo"].dist, fight.detected,
                             x["noise"].comm, x["boxes"])))  # fmt: skip
     if c.obs_type in ("rgb", "rgb_vector"):
-        from gigastep.observations.rgb import rgb_observations
+        from gigastep.game.observations.rgb import rgb_observations
 
-        bg = jnp.asarray(genv._background(c))
+        bg = jnp.asarray(background(c))
         phases.append(("rgb observation",
                        lambda ag, ep, sn, td: rgb_observations(c, bg, ag, ep, sn, td),
                        (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
@@ -441,7 +443,7 @@ def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
         return v(lambda s_, a_, u: genv.transition(c, s_, a_, u))(st, a, noise)[:3]
 
     def no_obs(st, a, keys):
-        adv = v(lambda s_, a_, k: genv._advance(c, s_, a_, genv.sample_noise(c, k)))(st, a, keys)
+        adv = v(lambda s_, a_, k: genv.advance(c, s_, a_, genv.sample_noise(c, k)))(st, a, keys)
         return jnp.zeros((b, n, 1)), adv.state, adv.rewards
 
     # Auto-reset without the final observation (only obs, states and rewards are carried, so

@@ -117,7 +117,8 @@ _FAMILIES = "identical_20_vs_20 special_5_vs_5 waypoint_5_vs_5 hide_and_seek_5_v
 _LEAGUE = ("league random circle pursuit evade --games {games} --scenario "
            "identical_5_vs_5_fobs_vec_void_cont --out {{out}}/league")  # fmt: skip
 _EVAL = "gigastep.evaluation"  # the league subcommand of gigastep.cli needs it
-_CUDA_TESTS = ('tests/test_torch_bridge.py tests/test_s5.py -k "cuda or test_torch_bridge" '
+_CUDA_TESTS = ('tests/adapters/test_torch_bridge.py tests/baselines/test_s5.py '
+               '-k "cuda or test_torch_bridge" '
                "-q -p no:randomly -p no:cacheprovider --junitxml {raw}")  # fmt: skip
 
 

@@ -149,42 +149,15 @@ class Case:
 # ------------------------------------------------------------------------------------------
 
 
-def _fallback_config(base: str, obs: str, discrete: bool, resolution: int):
-    """An `EnvConfig` built by hand for `identical_N_vs_M` when the scenario catalogue cannot
-    be used (keeps the benchmark usable while `gigastep.scenarios` changes)."""
-    import re
-
-    from gigastep.types import EnvConfig
-
-    m = re.fullmatch(r"identical_(\d+)_vs_(\d+)", base)
-    if not m:
-        raise ValueError(f"cannot build scenario {base!r} without gigastep.scenarios")
-    n0, n1 = int(m.group(1)), int(m.group(2))
-    side = 20.0 if n0 + n1 > 20 else 10.0
-    fields: dict[str, Any] = dict(
-        teams=(0,) * n0 + (1,) * n1, obs_type="vector" if obs.endswith("vec") else "rgb",
-        map_set="all", limit_x=side, limit_y=side, discrete_actions=discrete,
-        resolution_x=resolution, resolution_y=resolution,
-    )  # fmt: skip
-    if obs.startswith("fobs"):
-        fields.update(stochastic_obs=False, stochastic_comm=False, cone_depth=100.0,
-                      cone_angle=2 * math.pi, reward_detection=0.0)  # fmt: skip
-    return EnvConfig(**fields)
-
-
 def resolve_config(case: Case):
     """(full scenario name, EnvConfig) of a case."""
     actions = "disc" if case.discrete else "cont"
     res = dict(resolution_x=case.resolution, resolution_y=case.resolution)
-    try:
-        from gigastep import scenarios
+    from gigastep import scenarios
 
-        parsed = scenarios.parse_name(case.scenario)
-        name = case.scenario if parsed.suffixes else f"{case.scenario}_{case.obs}_maps_{actions}"
-        return name, scenarios.make_config(name, **res)
-    except (ImportError, AttributeError):
-        name = f"{case.scenario}_{case.obs}_maps_{actions}"
-        return name, _fallback_config(case.scenario, case.obs, case.discrete, case.resolution)
+    parsed = scenarios.parse_name(case.scenario)
+    name = case.scenario if parsed.suffixes else f"{case.scenario}_{case.obs}_maps_{actions}"
+    return name, scenarios.make_config(name, **res)
 
 
 def _auto_steps(case: Case, n_agents: int) -> int:
@@ -423,12 +396,9 @@ def _shard(rollout, carry, case: Case):
         return rollout, carry
     import jax
     import jax.numpy as jnp
+    from jax import shard_map
     from jax.sharding import NamedSharding, PartitionSpec
 
-    try:
-        from jax import shard_map
-    except ImportError:  # jax < 0.7
-        from jax.experimental.shard_map import shard_map
     mesh = _mesh(case)
     split = PartitionSpec("batch")
 
@@ -456,10 +426,10 @@ def _worker_env(case: Case) -> dict[str, str] | None:
 
 def _obs_kernel(config) -> str:
     """Which code computes this config's observation here: "native" (the CPU kernel of
-    gigastep/_native) or "jax"."""
+    gigastep/game/_native) or "jax"."""
     import jax
 
-    from gigastep.observations.vector import native_supported
+    from gigastep.game.observations.vector import native_supported
 
     cpu = jax.default_backend() == "cpu"
     return "native" if config.obs_type == "vector" and cpu and native_supported(config) else "jax"

@@ -5,6 +5,8 @@
 >>> obs, state = env.reset(jax.random.key(0))
 """
 
+from typing import Any
+
 from gigastep.env import GigastepEnv
 from gigastep.types import (
     AgentState,
@@ -38,7 +40,7 @@ _SCENARIO_API = (
 _ROLLOUT_API = ("parallel", "rollout", "sharded_rollout")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # The catalogue is imported on first use, so `import gigastep` stays light.
     if name in _SCENARIO_API:
         from gigastep import scenarios

@@ -12,7 +12,7 @@ __all__ = ["atomic_path", "write_text"]
 
 
 @contextlib.contextmanager
-def atomic_path(path, suffix: str | None = None) -> Iterator[str]:
+def atomic_path(path: str | os.PathLike[str], suffix: str | None = None) -> Iterator[str]:
     """Yield a temporary path beside `path` (same suffix, so writers that pick a format by
     extension still do); it replaces `path` when the block ends without an exception and is
     removed otherwise."""
@@ -41,7 +41,7 @@ def _umask() -> int:
     return mask
 
 
-def write_text(path, text: str) -> None:
+def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)

@@ -25,6 +25,8 @@ import json
 import os
 import sys
 
+from gigastep.types import PER_AGENT_FIELDS
+
 __all__ = ["main"]
 
 DEFAULT_STEPS = 200
@@ -170,8 +172,7 @@ def _default_agents(env, agents):
 # list, info
 # ------------------------------------------------------------------------------------------
 
-_PER_AGENT = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
-_NOT_SETTINGS = {"teams", "type_names", "maps", "map_set", "limit_x", "limit_y", *_PER_AGENT}
+_NOT_SETTINGS = {"teams", "type_names", "maps", "map_set", "limit_x", "limit_y", *PER_AGENT_FIELDS}
 
 
 def _composition(config, team: int) -> str:
@@ -242,10 +243,12 @@ def _cmd_info(args) -> int:
         if f.name not in _NOT_SETTINGS and getattr(config, f.name) != getattr(defaults, f.name)
     ]
     print(f"settings      {', '.join(changed) if changed else '(all EnvConfig defaults)'}")
-    print("\nagent  team  type          " + "  ".join(_PER_AGENT))
+    print("\nagent  team  type          " + "  ".join(PER_AGENT_FIELDS))
     for i in range(config.n_agents):
-        values = [getattr(config, name)[i] for name in _PER_AGENT]
-        cells = [f"{v:g}".ljust(len(name)) for v, name in zip(values, _PER_AGENT, strict=True)]
+        values = [getattr(config, name)[i] for name in PER_AGENT_FIELDS]
+        cells = [
+            f"{v:g}".ljust(len(name)) for v, name in zip(values, PER_AGENT_FIELDS, strict=True)
+        ]
         kind = config.type_names[i] if config.type_names else "-"
         print(f"{i:<5}  {config.teams[i]:<4}  {kind:<12}  " + "  ".join(cells).rstrip())
     return 0
@@ -299,7 +302,7 @@ def _cmd_replay(args) -> int:
     fps = args.fps or float(options.get("fps", 10.0))
     rec = replay.simulate(agents=args.agents)
     frames = recording_frames(rec, scale)
-    save_video(frames, out, fps)
+    save_video(frames, out, int(fps))
     print(
         f"wrote {out}: {len(frames)} frames, {rec.steps} steps of {replay.scenario} "
         f"(seed {replay.seed}), re-simulated exactly"
@@ -441,7 +444,8 @@ def _forward(command: str, argv: list[str]) -> int:
         )
         return 2
     if spec is None or spec.origin is None:
-        where = importlib.util.find_spec(package).submodule_search_locations
+        found = importlib.util.find_spec(package)
+        where = found.submodule_search_locations if found is not None else None
         print(
             f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
             f"{package!r} ({', '.join(where or [])}) has no module {name!r}",

@@ -1,5 +1,9 @@
 """`GigastepEnv`: the phases of the game composed into pure `reset` and `step` functions.
 
+The phases live in `gigastep.game` (movement `dynamics`, `waypoints`, hazards and combat in
+`interactions`, `rewards`, `observations`, the `reset` placement and the masked batch
+computation of the auto-reset in `batching`); this module only composes them.
+
 The module-level functions take the static `EnvConfig` as their first argument and are pure;
 the class is a thin, stateless holder of a config that offers them as methods (unbatched,
 batched with `vmap`, and auto-resetting), all compiled with the config as static argument.
@@ -7,29 +11,28 @@ batched with `vmap`, and auto-resetting), all compiled with the config as static
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import partial
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep import dynamics, interactions, rewards, waypoints
-from gigastep import random as grandom
-from gigastep.maps import MapArrays, prerender
-from gigastep.observations.global_state import state_vector, state_vector_size
-from gigastep.observations.vector import (
-    native_supported,
-    native_vector_observations,
-    vector_observations,
-)
-from gigastep.observations.visibility import finite_agents, visibility
+from gigastep import _checks
+from gigastep._checks import check_actions
+from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep.game import dynamics, interactions, rewards, waypoints
+from gigastep.game.batching import reset_where, select_games, where_masked
+from gigastep.game.maps import map_arrays
+from gigastep.game.observations import first_observation, global_view, observe
+from gigastep.game.observations.global_state import state_vector, state_vector_size
+from gigastep.game.random import seed_words, stream_from_seed, uniforms_from_seed
+from gigastep.game.reset import reset_state, reset_state_streamed
 from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
-    AgentState,
     EnvConfig,
     EnvState,
-    EpisodeState,
     StepInfo,
     StepNoise,
     check_fields,
@@ -54,56 +57,8 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------
-# Static per-config data (numpy, cached; embedded as constants when traced)
-# ------------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=64)
-def _maps(config: EnvConfig) -> MapArrays:
-    return MapArrays(config)
-
-
-@lru_cache(maxsize=16)
-def _background(config: EnvConfig) -> np.ndarray:
-    return prerender(config)
-
-
-# ------------------------------------------------------------------------------------------
 # Input checks (trace time: shapes and dtypes only, no compute)
 # ------------------------------------------------------------------------------------------
-
-
-def _check_key(key, what: str = "key") -> None:
-    key = jnp.asarray(key) if not hasattr(key, "dtype") else key
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(
-                f"{what} must be a single PRNG key, got a key array of shape {key.shape}"
-            )
-        return
-    if key.shape != (2,) or key.dtype != jnp.uint32:
-        raise ValueError(
-            f"{what} must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed), "
-            f"uint32 of shape (2,)); got {key.dtype} of shape {key.shape}"
-        )
-
-
-def check_actions(actions, n: int, discrete: bool, who: str = "") -> None:
-    """Raise a clear ValueError unless `actions` fit `n` agents: int (n,) indices 0..26 when
-    `discrete`, else float (n, 3) (heading, dive, throttle). Shapes and dtypes only, so it
-    runs at trace time, before any compute. `who` prefixes the message (e.g. "team 0 ")."""
-    shape, dtype = np.shape(actions), jnp.result_type(actions)
-    if discrete:
-        if shape != (n,) or not jnp.issubdtype(dtype, jnp.integer):
-            raise ValueError(
-                f"{who}discrete actions must be integers of shape ({n},) (one index 0..26 per "
-                f"agent); got {dtype} of shape {shape}"
-            )
-    elif shape != (n, 3) or not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(
-            f"{who}continuous actions must be floats of shape ({n}, 3) (heading, dive, "
-            f"throttle in [-1, 1] per agent); got {dtype} of shape {shape}"
-        )
 
 
 def _games(batch: tuple[int, ...]) -> str:
@@ -158,212 +113,20 @@ def check_batch(config: EnvConfig, states, actions, keys, single_form: str = "st
         if not shape or shape[0] != b:
             got = f"{shape[0]} games (shape {shape})" if shape else f"a scalar {value!r}"
             raise ValueError(f"states hold {b} games but {what} hold {got}")
-    _check_batch(keys)
+    _checks.check_keys(keys)
     return b
 
 
 # ------------------------------------------------------------------------------------------
-# Observation
+# Reset (the phase itself: `gigastep.game.reset`)
 # ------------------------------------------------------------------------------------------
-
-
-def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise,
-            comm_stream=None):  # fmt: skip
-    """Observations of every agent of one game (rules §5).
-
-    `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
-    the native kernel then draws the noise itself (same numbers) instead of reading it.
-
-    Returns: "vector" (n, L) float32, "rgb" (n, res_x, res_y, 3) uint8, or the tuple
-    (rgb, vector) for "rgb_vector".
-    """
-    agents, episode = state.agents, state.episode
-    if config.obs_type == "vector" and native_supported(config):
-        # One CPU kernel for visibility + vector observation (the same values, ~2x faster on
-        # the CPU); the JAX code everywhere else.
-        boxes = jnp.asarray(_maps(config).boxes)[episode.map_idx]
-        args = (agents, episode, geo.dist, detected, comm_noise, boxes, comm_stream)
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=lambda *a: native_vector_observations(config, *a),
-            default=lambda *a: _observe_jax(config, state, geo, detected, took_damage, comm_noise),
-        )
-    return _observe_jax(config, state, geo, detected, took_damage, comm_noise)
-
-
-def _observe_jax(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise):
-    agents, episode = state.agents, state.episode
-    finite = finite_agents(agents)
-    seen = visibility(config, agents.alive, geo.dist, detected, comm_noise, finite)
-    out = []
-    if config.obs_type in ("rgb", "rgb_vector"):
-        from gigastep.observations.rgb import rgb_observations
-
-        background = jnp.asarray(_background(config))
-        out.append(rgb_observations(config, background, agents, episode, seen, took_damage))
-    if config.obs_type in ("vector", "rgb_vector"):
-        boxes = jnp.asarray(_maps(config).boxes)[episode.map_idx]
-        out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
-    return out[0] if len(out) == 1 else tuple(out)
-
-
-def global_view(config: EnvConfig, state: EnvState):
-    """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (rules §5.4)."""
-    from gigastep.observations.rgb import global_view as draw
-
-    return draw(config, jnp.asarray(_background(config)), state.agents, state.episode)
-
-
-# ------------------------------------------------------------------------------------------
-# Reset
-# ------------------------------------------------------------------------------------------
-
-
-def _placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid, margin):
-    """(n,) bool: an agent too close to a lower-index agent (radius and altitude enlarged by
-    `margin`) or inside a box enlarged by `margin`. Only the later agent of a close pair is
-    redrawn, so each round resolves more conflicts than redrawing both would."""
-    n = config.n_agents
-    conflict = jnp.zeros(n, bool)
-    if config.collision_range > 0 and n > 1:
-        geo = interactions.geometry(agents)
-        dz = jnp.abs(agents.z[:, None] - agents.z[None, :])
-        radius = np.float32((config.collision_range + margin) ** 2)
-        close = (geo.d2 < radius) & (dz < config.collision_altitude + margin)
-        earlier = jnp.asarray(np.tri(n, k=-1, dtype=bool))  # [i, j]: j < i
-        conflict = jnp.any(close & earlier, axis=1)
-    x, y = agents.x[:, None], agents.y[:, None]
-    inside = (
-        (x > boxes[None, :, 0] - margin) & (x < boxes[None, :, 2] + margin)
-        & (y > boxes[None, :, 1] - margin) & (y < boxes[None, :, 3] + margin)
-    )  # fmt: skip
-    return conflict | jnp.any(inside & box_valid[None, :], axis=1)
-
-
-def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
-    """A fresh game and the communication noise of its first observation (see
-    `_reset_state_streamed`)."""
-    return _reset_state_streamed(config, key)[:2]
-
-
-def _reset_keys(key):
-    """(k_map, k_place, k_comm): the three keys a reset splits its key into."""
-    return jax.random.split(key, 3)
-
-
-def _map_index(config: EnvConfig, k_map) -> jax.Array:
-    """() int32: the map of a fresh game, uniform over `config.maps` (rules §15 row 4)."""
-    n_maps = len(config.maps)
-    if n_maps == 1:
-        return jnp.int32(0)
-    return jax.random.randint(k_map, (), 0, n_maps)
-
-
-def _placement_uniforms(config: EnvConfig, k_place, round_) -> jax.Array:
-    """(4, n) float32 uniforms in [0, 1) of placement round `round_` (0: the first draw,
-    r >= 1: the r-th redraw): the fractions of x, y, z and heading across each agent's ranges."""
-    return grandom.uniform(jax.random.fold_in(k_place, round_), (4, config.n_agents))
-
-
-def _place_agents(config: EnvConfig, maps: MapArrays, map_idx, k_place) -> AgentState:
-    """The agents of a fresh game on map `map_idx`: placed, redrawn while in conflict (see
-    `_reset_state_streamed`), at full health, alive, at speed 1, with no locks."""
-    n = config.n_agents
-    teams = np.asarray(config.teams)
-    region = jnp.asarray(maps.start)[map_idx][teams]  # (n, 4)
-    heights = jnp.asarray(maps.height)[map_idx]  # (2,)
-    headings = jnp.asarray(maps.heading)[map_idx][teams]  # (n, 2)
-    boxes = jnp.asarray(maps.boxes)[map_idx]
-    box_valid = jnp.asarray(maps.box_valid)[map_idx]
-
-    def draw(round_):
-        u = _placement_uniforms(config, k_place, round_)
-        return (
-            region[:, 0] + u[0] * (region[:, 2] - region[:, 0]),
-            region[:, 1] + u[1] * (region[:, 3] - region[:, 1]),
-            heights[0] + u[2] * (heights[1] - heights[0]),
-            headings[:, 0] + u[3] * (headings[:, 1] - headings[:, 0]),
-        )
-
-    x, y, z, heading = draw(0)
-    max_health = jnp.asarray(config.max_health, jnp.float32)
-    agents = AgentState(
-        x=x, y=y, z=z, v=jnp.ones(n, jnp.float32), heading=dynamics.wrap_angle(heading),
-        health=max_health, alive=jnp.ones(n, bool), tracked=jnp.zeros((n, n), jnp.int32),
-    )  # fmt: skip
-
-    def conflicts(a):
-        return _placement_conflicts(config, a, boxes, box_valid, 0.1)
-
-    def cond(carry):
-        round_, a, need = carry
-        return (round_ <= config.reset_max_rounds) & jnp.any(need)
-
-    def body(carry):
-        round_, a, need = carry
-        x, y, z, h = draw(round_)
-        a = a.replace(x=jnp.where(need, x, a.x), y=jnp.where(need, y, a.y),
-                      z=jnp.where(need, z, a.z),
-                      heading=jnp.where(need, dynamics.wrap_angle(h), a.heading))  # fmt: skip
-        return round_ + 1, a, conflicts(a)
-
-    return jax.lax.while_loop(cond, body, (jnp.int32(1), agents, conflicts(agents)))[1]
-
-
-def _reset_state_streamed(config: EnvConfig, key):
-    """(state, comm, stream): a fresh game, the communication noise of its first observation
-    and that noise's counter stream (None when communication is deterministic).
-
-    The map is drawn uniformly from the config's map set; each team's agents are placed
-    uniformly in its start region with a heading drawn from its heading range (both from one
-    round of `_placement_uniforms`). An agent in conflict is redrawn (position, altitude and
-    heading together): one closer than `collision_range + 0.1` in the plane and
-    `collision_altitude + 0.1` in altitude to a lower-index agent (when collisions are on), or
-    strictly inside a box enlarged by 0.1 (padding boxes ignored). Redrawing stops once no
-    agent is in conflict.
-
-    Exhausted rounds: at most `reset_max_rounds` redraws are made (0: the first draw is kept
-    whatever it is). If conflicts remain after the last one, the game starts with the positions
-    of the last round as they are: the reset never fails and never loops further; a pair left
-    too close collides on the first step if it is within the collision cylinder, and an agent
-    left in a box dies on it. Crowded start regions need many rounds: with 10 rounds about 9%
-    of identical_20_vs_5's games (20 agents in a 8 x 2 band) started with a conflict, 0.4%
-    with 20 rounds, none in 4096 with 30; hence the default of 100.
-    """
-    n = config.n_agents
-    k_map, k_place, k_comm = _reset_keys(key)
-    maps = _maps(config)
-    map_idx = _map_index(config, k_map)
-    agents = _place_agents(config, maps, map_idx, k_place)
-    episode = EpisodeState(
-        map_idx=jnp.asarray(map_idx, jnp.int32),
-        waypoint=jnp.zeros(4, jnp.float32),
-        waypoint_time=jnp.zeros((), jnp.float32),
-        aux_rewards_factor=jnp.ones((), jnp.float32),
-        step=jnp.zeros((), jnp.int32),
-        returns=jnp.zeros(n, jnp.float32),
-    )
-    if config.stochastic_comm:
-        seed = grandom.seed_words(k_comm)
-        comm = grandom.uniforms_from_seed(seed, [(n, n)])[0]
-        stream = grandom.stream_from_seed(seed, [(n, n)], 0)
-    else:
-        comm, stream = jnp.zeros((n, n)), None
-    return EnvState(agents=agents, episode=episode), comm, stream
-
-
-def _first_observation(config: EnvConfig, state: EnvState, comm, comm_stream=None):
-    n = config.n_agents
-    geo = interactions.geometry(state.agents)
-    return observe(config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm,
-                   comm_stream)  # fmt: skip
 
 
 def reset(config: EnvConfig, key):
     """Start a game: returns (obs, state)."""
-    _check_key(key)
-    state, comm, stream = _reset_state_streamed(config, key)
-    return _first_observation(config, state, comm, stream), state
+    _checks.check_key(key)
+    state, comm, stream = reset_state_streamed(config, key)
+    return first_observation(config, state, comm, stream), state
 
 
 # ------------------------------------------------------------------------------------------
@@ -388,20 +151,23 @@ def _noise_and_stream(config: EnvConfig, key):
         )
         if not on
     ]
-    seed = grandom.seed_words(key)
-    detection, comm, waypoint = grandom.uniforms_from_seed(seed, _noise_shapes(n), skip=skip)
+    seed = seed_words(key)
+    detection, comm, waypoint = uniforms_from_seed(seed, _noise_shapes(n), skip=skip)
     noise = StepNoise(detection=detection, comm=comm, waypoint=waypoint)
     if not config.stochastic_comm:
         return noise, None
-    return noise, grandom.stream_from_seed(seed, _noise_shapes(n), 1)
+    return noise, stream_from_seed(seed, _noise_shapes(n), 1)
 
 
 def _noise_shapes(n: int):
     return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
 
 
-@chex.dataclass(frozen=True)
-class _Advanced:
+@pytree_dataclass
+class Advanced(PytreeData):
+    """A step's outcome before its observation (what `advance` returns): the next state, the
+    geometry and combat it was computed with, rewards (n,), terminated () and truncated ()."""
+
     state: EnvState
     geo: interactions.Geometry
     combat: interactions.Combat
@@ -410,7 +176,7 @@ class _Advanced:
     truncated: chex.Array
 
 
-def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _Advanced:
+def advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> Advanced:
     """Everything of a step but the observation: move, waypoints, hazards, combat, health,
     termination and rewards."""
     check_actions(actions, config.n_agents, config.discrete_actions)
@@ -420,7 +186,7 @@ def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _
     hit, waypoint, waypoint_time = waypoints.update_waypoint(
         config, moved, episode, alive_pre, noise.waypoint
     )
-    maps = _maps(config)
+    maps = map_arrays(config)
     geo = interactions.geometry(moved)
     boxes = jnp.asarray(maps.boxes)[episode.map_idx]
     box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
@@ -462,7 +228,7 @@ def _advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> _
             returns=episode.returns + reward,
         ),
     )  # fmt: skip
-    return _Advanced(state=new, geo=geo, combat=fight, rewards=reward,
+    return Advanced(state=new, geo=geo, combat=fight, rewards=reward,
                      terminated=terminated, truncated=truncated)  # fmt: skip
 
 
@@ -474,7 +240,7 @@ def transition(config: EnvConfig, state: EnvState, actions, noise: StepNoise):
 
 def _transition_streamed(config: EnvConfig, state: EnvState, actions, noise: StepNoise,
                          comm_stream=None):  # fmt: skip
-    adv = _advance(config, state, actions, noise)
+    adv = advance(config, state, actions, noise)
     obs = observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
                   noise.comm, comm_stream)  # fmt: skip
     done = adv.terminated | adv.truncated
@@ -506,14 +272,8 @@ def step(config: EnvConfig, state: EnvState, actions, key):
     `step_autoreset` for that).
     """
     check_single_state(config, state, "v_step")
-    _check_key(key)
+    _checks.check_key(key)
     return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
-
-
-def _select(done, a, b):
-    return jax.tree_util.tree_map(
-        lambda x, y: jnp.where(jnp.reshape(done, (-1,) + (1,) * (x.ndim - done.ndim)), x, y)
-        if done.ndim else jnp.where(done, x, y), a, b)  # fmt: skip
 
 
 def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: bool = True,
@@ -527,23 +287,23 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
     the state the step ended in before any reset (else None).
     """
     check_single_state(config, state, "v_step_autoreset")
-    _check_key(key)
+    _checks.check_key(key)
     k_step, k_reset = jax.random.split(key)
     noise, step_stream = _noise_and_stream(config, k_step)
-    adv = _advance(config, state, actions, noise)
+    adv = advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
-    fresh, fresh_comm, fresh_stream = _reset_state_streamed(config, k_reset)
+    fresh, fresh_comm, fresh_stream = reset_state_streamed(config, k_reset)
     return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs,
                              (step_stream, fresh_stream), final_state)  # fmt: skip
 
 
-def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh: EnvState,
+def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh: EnvState,
                       fresh_comm, done, final_obs: bool, streams=(None, None),
                       final_state: bool = False):  # fmt: skip
     """Take the fresh game where `done`, observe the result once (and the finished game's
     last observation when `final_obs`), and assemble the auto-reset step's outputs.
     `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
-    nxt = _select(done, fresh, adv.state)
+    nxt = select_games(done, fresh, adv.state)
     geo = interactions.geometry(nxt.agents)
     step_stream, fresh_stream = streams
     stream = None if step_stream is None else jnp.where(done, fresh_stream, step_stream)
@@ -567,21 +327,6 @@ def _finish_autoreset(config: EnvConfig, adv: _Advanced, noise: StepNoise, fresh
 # ------------------------------------------------------------------------------------------
 # Compiled batched forms (config static; shared by every env with an equal config)
 # ------------------------------------------------------------------------------------------
-
-
-def _check_team(team) -> None:
-    if isinstance(team, bool) or team not in (0, 1):
-        raise ValueError(f"team must be 0 or 1, got {team!r}")
-
-
-def _check_batch(keys, what="keys"):
-    keys = keys if hasattr(keys, "dtype") else jnp.asarray(keys)
-    typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
-    if (typed and keys.ndim != 1) or (not typed and (keys.ndim != 2 or keys.shape[-1] != 2)):
-        raise ValueError(
-            f"{what} must be a batch of PRNG keys, shape (B, 2) uint32 or (B,) typed keys "
-            f"(e.g. jax.random.split(key, B)); got {keys.dtype} of shape {keys.shape}"
-        )
 
 
 _reset = jax.jit(reset, static_argnums=0)
@@ -612,61 +357,11 @@ def _v_step(config, states, actions, keys):
     return batched_step(config, states, actions, keys)
 
 
-def _autoreset_capacity(batch: int) -> int:
-    """How many finished games the cheap path of `batched_step_autoreset` resets (static):
-    one per 32 games. A step in which more games finish resets the whole batch instead."""
-    return max(1, -(-batch // 32))
-
-
-def where_masked(fn, mask, *args):
-    """`jax.vmap(fn)(*args)` at the games where `mask` (B,) is set; the other games' entries
-    are unspecified (zeros, or fn's value there).
-
-    Only the masked games are computed: none when no game is masked, the first
-    `_autoreset_capacity(B)` of them (gathered, computed, scattered into zeros) when few are,
-    the whole batch otherwise. The choice is a conditional on the count of masked games: on
-    backends that run conditionals from the host (GPU) its index is read there.
-    """
-    b = mask.shape[0]
-    cap = _autoreset_capacity(b)
-    v_fn = jax.vmap(fn)
-    shapes = jax.eval_shape(v_fn, *args)
-
-    def zeros(_):
-        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-    def few(_):
-        (idx,) = jnp.nonzero(mask, size=cap, fill_value=b)
-        # the unused slots compute a copy of the first masked game and are dropped
-        take = jnp.where(idx < b, idx, idx[0])
-        out = v_fn(*jax.tree_util.tree_map(lambda x: x[take], args))
-        return jax.tree_util.tree_map(
-            lambda full, new: full.at[idx].set(new, mode="drop"), zeros(None), out
-        )
-
-    def every(_):
-        return v_fn(*args)
-
-    count = jnp.sum(mask, dtype=jnp.int32)
-    if cap >= b:
-        return jax.lax.cond(count > 0, every, zeros, None)
-    branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
-    return jax.lax.switch(branch, (zeros, few, every), None)
-
-
-def reset_where(reset_one, mask, keys):
-    """`jax.vmap(reset_one)(keys)` at the games where `mask` (B,) is set; the other games'
-    entries are unspecified (zeros or a fresh game). See `where_masked`: resetting a few games
-    costs a fraction of resetting the batch, since the placement loop of a batched reset runs
-    until its worst game is placed."""
-    return where_masked(reset_one, mask, keys)
-
-
 def _reset_finished(config: EnvConfig, done, keys):
     """(fresh states, their comm noise (B, n, n), its streams (B, 3) or None):
-    `_reset_state_streamed(config, keys[b])` for every game b where `done` (see
+    `reset_state_streamed(config, keys[b])` for every game b where `done` (see
     `reset_where`)."""
-    return reset_where(partial(_reset_state_streamed, config), done, keys)
+    return reset_where(partial(reset_state_streamed, config), done, keys)
 
 
 def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
@@ -682,13 +377,13 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     """
     check_batch(config, states, actions, keys, "step_autoreset")
 
-    def advance(state, acts, key):
-        _check_key(key)
+    def advance_one(state, acts, key):
+        _checks.check_key(key)
         k_step, k_reset = jax.random.split(key)
         noise, stream = _noise_and_stream(config, k_step)
-        return _advance(config, state, acts, noise), noise, k_reset, stream
+        return advance(config, state, acts, noise), noise, k_reset, stream
 
-    adv, noise, k_reset, step_stream = jax.vmap(advance)(states, actions, keys)
+    adv, noise, k_reset, step_stream = jax.vmap(advance_one)(states, actions, keys)
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = _reset_finished(config, done, k_reset)
 
@@ -700,11 +395,11 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     )
     if final_obs:
         last = where_masked(partial(_last_observation, config), done, adv, noise, step_stream)
-        info = info.replace(final_obs=_select(done, last, obs))
+        info = info.replace(final_obs=select_games(done, last, obs))
     return obs, nxt, rewards, dones, done, info
 
 
-def _last_observation(config: EnvConfig, adv: _Advanced, noise: StepNoise, stream):
+def _last_observation(config: EnvConfig, adv: Advanced, noise: StepNoise, stream):
     """The observation of the state a step ended in (before any reset)."""
     return observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
                    noise.comm, stream)  # fmt: skip
@@ -719,7 +414,7 @@ def _v_step_autoreset(config, states, actions, keys, final_obs):
 def _reset_done_episodes(config, obs, states, ep_dones, key):
     keys = jax.random.split(key, ep_dones.shape[0])
     new_obs, new_states = jax.vmap(partial(reset, config))(keys)
-    return _select(ep_dones, new_obs, obs), _select(ep_dones, new_states, states)
+    return select_games(ep_dones, new_obs, obs), select_games(ep_dones, new_states, states)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -746,8 +441,9 @@ class GigastepEnv:
         "rgb_vector": the tuple (rgb, vector).
         A dead agent's observation is all zeros.
     Action (per agent): continuous float32 (n, 3) (heading, dive, throttle) in [-1, 1], NaN
-        acting as 0; or discrete int (n,) in 0..26 (clipped), see `gigastep.dynamics.ACTION_TABLE`.
-    Reward: float32 (n,), see `gigastep.rewards`. Dones: bool (n,), True for dead agents.
+        acting as 0; or discrete int (n,) in 0..26 (clipped), see
+        `gigastep.game.dynamics.ACTION_TABLE`.
+    Reward: float32 (n,), see `gigastep.game.rewards`. Dones: bool (n,), True for dead agents.
     State: `EnvState` (agents struct-of-arrays and episode fields), a pytree of arrays.
 
     `reset(key) -> (obs, state)` and `step(state, actions, key) -> (obs, state, rewards, dones,
@@ -774,7 +470,7 @@ class GigastepEnv:
         elif fields:
             config = config.replace(**fields)
         self.config = config
-        self.spec = None
+        self.spec: Any = None  # the ScenarioSpec of an env built by gigastep.make
 
     # --- attributes ---------------------------------------------------------------------
     @property
@@ -852,7 +548,7 @@ class GigastepEnv:
 
     # --- compiled batched forms ---------------------------------------------------------
     def v_reset(self, keys):
-        _check_batch(keys)
+        _checks.check_keys(keys)
         return _v_reset(self.config, keys)
 
     def v_step(self, states, actions, keys):
@@ -865,7 +561,7 @@ class GigastepEnv:
 
     def reset_done_episodes(self, obs, states, ep_dones, key):
         """Reset only the finished games of a batch, inside one compiled call."""
-        _check_key(key)
+        _checks.check_key(key)
         return _reset_done_episodes(self.config, obs, states, jnp.asarray(ep_dones), key)
 
     def v_global_view(self, states):
@@ -873,19 +569,19 @@ class GigastepEnv:
 
     @property
     def state_vector_size(self) -> int:
-        """Length S of `state_vector` (layout: `gigastep.observations.global_state`)."""
+        """Length S of `state_vector` (layout: `gigastep.game.observations.global_state`)."""
         return state_vector_size(self.config)
 
     def state_vector(self, state, team: int = 0):
         """The global state of one game as a float32 (S,) vector seen from `team` (its
         agents first), for centralised critics; layout in
-        `gigastep.observations.global_state`."""
-        _check_team(team)
+        `gigastep.game.observations.global_state`."""
+        _checks.check_team(team)
         return _state_vector(self.config, state, team)
 
     def v_state_vector(self, states, team: int = 0):
         """`state_vector` of every game of a batch: (B, S) float32."""
-        _check_team(team)
+        _checks.check_team(team)
         return _v_state_vector(self.config, states, team)
 
     @staticmethod

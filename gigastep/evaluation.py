@@ -43,7 +43,7 @@ import dataclasses
 import math
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any, Protocol, runtime_checkable
@@ -53,8 +53,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep import env as _env
+from gigastep._checks import check_positive_int
 from gigastep.opponents import POLICIES, Policy, resolve_env
-from gigastep.types import EnvConfig, closest
+from gigastep.types import PER_AGENT_FIELDS, EnvConfig, closest
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -284,7 +285,9 @@ def resolve_player(player, device="cpu") -> Player:
 # ------------------------------------------------------------------------------------------
 
 
-def _z(confidence: float) -> float:
+def normal_quantile(confidence: float) -> float:
+    """z, the two-sided standard normal quantile of `confidence` in (0, 1) (1.96 for 0.95):
+    the half-width, in standard errors, of a normal confidence interval."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
@@ -301,7 +304,7 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
         raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
     if trials == 0:
         return (0.0, 1.0)
-    z = _z(confidence)
+    z = normal_quantile(confidence)
     p, n = successes / trials, trials
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
@@ -481,9 +484,6 @@ class MatchResult:
 # Seats
 # ------------------------------------------------------------------------------------------
 
-_TYPE_TABLES = ("sprites", "max_health", "detection_range", "damage_range", "thrust",
-                "idle_reward")  # fmt: skip
-
 
 def symmetric(config: EnvConfig) -> bool:
     """Whether both teams have the same agent types in the same order (so that swapping the
@@ -492,7 +492,7 @@ def symmetric(config: EnvConfig) -> bool:
     rows = [np.flatnonzero(teams == t) for t in (0, 1)]
     if len(rows[0]) != len(rows[1]):
         return False
-    tables = [getattr(config, t) for t in _TYPE_TABLES]
+    tables = [getattr(config, t) for t in PER_AGENT_FIELDS]
     if config.type_names:
         tables.append(config.type_names)
     return all([tab[i] for i in rows[0]] == [tab[i] for i in rows[1]] for tab in tables)
@@ -569,16 +569,14 @@ def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *,
     env = resolve_env(scenario, **overrides)
     config = env.config
     for name, value in (("games", games), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_int(value, name)
     steps = config.max_episode_length if max_steps is None else max_steps
     if steps is None:
         raise ValueError(
             "this scenario has no time limit (max_episode_length=None): pass max_steps, after "
             "which unfinished games are not counted"
         )
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    check_positive_int(steps, "max_steps")
     plan = _seat_plan(config, games, a_team)
     a, b = resolve_player(player_a, device), resolve_player(player_b, device)
     for team, _ in plan:
@@ -741,11 +739,11 @@ def _play_scripted(config, a, b, groups, steps, seed, report) -> _Tally:
     total = len(seats)
     states = _groups_from_one_start(config, groups, seed)
     key = jax.random.PRNGKey(seed + 1)
-    rec = _empty_record(total, config.n_agents)
+    rec: Any = _empty_record(total, config.n_agents)
     run = _scripted_segment(config, table)
-    t, limit, seats = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
+    t, limit, seat_ids = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
     for _ in range(-(-steps // SEGMENT_STEPS)):
-        states, key, rec, t = run(states, key, rec, t, seats, limit)
+        states, key, rec, t = run(states, key, rec, t, seat_ids, limit)
         count = int(jnp.sum(rec[0]))  # one host read per segment
         report(count)
         if count == total:
@@ -761,9 +759,9 @@ class _Side:
         self.player, self.team, self.rows = player, team, rows
         self.index = np.flatnonzero(np.asarray(config.teams) == team)
         lo, hi = int(self.index[0]), int(self.index[-1]) + 1
-        self.agents = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
+        self.agents: Any = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
         self.discrete = config.discrete_actions
-        self.actor = None
+        self.actor: Any = None
         if not isinstance(player, ScriptedPlayer):
             self.actor = player.actor(config, team, rows.stop - rows.start, device, seed)
 
@@ -805,7 +803,7 @@ def _groups_from_one_start(config: EnvConfig, groups, seed: int):
     """Start states of all slots: every group starts from the same positions."""
     sizes = [size for _, size in groups]
     keys = jax.random.split(jax.random.PRNGKey(seed), max(sizes))
-    return _env._v_reset(config, jnp.concatenate([keys[:s] for s in sizes]))[1]
+    return _env.GigastepEnv(config).v_reset(jnp.concatenate([keys[:s] for s in sizes]))[1]
 
 
 def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
@@ -814,7 +812,8 @@ def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
     from gigastep.torch import ScriptedTeam, TorchVecEnv
 
     total = sum(size for _, size in groups)
-    sides, start = [], 0
+    sides: list[_Side] = []
+    start = 0
     for team_a, size in groups:
         rows = slice(start, start + size)
         for player, team in ((a, team_a), (b, 1 - team_a)):
@@ -853,13 +852,3 @@ def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
                 break
     venv.close()
     return _Tally(*(x.cpu().numpy() for x in (finished, winner, returns, length)))
-
-
-def _names(players: Sequence) -> list[str]:
-    """Labels for players, made unique by appending #2, #3, ... to repeated names."""
-    seen: dict[str, int] = {}
-    out = []
-    for p in players:
-        seen[p.name] = seen.get(p.name, 0) + 1
-        out.append(p.name if seen[p.name] == 1 else f"{p.name} #{seen[p.name]}")
-    return out

@@ -40,7 +40,9 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS
+from gigastep._checks import check_positive_int, check_team
+from gigastep.game.batching import select_games
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import VersusEnv, resolve_env, team_outcome
 from gigastep.spaces import vector_bounds
 
@@ -52,6 +54,7 @@ _RENDER_MODES = ["rgb_array"]
 def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     """(observation_space, action_space) of one game for the learner team (Gymnasium)."""
     m, config = versus.n_agents, versus.config
+    action: gymnasium.spaces.Space
     if config.discrete_actions:
         action = gymnasium.spaces.MultiDiscrete(np.full(m, N_DISCRETE_ACTIONS, np.int64))
     else:
@@ -59,7 +62,11 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
     low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
     vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)
-    obs = {"rgb": rgb, "vector": vec, "rgb_vector": gymnasium.spaces.Tuple((rgb, vec))}
+    obs: dict[str, gymnasium.spaces.Space] = {
+        "rgb": rgb,
+        "vector": vec,
+        "rgb_vector": gymnasium.spaces.Tuple((rgb, vec)),
+    }
     return obs[config.obs_type], action
 
 
@@ -127,7 +134,7 @@ def _single_step(versus: VersusEnv, state, key, actions):
 @partial(jax.jit, static_argnums=0)
 def _masked_reset(versus: VersusEnv, obs, states, mask, keys):
     new_obs, new_states = jax.vmap(versus.reset)(keys)
-    return _env._select(mask, new_obs, obs), _env._select(mask, new_states, states)
+    return select_games(mask, new_obs, obs), select_games(mask, new_states, states)
 
 
 @partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
@@ -155,8 +162,8 @@ def _vector_step(versus: VersusEnv, mode: str, states, key, actions, pending):
     reward = jnp.sum(rewards, axis=-1)
     if mode == AutoresetMode.NEXT_STEP.value:
         fresh_obs, fresh = _env.reset_where(versus.reset, pending, jax.random.split(k_reset, b))
-        obs = _env._select(pending, fresh_obs, obs)
-        new = _env._select(pending, fresh, new)
+        obs = select_games(pending, fresh_obs, obs)
+        new = select_games(pending, fresh, new)
         reward = jnp.where(pending, 0.0, reward)
         terminated = terminated & ~pending
         truncated = truncated & ~pending
@@ -191,13 +198,12 @@ class TeamEnv(gymnasium.Env):
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
                              f"got {render_mode!r}")  # fmt: skip
-        if isinstance(team, bool) or team not in (0, 1):
-            raise ValueError(f"team must be 0 or 1, got {team!r}")
+        check_team(team)
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.observation_space, self.action_space = team_spaces(self.versus)
         self.render_mode = render_mode
-        self._state = None
-        self._key = None
+        self._state: Any = None
+        self._key: Any = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -270,10 +276,8 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
     def __init__(self, name_or_env, num_envs: int, team: int = 0, opponent="random",
                  autoreset_mode=AutoresetMode.NEXT_STEP, render_mode=None,
                  **overrides):  # fmt: skip
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        if isinstance(team, bool) or team not in (0, 1):
-            raise ValueError(f"team must be 0 or 1, got {team!r}")
+        check_positive_int(num_envs, "num_envs")
+        check_team(team)
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
                              f"got {render_mode!r}")  # fmt: skip
@@ -289,10 +293,10 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = team_spaces(self.versus)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._states = None
-        self._obs = None  # device observations (the masked reset keeps the others')
-        self._key = None
-        self._pending = None  # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._states: Any = None
+        self._obs: Any = None  # device observations (the masked reset keeps the others')
+        self._key: Any = None
+        self._pending: Any = None  # device (B,) bool: ended at the last step (NEXT_STEP)
         self._ended = np.zeros(num_envs, bool)  # host copy, for DISABLED misuse checks
 
     # --- reset --------------------------------------------------------------------------
@@ -376,7 +380,7 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
             return None
         if self._states is None:
             raise RuntimeError("call reset() before render()")
-        views = np.asarray(_env._v_global_view(self.versus.config, self._states))
+        views = np.asarray(self.versus.env.v_global_view(self._states))
         return tuple(_frame(v) for v in views)
 
     def close_extras(self, **kwargs: Any) -> None:

@@ -16,7 +16,7 @@ Built-in policies (`get_policy(name)`):
   An agent e sees an alive enemy j when j is inside e's own deterministic detection zone:
   distance <= cone_depth * detection_range[e] and |bearing of j from e's heading| <
   cone_angle, or distance < very_close_depth (the detection rule of
-  `gigastep.interactions.combat` without noise, with e as the observer). Distances are planar.
+  `gigastep.game.interactions.combat` without noise, with e as the observer). Distances are planar.
 - `evade`: turn away from the nearest threatening enemy at full throttle, staying inside the
   map. An alive enemy j threatens e when e is inside j's detection zone (the rule above with j
   as the observer). Within `EVADE_WALL_MARGIN` x the world size of a map edge the agent is
@@ -43,8 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS, wrap_angle
-from gigastep.interactions import geometry, in_cone
+from gigastep._checks import check_actions, check_keys, check_team
+from gigastep.game.batching import select_games
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS, wrap_angle
+from gigastep.game.interactions import geometry, in_cone
 from gigastep.types import EnvConfig, EnvState, StepInfo, closest
 
 __all__ = [
@@ -275,8 +277,7 @@ class VersusEnv:
         if isinstance(env, VersusEnv):
             raise TypeError("env is already a VersusEnv; wrap the underlying GigastepEnv")
         env = resolve_env(env)
-        if isinstance(opponent_team, bool) or opponent_team not in (0, 1):
-            raise ValueError(f"opponent_team must be 0 or 1, got {opponent_team!r}")
+        check_team(opponent_team, "opponent_team")
         self.env = env
         self.config = env.config
         self.policy = get_policy(opponent)
@@ -396,15 +397,15 @@ class VersusEnv:
 
     # --- compiled batched forms ---------------------------------------------------------
     def v_reset(self, keys):
-        _env._check_batch(keys)
+        check_keys(keys)
         return _v_reset(self, keys)
 
     def v_step(self, states, team_actions, keys):
-        _env._check_batch(keys)
+        check_keys(keys)
         return _v_step(self, states, team_actions, keys)
 
     def v_step_autoreset(self, states, team_actions, keys, final_obs: bool = True):
-        _env._check_batch(keys)
+        check_keys(keys)
         return _v_step_autoreset(self, states, team_actions, keys, final_obs)
 
     def reset_done_episodes(self, obs, states, ep_dones, key):
@@ -413,7 +414,7 @@ class VersusEnv:
 
     # --- checks -------------------------------------------------------------------------
     def _check_team_actions(self, team_actions) -> None:
-        _env.check_actions(team_actions, self.n_agents, self.discrete_actions, f"team {self.team} ")
+        check_actions(team_actions, self.n_agents, self.discrete_actions, f"team {self.team} ")
 
 
 @partial(jax.jit, static_argnums=0)
@@ -435,7 +436,7 @@ def _v_step_autoreset(versus: VersusEnv, states, team_actions, keys, final_obs):
 def _reset_done_episodes(versus: VersusEnv, obs, states, ep_dones, key):
     keys = jax.random.split(key, ep_dones.shape[0])
     new_obs, new_states = jax.vmap(versus.reset)(keys)
-    return _env._select(ep_dones, new_obs, obs), _env._select(ep_dones, new_states, states)
+    return select_games(ep_dones, new_obs, obs), select_games(ep_dones, new_states, states)
 
 
 def team_outcome(config: EnvConfig, alive, episode_done):

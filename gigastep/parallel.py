@@ -29,9 +29,11 @@ one thread over every core.
 from __future__ import annotations
 
 from functools import lru_cache, partial
+from typing import Any
 
 import jax
 import numpy as np
+from jax import shard_map
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from gigastep.rollout import (
@@ -46,14 +48,7 @@ from gigastep.rollout import (
 )
 from gigastep.types import EnvConfig
 
-try:
-    from jax import shard_map
-
-    _NO_CHECK = {"check_vma": False}
-except ImportError:  # jax < 0.7
-    from jax.experimental.shard_map import shard_map
-
-    _NO_CHECK = {"check_rep": False}
+_NO_CHECK = {"check_vma": False}
 
 __all__ = ["default_mesh", "gather", "sharded_rollout"]
 
@@ -82,18 +77,20 @@ def _check_mesh(mesh, num_envs: int) -> Mesh:
     return mesh
 
 
-def _specs(mesh: Mesh, trajectory: bool) -> RolloutResult:
-    """The `shard_map` out_specs of a RolloutResult: the game axis over every mesh axis
-    (axis 0 of the totals, states and obs; axis 1 of the (T, B, ...) trajectory)."""
+def _specs(mesh: Mesh, trajectory: bool) -> Any:
+    """The `shard_map` out_specs of a RolloutResult (a RolloutResult of PartitionSpecs, so
+    typed Any): the game axis over every mesh axis (axis 0 of the totals, states and obs;
+    axis 1 of the (T, B, ...) trajectory)."""
     games = PartitionSpec(mesh.axis_names)
     per_step = PartitionSpec(None, mesh.axis_names)
     record = None
     if trajectory:
         record = Trajectory(obs=per_step, actions=per_step, rewards=per_step, dones=per_step,
                             episode_done=per_step)  # fmt: skip
-    return RolloutResult(total_reward=games, episodes=games, episode_steps=games,
-                         episode_return_sum=games, wins=games, draws=games, final_state=games,
-                         final_obs=games, trajectory=record)  # fmt: skip
+    fields: dict[str, Any] = dict(total_reward=games, episodes=games, episode_steps=games,
+                  episode_return_sum=games, wins=games, draws=games, final_state=games,
+                  final_obs=games, trajectory=record)  # fmt: skip
+    return RolloutResult(**fields)
 
 
 @lru_cache(maxsize=32)
@@ -106,8 +103,9 @@ def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajecto
     local = partial(play_games, config, policy, num_steps, trajectory, platform == "cpu", impl)
     # Unchecked: no step communicates, and the auto-reset's conditional has a branch of
     # constants (no game to reset) that the varying-axes check would reject.
+    no_check: Any = _NO_CHECK
     sharded = shard_map(local, mesh=mesh, in_specs=games, out_specs=_specs(mesh, trajectory),
-                        **_NO_CHECK)  # fmt: skip
+                        **no_check)  # fmt: skip
 
     def run(key_data):
         _TRACES["sharded_rollout"] += 1

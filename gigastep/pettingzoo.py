@@ -35,7 +35,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import observe_state, resolve_env, team_outcome
 from gigastep.types import EnvConfig, EnvState, check_finite_state, closest
 
@@ -111,6 +111,7 @@ class GigastepParallelEnv(ParallelEnv):
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         obs_space = env.observation_space.to_gymnasium()
         self._observation_spaces = {a: obs_space for a in self.possible_agents}
+        self._action_spaces: dict[str, gymnasium.spaces.Space]
         if self.config.discrete_actions:
             self._action_spaces = {
                 a: gymnasium.spaces.Discrete(N_DISCRETE_ACTIONS) for a in self.possible_agents
@@ -122,8 +123,8 @@ class GigastepParallelEnv(ParallelEnv):
         self.state_space = gymnasium.spaces.Box(
             0, 255, (self.config.resolution_x, self.config.resolution_y, 3), np.uint8
         )
-        self._key = None
-        self._state = None
+        self._key: Any = None
+        self._state: Any = None
 
     def __str__(self) -> str:
         name = self.env.spec.name if getattr(self.env, "spec", None) is not None else "custom"

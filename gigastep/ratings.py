@@ -34,11 +34,18 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gigastep._files import atomic_path, write_text
-from gigastep.evaluation import DEFAULT_SCENARIO, MatchResult, _names, evaluate, resolve_player
+from gigastep.evaluation import (
+    DEFAULT_SCENARIO,
+    MatchResult,
+    evaluate,
+    normal_quantile,
+    resolve_player,
+)
 
 __all__ = ["ELO_SCALE", "League", "Rating", "Ratings", "fit_ratings", "play_league"]
 
@@ -172,13 +179,12 @@ def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
         from scipy.optimize import minimize
     except ImportError:
         raise ImportError("fitting ratings needs scipy: pip install 'gigastep[eval]'") from None
-    from gigastep.evaluation import _z
 
     records = _records(outcomes)
     names = list(players) if players is not None else list(
         dict.fromkeys(n for r in records for n in r[:2])
     )  # fmt: skip
-    index = {p: m for m, p in enumerate(names)}
+    index: dict[Any, int] = {p: m for m, p in enumerate(names)}
     missing = sorted({n for r in records for n in r[:2]} - set(index))
     if missing:
         raise ValueError(f"outcomes name players {missing} that are not in players={names}")
@@ -200,7 +206,7 @@ def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
     centre = np.eye(k) - 1.0 / k  # the covariance of the centred ratings
     se = ELO_SCALE * np.sqrt(np.maximum(np.diag(centre @ cov @ centre), 0.0))
     theta = fit.x[:k] - fit.x[:k].mean()
-    z = _z(confidence)
+    z = normal_quantile(confidence)
     out = []
     for m, name in enumerate(names):
         rec = [(r[2], r[3], r[4]) if r[0] == name else (r[4], r[3], r[2])
@@ -284,7 +290,7 @@ class League:
         head = ["player_a", "player_b", "games", "wins", "draws", "losses", "win_rate",
                 "win_ci_low", "win_ci_high", "loss_rate", "loss_ci_low", "loss_ci_high",
                 "mean_return_a", "mean_return_b", "mean_episode_length", "unfinished"]  # fmt: skip
-        rows = [head]
+        rows: list[list[Any]] = [head]
         for r in self.results:
             rows.append([r.player_a, r.player_b, r.games, r.wins, r.draws, r.losses,
                          *_fmt(r.win_rate, *r.win_rate_ci, r.loss_rate, *r.loss_rate_ci,
@@ -293,8 +299,9 @@ class League:
         return _csv(rows)
 
     def _ratings_csv(self) -> str:
-        rows = [["player", "rating", "se", "ci_low", "ci_high", "games", "wins", "draws",
-                 "losses", "score"]]  # fmt: skip
+        head = ["player", "rating", "se", "ci_low", "ci_high", "games", "wins", "draws",
+                "losses", "score"]  # fmt: skip
+        rows: list[list[Any]] = [head]
         for r in self.ratings.ranked():
             rows.append([r.player, *_fmt(r.rating, r.se, r.ci_low, r.ci_high), r.games,
                          r.wins, r.draws, r.losses, *_fmt(r.score)])  # fmt: skip
@@ -365,7 +372,7 @@ class League:
         plt.close(fig)
 
 
-def _fmt(*values) -> list[str]:
+def _fmt(*values: float | None) -> list[Any]:
     return ["" if (v is None or math.isnan(v)) else f"{v:.4f}" for v in values]
 
 
@@ -390,7 +397,7 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
     if len(players) < 2:
         raise ValueError(f"a league needs at least 2 players, got {len(players)}")
     resolved = [resolve_player(p, device) for p in players]
-    labels = _names(resolved)
+    labels = _player_labels(resolved)
     pairs = [(a, b) for a in range(len(labels)) for b in range(a, len(labels))
              if a != b or self_play]  # fmt: skip
     results, done = [], 0
@@ -410,3 +417,13 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
     first = results[0]
     return League(labels, first.scenario, first.scenario_hash, games, seed, results, pairs,
                   ratings)  # fmt: skip
+
+
+def _player_labels(players: Sequence) -> list[str]:
+    """Labels for players, made unique by appending #2, #3, ... to repeated names."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in players:
+        seen[p.name] = seen.get(p.name, 0) + 1
+        out.append(p.name if seen[p.name] == 1 else f"{p.name} #{seen[p.name]}")
+    return out

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._checks import check_positive_int
 from gigastep._files import atomic_path
 
 __all__ = [
@@ -52,8 +53,7 @@ GAP = 4
 
 def upscale(image, scale: int) -> np.ndarray:
     """Nearest-neighbour upscaling of an (X, Y, 3) uint8 image by an integer factor."""
-    if not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+    check_positive_int(scale, "scale")
     image = np.asarray(image)
     return image.repeat(scale, axis=0).repeat(scale, axis=1)
 
@@ -106,7 +106,7 @@ def _font():
 
 @lru_cache(maxsize=32)
 def _pixels_fn(config):
-    from gigastep.observations.rgb import pixel_coords
+    from gigastep.game.observations.rgb import pixel_coords
 
     return jax.jit(jax.vmap(lambda agents: pixel_coords(config, agents)[:2]))
 
@@ -129,8 +129,7 @@ class FrameRenderer:
 
     def __init__(self, env, agents=(), names=("team 0", "team 1"), scale: int = 4,
                  title: str = ""):  # fmt: skip
-        if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
-            raise ValueError(f"scale must be a positive integer, got {scale!r}")
+        check_positive_int(scale, "scale")
         from gigastep.replay import check_agents
 
         self.env, self.config = env, env.config

@@ -31,11 +31,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep._checks import check_positive_int
 from gigastep._files import atomic_path
 from gigastep.env import GigastepEnv
 from gigastep.evaluation import ScriptedPlayer, resolve_player
@@ -147,7 +149,7 @@ class GameRunner:
         self.t = 0
         self.done = False
         self.actions: list[np.ndarray] = []
-        self._actors = [
+        self._actors: list[Any] = [
             None if isinstance(p, ScriptedPlayer)
             else p.actor(self.config, team, 1, self.device, self.seed + team)
             for team, p in enumerate(self.players)
@@ -329,8 +331,7 @@ def record_game(env, players, steps: int = 200, seed: int = 0, agents=(),
         agents: agents whose RGB observations the recording keeps (for videos).
         progress: optional callable `progress(steps_done)`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    check_positive_int(steps, "steps")
     game = GameRunner(env, players, seed, overrides, device)
     agents = check_agents(game.env, agents)
 
@@ -385,7 +386,7 @@ class Replay:
             "overrides": self.overrides, "final_step": self.final_step,
             "platform": self.platform, "render_options": self.render_options,
         }  # fmt: skip
-        arrays = {
+        arrays: dict[str, Any] = {
             "format": np.asarray("gigastep-replay"),
             "version": np.asarray(self.version, np.int32),
             "meta": np.asarray(json.dumps(meta, sort_keys=True)),
@@ -521,7 +522,8 @@ def save_state(state: EnvState, path) -> None:
     check_finite_state(state, "save_state")
     with atomic_path(path, suffix=".npz") as tmp:
         with open(tmp, "wb") as f:
-            np.savez_compressed(f, __format__=np.asarray(STATE_FORMAT), **_flat(state))
+            flat: dict[str, Any] = _flat(state)
+            np.savez_compressed(f, __format__=np.asarray(STATE_FORMAT), **flat)
 
 
 def load_state(path) -> EnvState:
@@ -535,13 +537,13 @@ def load_state(path) -> EnvState:
     arrays = _read_npz(path, "state file", ValueError)
     if str(arrays.pop("__format__", "")) != STATE_FORMAT:
         raise ValueError(f"{path!r} is not a Gigastep state file (format {STATE_FORMAT!r})")
-    parts = {}
+    parts: dict[str, Any] = {}
     for part, cls in (("agents", AgentState), ("episode", EpisodeState)):
         names = [f.name for f in dataclasses.fields(cls)]
         missing = [n for n in names if f"{part}.{n}" not in arrays]
         if missing:
             raise ValueError(f"{path!r} lacks the state fields {part}.{missing}")
         parts[part] = cls(**{n: jnp.asarray(arrays[f"{part}.{n}"]) for n in names})
-    state = EnvState(**parts)
+    state = EnvState(agents=parts["agents"], episode=parts["episode"])
     check_finite_state(state, f"load_state({path!r})")
     return state

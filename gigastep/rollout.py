@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import operator
 import sys
 import types
 from collections import Counter
@@ -49,6 +48,8 @@ import numpy as np
 
 from gigastep import env as _env
 from gigastep import opponents
+from gigastep._checks import check_actions, check_key, check_positive_int
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.types import EnvConfig, EnvState
 
 __all__ = [
@@ -68,8 +69,8 @@ _TRACES: Counter = Counter()
 # ------------------------------------------------------------------------------------------
 
 
-@chex.dataclass(frozen=True)
-class Trajectory:
+@pytree_dataclass
+class Trajectory(PytreeData):
     """Per-step records of a rollout (T = num_steps, B = num_envs, n = agents per game).
 
     obs: the observation each step's actions were chosen at, (T, B, n, L) float32 (vector),
@@ -88,8 +89,8 @@ class Trajectory:
     episode_done: chex.Array
 
 
-@chex.dataclass(frozen=True)
-class RolloutResult:
+@pytree_dataclass
+class RolloutResult(PytreeData):
     """What a rollout returns, per game (leading axis B = num_envs; n = agents per game).
 
     total_reward: (B, n) float32, each agent's rewards summed over all steps (finished and
@@ -179,7 +180,7 @@ class JointPolicy:
         a0 = jnp.asarray(self.team0(config, state, k0)).astype(dtype)
         a1 = jnp.asarray(self.team1(config, state, k1)).astype(dtype)
         for who, a in (("team 0 ", a0), ("team 1 ", a1)):
-            _env.check_actions(a, config.n_agents, config.discrete_actions, f"{who}policy: ")
+            check_actions(a, config.n_agents, config.discrete_actions, f"{who}policy: ")
         team1 = np.asarray(config.teams) == 1
         mask = team1 if config.discrete_actions else team1[:, None]
         return jnp.where(jnp.asarray(mask), a1, a0)
@@ -211,15 +212,6 @@ def joint_policy(policy_team0, policy_team1) -> JointPolicy:
 # ------------------------------------------------------------------------------------------
 
 
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
-    value = operator.index(value)
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
-
-
 def _resolve_env(env) -> _env.GigastepEnv:
     if isinstance(env, opponents.VersusEnv):
         raise TypeError(
@@ -236,7 +228,7 @@ def _key_data(key):
             f"key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)); got "
             f"{type(key).__name__} {key!r}"
         )
-    _env._check_key(key)
+    check_key(key)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(key), str(jax.random.key_impl(key))
     return key, str(jax.config.jax_default_prng_impl)
@@ -246,8 +238,8 @@ def check_arguments(env, num_envs, num_steps, key, policy, trajectory):
     """(GigastepEnv, num_envs, num_steps, key data, key impl, policy, trajectory), each
     checked: the shared argument checks of `rollout` and `sharded_rollout`."""
     genv = _resolve_env(env)
-    num_envs = _positive_int(num_envs, "num_envs")
-    num_steps = _positive_int(num_steps, "num_steps")
+    num_envs = check_positive_int(num_envs, "num_envs")
+    num_steps = check_positive_int(num_steps, "num_steps")
     data, impl = _key_data(key)
     policy = _as_policy(policy)
     if not isinstance(trajectory, (bool, np.bool_)):
@@ -263,7 +255,7 @@ def check_policy(config: EnvConfig, policy) -> None:
     except Exception as e:
         e.add_note(f"(raised by policy {_name(policy)} on one game's state)")
         raise
-    _env.check_actions(out, config.n_agents, config.discrete_actions, f"policy {_name(policy)}: ")
+    check_actions(out, config.n_agents, config.discrete_actions, f"policy {_name(policy)}: ")
 
 
 # ------------------------------------------------------------------------------------------

@@ -33,8 +33,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gigastep._checks import check_team
 from gigastep._resources import read_catalog_toml
-from gigastep.maps import builtin_maps, map_set_names
+from gigastep.game.maps import builtin_maps, map_set_names
 from gigastep.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
@@ -474,7 +475,7 @@ class ScenarioBuilder:
             raise TypeError(f"count must be an integer >= 0, got {count!r}")
         if count < 0:
             raise ValueError(f"count must be an integer >= 0, got {count!r}")
-        team = _check_team(team)
+        team = check_team(team)
         self._agents += [(team, self._types[type_name])] * count
         return self
 
@@ -486,7 +487,7 @@ class ScenarioBuilder:
             name=type_name, sprite=sprite, max_health=max_health, detection_range=range,
             damage_range=damage_range, thrust=thrust, idle_reward=idle_reward,
         )  # fmt: skip
-        self._agents.append((_check_team(team), agent))
+        self._agents.append((check_team(team), agent))
         return self
 
     # --- maps -----------------------------------------------------------------------------
@@ -575,12 +576,6 @@ class ScenarioBuilder:
         """A `GigastepEnv` of this scenario, with `env.spec` set."""
         config = self.config(**overrides)
         return _make_env(ScenarioSpec(self.name, self.version, scenario_hash(config)), config)
-
-
-def _check_team(team: Any) -> int:
-    if isinstance(team, bool) or team not in (0, 1):
-        raise ValueError(f"team must be 0 or 1, got {team!r}")
-    return int(team)
 
 
 # ------------------------------------------------------------------------------------------
@@ -685,6 +680,7 @@ def _find(name_or_path: str | Path) -> tuple[int, EnvConfig, ScenarioName]:
     """Version and base config (no suffixes applied) of a name or file reference, and its name."""
     path, name = _split_path(name_or_path)
     if path is None:
+        assert name is not None  # a catalogue name (`_split_path` returns one with no file)
         parsed = parse_name(name)
         if parsed.base not in _builtin_catalog().scenarios:
             choices = [*base_scenarios(), *_all_names()]

@@ -193,7 +193,8 @@ def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
     other_lo = [0.0, 0.0, -_up(1.0), -_up(1.0), -_up(r), -pi, -dv, 0.0, 0.0]
     low = [ego_lo] + [other_lo] * (m - 1)
     high = [ego_hi] + [other_hi] * (m - 1)
-    low, high = [np.ravel(np.asarray(low, np.float32))], [np.ravel(np.asarray(high, np.float32))]
+    lows: list[np.ndarray] = [np.ravel(np.asarray(low, np.float32))]
+    highs: list[np.ndarray] = [np.ravel(np.asarray(high, np.float32))]
     if config.enable_waypoints:
         # the square's low corner w0 lies in [0, limit - size] (a size above the world makes
         # that interval [limit - size, 0]), its high corner at w0 + size; the ego in [0, limit]
@@ -205,8 +206,8 @@ def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
         for limit in (lx, ly):
             w2 = (min(size, limit), max(size, limit))
             corners.append(((w2[0] - limit) / limit, w2[1] / limit))
-        low.append(np.array([*(-_up(-c[0]) for c in corners), 0.0], np.float32))
-        high.append(np.array([*(_up(c[1]) for c in corners), 1.0], np.float32))
+        lows.append(np.array([*(-_up(-c[0]) for c in corners), 0.0], np.float32))
+        highs.append(np.array([*(_up(c[1]) for c in corners), 1.0], np.float32))
     if config.max_boxes:
         scale = np.array([lx, ly, lx, ly], np.float32)
         per_map = np.zeros((len(config.maps), config.max_boxes, 4), np.float32)
@@ -216,6 +217,6 @@ def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
         values = (per_map / scale).reshape(len(config.maps), -1)
         lo, hi = np.minimum(values.min(0), 0.0), np.maximum(values.max(0), 0.0)
         # zeros (padding, dead egos) are exact; other values get one ulp of rounding room
-        low.append(np.where(lo < 0, np.nextafter(lo, np.float32(-np.inf)), lo))
-        high.append(np.where(hi > 0, np.nextafter(hi, np.float32(np.inf)), hi))
-    return np.concatenate(low), np.concatenate(high)
+        lows.append(np.where(lo < 0, np.nextafter(lo, np.float32(-np.inf)), lo))
+        highs.append(np.where(hi > 0, np.nextafter(hi, np.float32(np.inf)), hi))
+    return np.concatenate(lows), np.concatenate(highs)

@@ -23,6 +23,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.dlpack
@@ -31,13 +32,15 @@ import numpy as np
 import torch
 
 from gigastep import env as _env
-from gigastep.observations.global_state import state_vector
+from gigastep._checks import check_positive_int, check_team
+from gigastep.game.observations.global_state import state_vector
 from gigastep.opponents import VersusEnv, get_policy, observe_state, resolve_env
 from gigastep.types import EnvConfig, EnvState, check_finite_state
 
 __all__ = [
     "JAX_MEMORY_SETTING",
     "ScriptedTeam",
+    "StepOutputs",
     "TorchVecEnv",
     "jax2torch",
     "jax_to_torch",
@@ -222,7 +225,7 @@ class ScriptedTeam:
     start: int
     stop: int
     team: int
-    policy: object = "random"
+    policy: Any = "random"
 
     def __post_init__(self):
         for name in ("start", "stop", "team"):
@@ -232,8 +235,7 @@ class ScriptedTeam:
         if not 0 <= self.start < self.stop:
             raise ValueError(f"ScriptedTeam needs 0 <= start < stop, got [{self.start}, "
                              f"{self.stop})")  # fmt: skip
-        if self.team not in (0, 1):
-            raise ValueError(f"ScriptedTeam.team must be 0 or 1, got {self.team}")
+        check_team(self.team, "ScriptedTeam.team")
         object.__setattr__(self, "policy", get_policy(self.policy))
 
 
@@ -258,13 +260,34 @@ def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], state
     return actions
 
 
+class StepOutputs(NamedTuple):
+    """What the compiled batched step of a `TorchVecEnv` returns besides the key and states:
+    arrays with leading axis B (JAX arrays in the compiled call, torch tensors once
+    converted by `jax_to_torch`). A NamedTuple, so it is a pytree that jit returns as is.
+
+    `final_obs` is None unless the env was built with `final_obs=True`; `state_vector` and
+    `final_state_vector` are None unless with `state_vectors=True`.
+    """
+
+    obs: Any  # the next observation (a fresh game's where the episode ended)
+    rewards: Any  # (B, n) float32
+    dones: Any  # (B, n) bool, True for dead agents
+    ep_dones: Any  # (B,) bool, the episode ended at this step
+    terminated: Any  # (B,) bool
+    truncated: Any  # (B,) bool
+    episode_return: Any  # (B, n) float32, the return of the episode so far (before reset)
+    episode_length: Any  # (B,) int32
+    winner: Any  # (B,) int32, 0 or 1 at the end of a won episode, else -1
+    final_obs: Any = None  # the last observation of the finished games (obs elsewhere)
+    state_vector: Any = None  # (B, 2, S) float32, of the next states, from team 0 and 1
+    final_state_vector: Any = None  # (B, 2, S) float32, of the states the step ended in
+
+
 @lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
                    scripted: tuple = (), state_vectors: bool = False, window=None):  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
-    (key, state leaves, (obs, rewards, dones, ep_dones, terminated, truncated,
-    episode_return, episode_length, winner, final_obs[, state_vector, final_state_vector]));
-    state leaves and key are donated.
+    (key, state leaves, `StepOutputs`); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
     list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
     four per step.
@@ -277,7 +300,7 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
     games and draws their keys (see `_game_keys`).
     `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
     global state vectors (B, 2, S) of the next and of the finished states are returned too
-    (`gigastep.observations.global_state`, seen from team 0 and from team 1).
+    (`gigastep.game.observations.global_state`, seen from team 0 and from team 1).
     """
     config = _game_config(game)
     if reset_finished_only:
@@ -298,12 +321,17 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
         obs, states, rewards, dones, ep_dones, info = step(
             states, actions, _game_keys(sub, actions.shape[0], window)
         )
-        outputs = (obs, rewards, dones, ep_dones, info.terminated, info.truncated,
-                   info.episode_return, info.episode_length, info.winner,
-                   info.final_obs)  # fmt: skip
+        outputs = StepOutputs(
+            obs=obs, rewards=rewards, dones=dones, ep_dones=ep_dones,
+            terminated=info.terminated, truncated=info.truncated,
+            episode_return=info.episode_return, episode_length=info.episode_length,
+            winner=info.winner, final_obs=info.final_obs if final_obs else None,
+        )  # fmt: skip
         if state_vectors:
-            outputs += (_both_state_vectors(config, states),
-                        _both_state_vectors(config, info.final_state))  # fmt: skip
+            outputs = outputs._replace(
+                state_vector=_both_state_vectors(config, states),
+                final_state_vector=_both_state_vectors(config, info.final_state),
+            )
         return key, jax.tree_util.tree_leaves(states), outputs
 
     return jax.jit(run, donate_argnums=(0, 1))
@@ -373,7 +401,7 @@ class TorchVecEnv:
             else running values), `winner` (B,) int32 (the team left alone at the end of a
             finished episode, else -1: see `gigastep.env.episode_winner`).
             With `state_vectors=True` also `state_vector` and `final_state_vector`, (B, 2, S)
-            float32: the global state vector (`gigastep.observations.global_state`) of the
+            float32: the global state vector (`gigastep.game.observations.global_state`) of the
             next state and of the state the step ended in, seen from team 0 and team 1.
 
     `scripted` (a sequence of `ScriptedTeam`) lets the compiled step play one team of chosen
@@ -398,8 +426,7 @@ class TorchVecEnv:
     def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
                  final_obs: bool = True, opponent=None, team: int = 0, scripted=(),
                  state_vectors: bool = False, window=None):  # fmt: skip
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        check_positive_int(num_envs, "num_envs")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
         self.num_envs = num_envs
@@ -409,9 +436,9 @@ class TorchVecEnv:
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._leaves = None  # the batched states as a flat list (see _compiled_step)
+        self._leaves: Any = None  # the batched states as a flat list (see _compiled_step)
         self._treedef = _state_treedef(self.game)
-        self.last_obs = None
+        self.last_obs: Any = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
                                     self.scripted, self.state_vectors, self.window)  # fmt: skip
@@ -486,26 +513,24 @@ class TorchVecEnv:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
         actions = _leaf_to_jax(self._check_actions(actions))
         self._key, self._leaves, out = self._step(self._leaves, self._key, actions)
-        obs, rewards, dones, ep_dones, terminated, truncated, ep_return, ep_length, winner = (
-            jax_to_torch(out[:9])
-        )
-        final = jax_to_torch(out[9]) if self.final_obs else obs
-        self.last_obs = obs
+        out = jax_to_torch(out)
+        self.last_obs = out.obs
         info = {
-            "terminated": terminated,
-            "truncated": truncated,
-            "final_obs": final,
-            "episode_return": ep_return,
-            "episode_length": ep_length,
-            "winner": winner,
+            "terminated": out.terminated,
+            "truncated": out.truncated,
+            "final_obs": out.final_obs if self.final_obs else out.obs,
+            "episode_return": out.episode_return,
+            "episode_length": out.episode_length,
+            "winner": out.winner,
         }
         if self.state_vectors:
-            info["state_vector"], info["final_state_vector"] = jax_to_torch(out[10:12])
-        return obs, rewards, dones, ep_dones, info
+            info["state_vector"] = out.state_vector
+            info["final_state_vector"] = out.final_state_vector
+        return out.obs, out.rewards, out.dones, out.ep_dones, info
 
     def state_vector(self) -> torch.Tensor:
         """(B, 2, S) float32: the global state vector of the current states, seen from team
-        0 and from team 1 (`gigastep.observations.global_state`)."""
+        0 and from team 1 (`gigastep.game.observations.global_state`)."""
         return jax_to_torch(_v_both_state_vectors(self.config, self.states))
 
     def snapshot(self) -> dict:
@@ -599,7 +624,7 @@ def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, 
     for s in scripted:
         if s.stop > num_envs:
             raise ValueError(f"{s} reaches past the batch of {num_envs} games")
-        if not np.any(np.asarray(game.teams) == s.team):
+        if not np.any(np.asarray(_game_config(game).teams) == s.team):
             raise ValueError(f"{s}: team {s.team} has no agents in this game")
         for lo, hi in taken[s.team]:
             if s.start < hi and lo < s.stop:
@@ -618,6 +643,5 @@ def _as_game(name_or_env, opponent, team) -> Game:
     env = resolve_env(name_or_env)
     if opponent is None:
         return env.config
-    if isinstance(team, bool) or team not in (0, 1):
-        raise ValueError(f"team must be 0 or 1, got {team!r}")
+    check_team(team)
     return VersusEnv(env, opponent, opponent_team=1 - team)

@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import numpy as np
@@ -47,7 +48,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from gigastep import env as _env
-from gigastep.dynamics import N_DISCRETE_ACTIONS
+from gigastep.game.batching import select_games
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.opponents import VersusEnv, resolve_env
 from gigastep.spaces import vector_bounds
 from gigastep.torch import TorchVecEnv, jax_to_torch
@@ -116,7 +118,7 @@ class GigastepTorchRLEnv(EnvBase):
             group: [f"{group}_agent{i}" for i in range(int(np.sum(controlled == int(group[-1]))))]
             for group in self._groups
         }
-        self._fresh_obs = None  # observations of the games as they are now (after auto-reset)
+        self._fresh_obs: Any = None  # observations of the games as they are now (after auto-reset)
         self._pending = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._reset_key = jax.random.PRNGKey(seed + 1)  # for resets of games that go on
         self._make_specs()
@@ -199,7 +201,7 @@ class GigastepTorchRLEnv(EnvBase):
         """The (B, n[, 3]) actions of every controlled agent, in the game's agent order."""
         parts = {group: tensordict.get((group, "action")) for group in self._groups}
         if all(isinstance(i, slice) for i in self._groups.values()):
-            order = sorted(self._groups, key=lambda g: self._groups[g].start)
+            order = sorted(self._groups, key=lambda g: self._groups[g].start)  # type: ignore[union-attr]
             return torch.cat([parts[g] for g in order], dim=1)
         first = next(iter(parts.values()))
         joint = first.new_empty((self.num_envs, self._venv.n_agents, *first.shape[2:]))
@@ -252,7 +254,7 @@ class GigastepTorchRLEnv(EnvBase):
         """Really reset the games of `mask` that have not ended (their states are replaced)."""
         self._reset_key, sub = jax.random.split(self._reset_key)
         fresh = _fresh_states(self.config, jax.random.split(sub, self.num_envs))
-        states = _env._select(jax.numpy.asarray(mask.cpu().numpy()), fresh, self._venv.states)
+        states = select_games(jax.numpy.asarray(mask.cpu().numpy()), fresh, self._venv.states)
         fresh_obs = self._venv.reset_to(states)  # observes every game as at a reset
         fresh_alive = jax_to_torch(states.agents.alive)
         if isinstance(self._venv.game, VersusEnv):

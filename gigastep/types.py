@@ -17,8 +17,13 @@ from typing import Any
 import chex
 import jax.numpy as jnp
 
+from gigastep._checks import closest, float_tuple
+from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep.game.maps import MapSpec, map_set
+
 __all__ = [
     "OBS_TYPES",
+    "PER_AGENT_FIELDS",
     "AgentState",
     "EnvConfig",
     "EnvState",
@@ -32,15 +37,7 @@ __all__ = [
 
 OBS_TYPES = ("vector", "rgb", "rgb_vector")
 
-Box4 = tuple[float, float, float, float]
 Pair = tuple[float, float]
-
-
-def closest(name: str, choices, n: int = 3) -> list[str]:
-    """The `n` names in `choices` that look most like `name` (for error messages)."""
-    choices = list(choices)
-    found = difflib.get_close_matches(name, choices, n=n, cutoff=0.0)
-    return found or choices[:n]
 
 
 # Keyword names of the 2023 library that this project renamed (old name -> new name).
@@ -86,59 +83,15 @@ def check_fields(names, where: str = "") -> None:
         )
 
 
-@dataclass(frozen=True)
-class MapSpec:
-    """One obstacle map, in coordinates of a 10 x 10 reference world.
-
-    Scaled to the environment's `limit_x` x `limit_y` when used (heights and headings are not).
-    """
-
-    name: str
-    boxes: tuple[Box4, ...] = ()  # [x1, y1, x2, y2] each; agents strictly inside die
-    start_team0: Box4 = (1.0, 1.0, 4.0, 9.0)  # start region of team 0
-    start_team1: Box4 = (6.0, 1.0, 9.0, 9.0)  # start region of team 1
-    height: Pair = (0.0, 0.0)  # start altitude range [lo, hi)
-    heading_team0: Pair = (0.0, 0.0)  # start heading range of team 0, radians
-    heading_team1: Pair = (math.pi, math.pi)  # start heading range of team 1, radians
-
-    def __post_init__(self):
-        boxes = tuple(_floats(b, 4, f"map {self.name!r} box") for b in self.boxes)
-        object.__setattr__(self, "boxes", boxes)
-        for name, size in (
-            ("start_team0", 4),
-            ("start_team1", 4),
-            ("height", 2),
-            ("heading_team0", 2),
-            ("heading_team1", 2),
-        ):
-            object.__setattr__(self, name, _floats(getattr(self, name), size, name))
-        for b in boxes:
-            if not (b[0] <= b[2] and b[1] <= b[3]):
-                raise ValueError(f"map {self.name!r}: box {b} must have x1 <= x2 and y1 <= y2")
-        for region in (self.start_team0, self.start_team1):
-            if not (region[0] < region[2] and region[1] < region[3]):
-                raise ValueError(
-                    f"map {self.name!r}: start region {region} must have x1 < x2 and y1 < y2"
-                )
-        if not 0.0 <= self.height[0] <= self.height[1] <= 10.0:
-            raise ValueError(
-                f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10"
-            )
-
-
-def _floats(values: Any, size: int, what: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what} must be {size} numbers, got {values!r}") from None
-    if len(out) != size:
-        raise ValueError(f"{what} must have {size} numbers, got {len(out)}: {values!r}")
-    if not all(math.isfinite(v) for v in out):
-        raise ValueError(f"{what} must be finite, got {values!r}")
-    return out
-
-
-_PER_AGENT = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
+# The per-agent type table of `EnvConfig`: one entry per agent each (indexed by agent).
+PER_AGENT_FIELDS = (
+    "sprites",
+    "max_health",
+    "detection_range",
+    "damage_range",
+    "thrust",
+    "idle_reward",
+)
 _PER_AGENT_DEFAULT = {
     "sprites": 1,
     "max_health": 1.0,
@@ -307,7 +260,7 @@ class EnvConfig:
         if bad:
             raise ValueError(f"teams must contain only 0 and 1, got {sorted(set(bad))}")
         _set(self, "teams", tuple(int(t) for t in teams))
-        for name in _PER_AGENT:
+        for name in PER_AGENT_FIELDS:
             values = tuple(getattr(self, name))
             if not values:
                 values = (_PER_AGENT_DEFAULT[name],) * n
@@ -340,15 +293,13 @@ class EnvConfig:
             )
         self._check_numbers()
         if not self.maps:
-            from gigastep.maps import map_set
-
             _set(self, "maps", map_set(self.map_set))
         else:
             maps = tuple(self.maps)
             if not all(isinstance(m, MapSpec) for m in maps):
                 raise TypeError("maps must be a tuple of gigastep.MapSpec")
             _set(self, "maps", maps)
-        _set(self, "waypoint_lifetime", _floats(self.waypoint_lifetime, 2, "waypoint_lifetime"))
+        _set(self, "waypoint_lifetime", float_tuple(self.waypoint_lifetime, 2, "waypoint_lifetime"))
 
     def _check_numbers(self):
         for f in dataclasses.fields(self):
@@ -476,8 +427,8 @@ def check_finite_state(state, where: str) -> None:
             )
 
 
-@chex.dataclass(frozen=True)
-class AgentState:
+@pytree_dataclass
+class AgentState(PytreeData):
     """Per-agent state, struct of arrays with one leading agent axis."""
 
     x: chex.Array  # (n,) float32, world units
@@ -490,8 +441,8 @@ class AgentState:
     tracked: chex.Array  # (n, n) int32; [i, j] = consecutive steps shooter j has locked target i
 
 
-@chex.dataclass(frozen=True)
-class EpisodeState:
+@pytree_dataclass
+class EpisodeState(PytreeData):
     """Per-game quantities."""
 
     map_idx: chex.Array  # () int32, index into config.maps
@@ -502,8 +453,8 @@ class EpisodeState:
     returns: chex.Array  # (n,) float32, undiscounted reward summed over this episode
 
 
-@chex.dataclass(frozen=True)
-class EnvState:
+@pytree_dataclass
+class EnvState(PytreeData):
     """The whole traced state of one game."""
 
     agents: AgentState
@@ -556,8 +507,8 @@ class EnvState:
         return state
 
 
-@chex.dataclass(frozen=True)
-class StepNoise:
+@pytree_dataclass
+class StepNoise(PytreeData):
     """Every random number one step consumes, drawn up front from the step's key.
 
     Making the randomness an explicit input lets tests replay a step exactly (for example
@@ -569,8 +520,8 @@ class StepNoise:
     waypoint: chex.Array  # (4,) float32 U[0, 1): appear, x, y, lifetime
 
 
-@chex.dataclass(frozen=True)
-class StepInfo:
+@pytree_dataclass
+class StepInfo(PytreeData):
     """Extra outputs of the auto-resetting step (`GigastepEnv.step_autoreset`)."""
 
     terminated: chex.Array  # () bool, a team was eliminated this step

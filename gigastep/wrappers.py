@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-import chex
 import jax
 import jax.numpy as jnp
 
+from gigastep._checks import check_positive_int
+from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.env import GigastepEnv
 from gigastep.spaces import Box, Tuple
 from gigastep.types import EnvState
@@ -15,8 +16,8 @@ from gigastep.types import EnvState
 __all__ = ["FrameStack", "FrameStackState"]
 
 
-@chex.dataclass(frozen=True)
-class FrameStackState:
+@pytree_dataclass
+class FrameStackState(PytreeData):
     env_state: EnvState
     frames: object  # obs pytree with a stack axis after the agent axis: (n, k, ...)
 
@@ -45,8 +46,7 @@ class FrameStack:
     """
 
     def __init__(self, env: GigastepEnv, num_frames: int):
-        if not isinstance(num_frames, int) or num_frames < 1:
-            raise ValueError(f"num_frames must be a positive integer, got {num_frames!r}")
+        check_positive_int(num_frames, "num_frames")
         self.env = env
         self.num_frames = num_frames
 

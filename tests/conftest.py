@@ -22,6 +22,25 @@ import pytest
 
 from gigastep.types import EnvConfig, EnvState, StepNoise
 
+
+def _cuda_available() -> bool:
+    """A CUDA device for torch (the GPU tests compare torch on CUDA with the CPU)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu and not _cuda_available():
+        skip = pytest.mark.skip(reason="gpu: needs a CUDA device")
+        for item in gpu:
+            item.add_marker(skip)
+
+
 DT = 0.1
 DRAG = 0.4
 V_MIN = 1.3

@@ -3,8 +3,8 @@
 
 This module is deliberately slow: every phase is a small function with explicit Python loops
 over agents and pairs, in float32 where rounding matters. It exists so that the fast JAX step
-and reset can be checked against it (tests/test_reference_equivalence.py,
-tests/test_reference_reset.py) and an optimisation cannot silently change the game. Section
+and reset can be checked against it (tests/game/test_reference_equivalence.py,
+tests/game/test_reference_reset.py) and an optimisation cannot silently change the game. Section
 numbers refer to docs/rules.md; where §15 (this project's decisions) overrides §0-§14
 the row is cited as "§15 row N".
 
@@ -689,7 +689,7 @@ def reference_step(config, state: dict, actions, noise: dict):
 # ------------------------------------------------------------------------------------------
 #
 # Decisions the rules leave room for, taken as this project's reset documents them
-# (`gigastep.env._reset_state_streamed`):
+# (`gigastep.game.reset.reset_state_streamed`):
 #   * The random draws are inputs: the map index (uniform over config.maps, §15 row 4) and one
 #     (4, n) array of uniforms in [0, 1) per round (round 0 the first draw, round r the r-th
 #     redraw): the fractions of x, y, z and heading across each agent's ranges.

@@ -1,8 +1,8 @@
 """The built-in maps as LITERAL values copied from rules §8.1 (with §15 row 23), for tests.
 
 Nothing here reads `envs/maps.toml` or the library: a wrong entry in the catalogue is caught by
-comparing with this table (tests/test_map_data.py), and the reset rules (tests/test_reset_rules.py)
-check start regions against it.
+comparing with this table (tests/game/test_map_data.py), and the reset rules
+(tests/game/test_reset_rules.py) check start regions against it.
 
 §8.1 gives coordinates on a 10 x 10 world; boxes and start regions are [x1, y1, x2, y2], heights
 and headings [lo, hi]. The table there names the 2023 library's regions "a" (team 1) and "b"

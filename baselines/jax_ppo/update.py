@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax  # type: ignore[import-untyped]
+import optax
 
 from baselines.config import PPOConfig
 from baselines.envs import GameSpec

@@ -1,1 +1,0 @@
-"""Observation renderers: the vector observation, the RGB images and the global view."""

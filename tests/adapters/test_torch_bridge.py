@@ -1,0 +1,280 @@
+"""The JAX <-> PyTorch bridge (gigastep.torch): zero-copy conversion and TorchVecEnv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import gigastep.torch as gt
+from gigastep.env import GigastepEnv
+from gigastep.torch import TorchVecEnv, jax_to_torch, torch_to_jax
+from gigastep.types import EnvConfig, EnvState
+
+DTYPES = [(jnp.float32, torch.float32), (jnp.int32, torch.int32), (jnp.uint8, torch.uint8),
+          (jnp.bool_, torch.bool)]  # fmt: skip
+
+
+def _jax_array(dtype, shape=(3, 5)):
+    values = jnp.arange(int(np.prod(shape))).reshape(shape) % 7
+    return values.astype(dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# Zero-copy conversion
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("jdtype", "tdtype"), DTYPES)
+def test_jax_to_torch_shares_memory_and_values(jdtype, tdtype):
+    x = _jax_array(jdtype)
+    t = jax_to_torch(x)
+    assert t.dtype == tdtype and tuple(t.shape) == x.shape
+    assert t.data_ptr() == x.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(t.numpy(), np.asarray(x))
+
+
+@pytest.mark.parametrize(("jdtype", "tdtype"), DTYPES)
+def test_torch_to_jax_shares_memory_and_values(jdtype, tdtype):
+    t = (torch.arange(15).reshape(3, 5) % 7).to(tdtype)
+    x = torch_to_jax(t)
+    assert x.dtype == jdtype and x.shape == (3, 5)
+    assert x.unsafe_buffer_pointer() == t.data_ptr()
+    np.testing.assert_array_equal(np.asarray(x), t.numpy())
+
+
+def test_pytrees_convert_leaf_by_leaf_without_copies():
+    config = EnvConfig(teams=(0, 1), obs_type="vector")
+    state = EnvState.create(config, x=[1.0, 2.0], y=[3.0, 4.0])
+    tree = {"pair": (_jax_array(jnp.float32), _jax_array(jnp.bool_)), "state": state}
+    out = jax_to_torch(tree)
+    assert isinstance(out["state"], EnvState)
+    assert out["state"].agents.x.data_ptr() == state.agents.x.unsafe_buffer_pointer()
+    assert out["pair"][1].dtype == torch.bool
+    back = torch_to_jax(out)
+    assert isinstance(back["state"], EnvState)
+    assert back["state"].agents.x.unsafe_buffer_pointer() == state.agents.x.unsafe_buffer_pointer()
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_non_contiguous_tensor_converts_with_the_right_values():
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).T  # a transposed view
+    np.testing.assert_array_equal(np.asarray(torch_to_jax(t)), t.numpy())
+
+
+def test_non_array_leaves_are_rejected_with_their_type():
+    with pytest.raises(TypeError, match="str"):
+        jax_to_torch({"a": "text"})
+    with pytest.raises(TypeError, match="list|int"):
+        torch_to_jax([1, 2])
+
+
+# ------------------------------------------------------------------------------------------
+# GPU memory setting at import
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_import_turns_jax_preallocation_off_when_nothing_is_set():
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in gt._MEMORY_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    code = (
+        "import os, gigastep.torch as g; "
+        "print(g.JAX_MEMORY_SETTING, os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
+    )
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, text=True,
+                         capture_output=True, timeout=300, cwd=root)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["set", "false"]
+
+
+def test_a_users_memory_setting_is_left_alone(monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    assert gt._configure_jax_gpu_memory() == "user"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
+
+
+def test_a_late_import_on_cpu_changes_nothing_and_does_not_warn(monkeypatch):
+    for name in gt._MEMORY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    jax.devices()  # the CPU backend is running
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gt._configure_jax_gpu_memory() == "late"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
+
+
+# ------------------------------------------------------------------------------------------
+# TorchVecEnv
+# ------------------------------------------------------------------------------------------
+
+# A 2-vs-1 duel without randomness: agent 0 (team 0) and agent 2 (team 1) fly head-on and
+# collide at step 3; agent 1 (team 0) flies on far away and survives. Rewards: idle reward 1
+# per agent and step (alive at the start of the step), 10 to each survivor of the winning
+# team, nothing else; no division by team size; no damage.
+COLLISION = EnvConfig(
+    teams=(0, 0, 1), obs_type="vector", map_set="empty", stochastic_obs=False,
+    stochastic_comm=False, idle_reward=(1.0, 1.0, 1.0), reward_game_won=10.0,
+    reward_defeat_one_opponent=0.0, divide_reward_by_team_size=False, damage_per_second=0.0,
+)  # fmt: skip
+
+
+def _collision_states(batch: int) -> EnvState:
+    # Head-on at distance 0.95 with no-op actions: each agent moves dt * v2 per step, v2 =
+    # v - dt drag v^2 (v = 1 at start, then the 1.3 speed floor): 0.096, then 0.12324.
+    # Distances after steps 1, 2, 3: 0.758, 0.5115, 0.2650; collision radius 0.4 -> step 3.
+    one = EnvState.create(COLLISION, x=[5.0, 2.0, 5.95], y=[5.0, 8.0, 5.0],
+                          heading=[0.0, 0.0, np.pi])  # fmt: skip
+    return jax.tree_util.tree_map(lambda x: jnp.stack([x] * batch), one)
+
+
+@pytest.fixture(scope="module")
+def duel():
+    """Three steps of the duel in a TorchVecEnv of 2 games, and the reference rollout."""
+    venv = TorchVecEnv.from_states(COLLISION, _collision_states(2), seed=0)
+    noop = torch.zeros(2, 3, 3)
+    steps = [venv.step(noop) for _ in range(3)]
+    fresh_state = jax.tree_util.tree_map(np.asarray, venv.states)
+    after = venv.step(noop)
+    # Reference: the plain env step from the same state (no randomness in this config).
+    env = GigastepEnv(COLLISION)
+    step = jax.jit(env.step)
+    state = jax.tree_util.tree_map(lambda x: x[0], _collision_states(1))
+    ref = []
+    for t in range(3):
+        obs, state, rewards, dones, done = step(state, jnp.zeros((3, 3)), jax.random.PRNGKey(t))
+        ref.append((np.asarray(obs), np.asarray(rewards), np.asarray(dones), bool(done)))
+    return dict(steps=steps, fresh=fresh_state, after=after, ref=ref)
+
+
+def test_duel_ends_at_the_collision_step_and_not_before(duel):
+    ep_dones = [s[3].tolist() for s in duel["steps"]]
+    assert ep_dones == [[False, False], [False, False], [True, True]]
+    info = duel["steps"][2][4]
+    assert info["terminated"].tolist() == [True, True]
+    assert info["truncated"].tolist() == [False, False]
+    assert duel["steps"][2][2].tolist() == [[True, False, True]] * 2
+
+
+def test_finished_game_is_reset_in_the_same_step(duel):
+    fresh = duel["fresh"]
+    assert fresh.agents.alive.all()
+    assert (fresh.episode.step == 0).all() and (fresh.episode.returns == 0).all()
+    # Reset placement: each team inside its start region of the drawn map ("empty" or
+    # "empty_flipped", whose regions are x in [1, 4] and [6, 9]).
+    for b in range(2):
+        spec = COLLISION.maps[int(fresh.episode.map_idx[b])]
+        for agent, region in ((0, spec.start_team0), (1, spec.start_team0), (2, spec.start_team1)):
+            assert region[0] <= fresh.agents.x[b, agent] <= region[2]
+            assert region[1] <= fresh.agents.y[b, agent] <= region[3]
+    obs = duel["steps"][2][0].numpy()
+    assert (np.abs(obs).sum(axis=-1) > 0).all()  # every agent of the new game is alive
+
+
+def test_final_obs_is_the_terminal_observation(duel):
+    final = duel["steps"][2][4]["final_obs"].numpy()
+    ref_obs = duel["ref"][2][0]
+    for b in range(2):
+        np.testing.assert_allclose(final[b], ref_obs, atol=1e-6)
+    assert not np.allclose(final[0], duel["steps"][2][0].numpy()[0])
+    # The dead agents' final observations are zeros, the survivor's is not.
+    assert (final[:, [0, 2]] == 0).all() and (np.abs(final[:, 1]).sum(-1) > 0).all()
+
+
+def test_rewards_and_observations_before_the_end_match_the_plain_step(duel):
+    for t in range(2):
+        obs, rewards = duel["steps"][t][0].numpy(), duel["steps"][t][1].numpy()
+        np.testing.assert_allclose(obs[0], duel["ref"][t][0], atol=1e-6)
+        np.testing.assert_allclose(rewards[1], duel["ref"][t][1], atol=1e-6)
+
+
+def test_episode_statistics_of_the_duel(duel):
+    # Idle reward 1 in each of the 3 steps for every agent (all alive at the start of each);
+    # the survivor of team 0 also gets game won 10 at step 3. Length 3.
+    rewards = duel["steps"][2][1].numpy()
+    np.testing.assert_allclose(rewards, [[1.0, 11.0, 1.0]] * 2)
+    info = duel["steps"][2][4]
+    np.testing.assert_allclose(info["episode_return"].numpy(), [[3.0, 13.0, 3.0]] * 2)
+    assert info["episode_length"].tolist() == [3, 3]
+    # The next step belongs to the new game: running length 1.
+    assert duel["after"][4]["episode_length"].tolist() == [1, 1]
+
+
+def test_outputs_are_torch_tensors_of_the_documented_shapes(duel):
+    obs, rewards, dones, ep_dones, info = duel["steps"][0]
+    length = COLLISION.vector_size
+    assert obs.shape == (2, 3, length) and obs.dtype == torch.float32
+    assert rewards.shape == (2, 3) and rewards.dtype == torch.float32
+    assert dones.shape == (2, 3) and dones.dtype == torch.bool
+    assert ep_dones.shape == (2,) and ep_dones.dtype == torch.bool
+    assert set(info) == {"terminated", "truncated", "final_obs", "episode_return",
+                         "episode_length", "winner"}  # fmt: skip
+    assert all(isinstance(v, torch.Tensor) for v in info.values())
+    assert info["winner"].shape == (2,) and info["winner"].dtype == torch.int32
+
+
+@pytest.fixture(scope="module")
+def versus_venv():
+    return TorchVecEnv("identical_2_vs_2_fobs_vec_void_disc", 4, seed=1, opponent="pursuit")
+
+
+def test_with_an_opponent_the_learner_sees_only_its_team(versus_venv):
+    obs = versus_venv.reset()
+    length = versus_venv.config.vector_size
+    assert obs.shape == (4, 2, length)
+    obs, rewards, dones, ep_dones, info = versus_venv.step(torch.randint(0, 27, (4, 2)))
+    assert obs.shape == (4, 2, length) and rewards.shape == (4, 2) and dones.shape == (4, 2)
+    assert info["episode_return"].shape == (4, 2) and info["final_obs"].shape == (4, 2, length)
+
+
+def test_same_seed_replays_the_same_rollout(versus_venv):
+    actions = torch.randint(0, 27, (4, 2), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for _ in range(2):
+        first = versus_venv.reset(seed=5).clone()
+        out = [versus_venv.step(actions)[0].clone() for _ in range(3)]
+        runs.append([first, *out])
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    other = versus_venv.reset(seed=6)
+    assert not torch.equal(other, runs[0][0])
+
+
+def test_wrong_action_shape_dtype_or_type_is_a_clear_error(versus_venv):
+    versus_venv.reset()
+    with pytest.raises(ValueError, match=r"\(4, 2\)"):
+        versus_venv.step(torch.zeros(4, 4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="integer"):
+        versus_venv.step(torch.zeros(4, 2))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        versus_venv.step(np.zeros((4, 2), np.int32))
+
+
+def test_step_before_reset_is_an_error():
+    venv = TorchVecEnv(COLLISION, 2)
+    with pytest.raises(RuntimeError, match="reset"):
+        venv.step(torch.zeros(2, 3, 3))
+
+
+def test_states_are_the_batched_env_state_and_advance_with_each_step():
+    venv = TorchVecEnv("identical_2_vs_2_fobs_vec_void_disc", 3, seed=2)
+    venv.reset()
+    before = venv.states
+    assert isinstance(before, EnvState) and before.agents.x.shape == (3, 4)
+    steps = np.asarray(before.episode.step).copy()
+    _, _, _, ep_dones, _ = venv.step(torch.full((3, 4), 13, dtype=torch.int32))  # no-op actions
+    after = venv.states
+    assert isinstance(after, EnvState)
+    ended = ep_dones.numpy()
+    np.testing.assert_array_equal(np.asarray(after.episode.step)[~ended], steps[~ended] + 1)

@@ -1,0 +1,124 @@
+"""`gigastep.torchrl.GigastepTorchRLEnv`: TorchRL's spec check, the multi-agent layout, and
+auto-reset the TorchRL way.
+
+Resets are recognised by a rule of the game (rules §3): every agent starts a game at speed 1.0
+and moves at least at `min_speed` = 1.3 after a step, so the ego row's speed feature
+(v / diagonal, feature 6) is 1 / diagonal exactly on a game's first observation only.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchrl")
+
+from torchrl.envs.utils import check_env_specs  # noqa: E402
+
+from gigastep.torchrl import GigastepTorchRLEnv  # noqa: E402
+
+B = 3
+FRESH_SPEED = 1.0 / math.sqrt(10.0**2 + 10.0**2)  # v / diagonal at reset, 10 x 10 world
+
+
+@functools.cache
+def _env(name: str, **overrides) -> GigastepTorchRLEnv:
+    return GigastepTorchRLEnv(name, num_envs=B, **overrides)
+
+
+SPEC_CASES = {
+    # one compiled game each; docs/adapters.md's TorchRL example checks a continuous vector game
+    "vector-discrete": ("identical_2_vs_2_fobs_vec_void_disc", {"max_episode_length": 3}),
+    "rgb_vector-continuous-boxes": (
+        "special_5_vs_1_pobs_vec_maps_cont",
+        {"obs_type": "rgb_vector", "resolution_x": 12, "resolution_y": 12},
+    ),
+}
+
+
+# the RGB case compiles the largest game of this file (minutes on 2 cores): slow tier only
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c.startswith("rgb") else c for c in SPEC_CASES],
+)
+def test_check_env_specs_passes(case):
+    name, overrides = SPEC_CASES[case]
+    env = _env(name, **overrides)
+    check_env_specs(env, break_when_any_done="both", seed=0)
+
+
+def test_each_team_is_a_group_with_its_own_agents():
+    env = _env("special_5_vs_1_pobs_vec_maps_cont", obs_type="rgb_vector",
+               resolution_x=12, resolution_y=12)  # fmt: skip
+    assert env.group_map == {"team0": [f"team0_agent{i}" for i in range(5)],
+                             "team1": ["team1_agent0"]}  # fmt: skip
+    td = env.reset()
+    assert td.batch_size == torch.Size([B])
+    assert td["team0", "observation"].shape == (B, 5, env.config.vector_size)
+    assert td["team1", "pixels"].shape == (B, 1, 12, 12, 3)
+    assert td["team1", "pixels"].dtype == torch.uint8
+    assert td["team0", "mask"].all()
+    action = env.action_spec.rand()
+    assert action["team0", "action"].shape == (B, 5, 3)
+    out = env.step(td.update(action))
+    assert out["next", "team0", "reward"].shape == (B, 5, 1)
+    for key in ("done", "terminated", "truncated"):
+        assert out["next", key].shape == (B, 1)
+        assert out["next", "team1", key].shape == (B, 1, 1)
+
+
+def test_groups_view_one_observation_buffer_without_copies():
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    td = env.reset()
+    out = env.step(td.update(env.action_spec.rand()))["next"]
+    team0, team1 = out["team0", "observation"], out["team1", "observation"]
+    assert team0.untyped_storage().data_ptr() == team1.untyped_storage().data_ptr()
+
+
+def test_rollout_resets_finished_games_with_their_fresh_first_observation():
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    env.set_seed(1)
+    data = env.rollout(7, break_when_any_done=False)  # episodes end after steps 3 and 6
+    ended = [False, False, True, False, False, True, False]
+    truncated = data["next", "truncated"][..., 0]
+    assert (truncated == torch.tensor(ended)).all()
+    assert not data["next", "terminated"].any()
+    assert (data["next", "team1", "done"][..., 0, 0] == torch.tensor(ended)).all()
+    speed = data["team0", "observation"][:, :, 0, 6]  # agent 0's own speed, at each step
+    next_speed = data["next", "team0", "observation"][:, :, 0, 6]
+    for t, first in enumerate([True, False, False, True, False, False, True]):
+        if first:  # a game's first observation (after reset)
+            torch.testing.assert_close(speed[:, t], torch.full((B,), FRESH_SPEED))
+        else:  # continues the step before
+            assert (speed[:, t] >= 1.3 * FRESH_SPEED - 1e-6).all()
+            torch.testing.assert_close(speed[:, t], next_speed[:, t - 1])
+    # the final observation of an episode ends it (not the next game's first one)
+    assert (next_speed[:, 2] >= 1.3 * FRESH_SPEED - 1e-6).all()
+
+
+def test_a_partial_reset_of_a_running_game_restarts_only_that_game():
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    td = env.reset()
+    for _ in range(2):
+        td = env.step(td.update(env.action_spec.rand()))["next"].clone()
+    before = td["team0", "observation"].clone()
+    # TorchRL's convention: the input holds the data of the games that are not reset
+    out = env.reset(td.set("_reset", torch.tensor([[True], [False], [False]])))
+    obs = out["team0", "observation"]
+    torch.testing.assert_close(obs[0, :, 6], torch.full((2,), FRESH_SPEED))  # restarted
+    torch.testing.assert_close(obs[1:], before[1:])  # the others go on as they were
+    after = env.step(out.update(env.action_spec.rand()))["next"]
+    # the others reach the limit of 3 steps now; the restarted game has taken one step
+    assert after["truncated"][:, 0].tolist() == [False, True, True]
+
+
+def test_a_scripted_opponent_leaves_one_group():
+    # built, not stepped (TorchVecEnv's own tests step scripted opponents)
+    env = GigastepTorchRLEnv("identical_5_vs_1_fobs_vec_void_disc", num_envs=B,
+                             opponent="pursuit", team=1)  # fmt: skip
+    assert env.group_map == {"team1": ["team1_agent0"]}
+    assert env.action_spec["team1", "action"].shape == (B, 1)
+    assert env.observation_spec["team1", "observation"].shape == (B, 1, env.config.vector_size)

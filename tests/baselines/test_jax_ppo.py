@@ -1,0 +1,382 @@
+"""The JAX PPO twin against the PyTorch trainer: the same GAE, loss terms, gradients and
+log-probabilities on the same parameters and batch; checkpoints that each framework reads;
+exact resumption; `--seeds K` equal to K separate runs; the command line's artefacts.
+
+Float tolerances (float32 on both sides, different summation orders): GAE 1e-5 absolute,
+loss terms rtol 1e-5 / atol 1e-6, gradients atol 2e-5 + rtol 1e-4, log-probs atol 1e-4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from baselines.checkpoint import load_checkpoint, load_policy
+from baselines.config import PPOConfig
+from baselines.jax_ppo import algorithm, convert, policy
+from baselines.jax_ppo.trainer import JaxTrainer, make_setup
+from baselines.jax_ppo.update import initial_state, rollout
+from baselines.loss import ppo_loss
+from baselines.policies import ActorCritic, PolicySpec
+from baselines.rollout import compute_gae
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = PPOConfig(
+    scenario="identical_2_vs_2_fobs_vec_void_disc",
+    framework="jax",
+    num_envs=8,
+    rollout_steps=12,
+    updates=4,
+    hidden=16,
+    s5_state_dim=8,
+    epochs=2,
+    minibatches=2,
+    opponent="self:0.5,pursuit:0.5",
+    progress=False,
+    tensorboard=False,
+    plots=False,
+    checkpoint_every=2,
+)
+CORES = ("s5", "gru", "mlp")
+
+
+def _tiny(tmp_path, **changes) -> PPOConfig:
+    changes.setdefault("out", str(tmp_path / "run"))
+    return dataclasses.replace(TINY, **changes)
+
+
+def _spec(core: str, discrete: bool, central: bool = False) -> PolicySpec:
+    return PolicySpec(
+        obs_type="vector",
+        vector_size=7,
+        image_shape=None,
+        n_types=2,
+        discrete=discrete,
+        core=core,
+        hidden=8,
+        s5_state_dim=4,
+        s5_layers=2 if core == "s5" else 1,
+        central_critic=central,
+        state_size=5 if central else 0,
+        n_slots=3,
+        critic_hidden=16,
+    )
+
+
+def _batch(spec: PolicySpec, t: int = 6, n: int = 5, seed: int = 0) -> dict:
+    """A random batch: observations, episode starts, a non-zero initial state, actions."""
+    rng = np.random.default_rng(seed)
+    first = rng.random((t, n)) < 0.25
+    if spec.core == "s5":
+        shape = (spec.s5_layers, n, spec.s5_state_dim // 2)
+        h0 = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
+    else:
+        h0 = rng.normal(size=(n, spec.hidden if spec.core == "gru" else 0)).astype(np.float32)
+    if spec.discrete:
+        actions = rng.integers(0, 27, size=(t, n))
+    else:
+        actions = rng.normal(size=(t, n, 3)).astype(np.float32)
+    types = np.eye(spec.n_types, dtype=np.float32)[rng.integers(0, spec.n_types, size=n)]
+    return {
+        "obs": rng.normal(size=(t, n, spec.vector_size)).astype(np.float32),
+        "types": types,
+        "first": first,
+        "h0": h0,
+        "actions": actions,
+        "critic_in": rng.normal(size=(t, n, 5 + 3 + 2)).astype(np.float32)
+        if spec.central_critic
+        else None,
+        "old_logp": rng.normal(-3.0, 0.3, size=(t, n)).astype(np.float32),
+        "adv": rng.normal(size=(t, n)).astype(np.float32),
+        "old_values": rng.normal(size=(t, n)).astype(np.float32),
+        "returns": rng.normal(size=(t, n)).astype(np.float32),
+        "mask": rng.random((t, n)) < 0.8,
+    }
+
+
+def _torch(x):
+    return None if x is None else torch.from_numpy(np.array(x))
+
+
+# ------------------------------------------------------------------------------------------
+# Pure pieces
+# ------------------------------------------------------------------------------------------
+
+
+def test_gae_is_the_same_in_both_frameworks_and_matches_a_hand_computed_case():
+    rng = np.random.default_rng(3)
+    t, n = 9, 4
+    r, v, fv = (rng.normal(size=(t, n)).astype(np.float32) for _ in range(3))
+    cont, boot = rng.random((t, n)) < 0.8, rng.random((t, n)) < 0.2
+    nv = rng.normal(size=n).astype(np.float32)
+    adv_t, ret_t = compute_gae(*map(_torch, (r, v, cont, boot, fv, nv)), 0.9, 0.8)
+    adv_j, ret_j = algorithm.compute_gae(*map(jnp.asarray, (r, v, cont, boot, fv, nv)), 0.9, 0.8)
+    np.testing.assert_allclose(np.asarray(adv_j), adv_t.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ret_j), ret_t.numpy(), atol=1e-5)
+    # two steps by hand: r = (1, 2), V = (0.5, 0.25), V_next = 1, both continue, no boot
+    # delta_1 = 2 + 0.9 * 1 - 0.25 = 2.65; A_1 = 2.65
+    # delta_0 = 1 + 0.9 * 0.25 - 0.5 = 0.725; A_0 = 0.725 + 0.9 * 0.8 * 2.65 = 2.633
+    one = jnp.ones((2, 1), bool)
+    adv, _ = algorithm.compute_gae(
+        jnp.array([[1.0], [2.0]]),
+        jnp.array([[0.5], [0.25]]),
+        one,
+        ~one,
+        jnp.zeros((2, 1)),
+        jnp.array([1.0]),
+        0.9,
+        0.8,
+    )
+    np.testing.assert_allclose(np.asarray(adv)[:, 0], [2.633, 2.65], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "core, discrete, central",
+    [(c, d, False) for c in CORES for d in (True, False)] + [("s5", True, True)],
+)
+def test_loss_terms_and_gradients_match_pytorch(core, discrete, central):
+    spec = _spec(core, discrete, central)
+    torch.manual_seed(1)
+    net = ActorCritic(spec)
+    params = policy.params_from_torch(net.state_dict())
+    b = _batch(spec)
+    kw = dict(clip=0.2, vf_coef=0.5, ent_coef=0.01, clip_value=True, norm_adv=True)
+
+    logp, entropy, value = net.evaluate(
+        *map(_torch, (b["obs"], b["types"], b["first"], b["h0"], b["actions"], b["critic_in"]))
+    )
+    out = ppo_loss(
+        logp,
+        *map(_torch, (b["old_logp"], b["adv"])),
+        value,
+        *map(_torch, (b["old_values"], b["returns"])),
+        entropy,
+        _torch(b["mask"]),
+        **kw,
+    )
+    out.loss.backward()
+    torch_grads = {k: p.grad.numpy() for k, p in net.named_parameters()}
+
+    def loss_fn(p):
+        lp, ent, val = policy.evaluate(
+            spec, p, b["obs"], b["types"], b["first"], b["h0"], b["actions"], b["critic_in"]
+        )
+        return algorithm.ppo_loss(
+            lp, b["old_logp"], b["adv"], val, b["old_values"], b["returns"], ent, b["mask"], **kw
+        )
+
+    (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    np.testing.assert_allclose(float(loss), float(out.loss.detach()), rtol=1e-5, atol=1e-6)
+    for name, theirs in (
+        ("policy_loss", out.policy),
+        ("value_loss", out.value),
+        ("entropy", out.entropy),
+        ("approx_kl", out.approx_kl),
+        ("clip_frac", out.clip_frac),
+    ):
+        np.testing.assert_allclose(float(parts[name]), float(theirs), rtol=1e-5, atol=1e-6)
+    assert set(grads) == set(torch_grads)
+    for name, g in torch_grads.items():
+        np.testing.assert_allclose(np.asarray(grads[name]), g, atol=2e-5, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_one_step_acting_equals_the_sequence_replay(core):
+    """`act` step by step gives the states and log-probs `evaluate` replays (resets included)."""
+    spec = _spec(core, True)
+    params = policy.init_params(spec, 0)
+    b = _batch(spec, t=7, seed=4)
+    h, logps = jnp.asarray(b["h0"]), []
+    for t in range(7):
+        x = policy._encode(params, b["obs"][t], b["types"])
+        y, h = policy._core_step(spec, params, x, b["first"][t], h)
+        logits = policy._outputs(spec, params, y, None)[0]
+        logps.append(jax.nn.log_softmax(logits)[np.arange(5), b["actions"][t]])
+    replay, _, _ = policy.evaluate(
+        spec, params, b["obs"], b["types"], b["first"], b["h0"], b["actions"]
+    )
+    np.testing.assert_allclose(np.asarray(replay), np.stack(logps), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# A real rollout, replayed by PyTorch
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "core, scenario",
+    [
+        ("s5", "identical_2_vs_2_fobs_vec_void_disc"),
+        ("s5", "identical_2_vs_2_fobs_vec_void_cont"),
+        ("gru", "identical_2_vs_2_fobs_vec_void_disc"),
+        ("mlp", "identical_2_vs_2_fobs_vec_void_cont"),
+    ],
+)
+def test_pytorch_replays_a_jax_rollout_to_the_acting_log_probs(core, scenario, tmp_path):
+    config = _tiny(tmp_path, policy=core, scenario=scenario, rollout_steps=40, num_envs=4)
+    setup = make_setup(config)
+    state = initial_state(setup, 0)
+    _, buf, _ = jax.jit(lambda s, k: rollout(setup, s, k))(state, jax.random.key(5))
+    buf = jax.device_get(buf)
+    assert buf["first"][1:].any(), "the rollout should cross an episode boundary"
+    net = ActorCritic(setup.spec)
+    net.load_state_dict(policy.params_to_torch(state["params"]))
+    types = np.eye(setup.spec.n_types, dtype=np.float32)[setup.row_type]
+    with torch.no_grad():
+        logp, _, value = net.evaluate(
+            *map(_torch, (buf["obs"], types, buf["first"], buf["h0"], buf["actions"]))
+        )
+    alive = buf["alive"]
+    np.testing.assert_allclose(logp.numpy()[alive], buf["logp"][alive], atol=1e-4)
+    np.testing.assert_allclose(value.numpy()[alive], buf["values"][alive], atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------
+# Runs: checkpoints, resumption, seeds, the command line
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jax_run(tmp_path_factory) -> Path:
+    """4 updates of the tiny config in JAX (checkpoints at 2 and 4)."""
+    config = _tiny(tmp_path_factory.mktemp("jax"))
+    JaxTrainer(config).run()
+    return Path(config.out)
+
+
+def _observations(scenario: str, steps: int, games: int):
+    """Observations and episode starts of team 0 in a few random-action games (torch)."""
+    from gigastep.torch import TorchVecEnv
+
+    env = TorchVecEnv(scenario, games, seed=3)
+    obs, first, out = env.reset(), torch.ones(games, dtype=torch.bool), []
+    team0 = np.flatnonzero(np.asarray(env.config.teams) == 0)
+    for _ in range(steps):
+        out.append((obs[:, team0].clone(), first.clone()))
+        actions = torch.randint(0, 27, (games, env.n_agents), dtype=torch.int32)
+        obs, _, _, first, _ = env.step(actions)
+    return out
+
+
+def _same_actions(path: Path, scenario: str):
+    torch_actor = load_policy(path).actor(team=0, num_envs=4, deterministic=True)
+    jax_actor = convert.JaxActor(convert.load_jax_policy(path), 0, 4, deterministic=True)
+    for obs, first in _observations(scenario, 30, 4):
+        a_torch = torch_actor(obs, first).numpy()
+        a_jax = np.asarray(jax_actor(obs.numpy(), first.numpy()))
+        np.testing.assert_array_equal(a_jax, a_torch)
+
+
+def test_a_jax_checkpoint_plays_as_a_pytorch_player_with_the_same_actions(jax_run):
+    ckpt = load_checkpoint(jax_run / "checkpoint.pt")
+    assert ckpt["framework"] == "jax" and ckpt["update"] == 4
+    _same_actions(jax_run / "checkpoint.pt", TINY.scenario)
+
+
+def test_a_pytorch_checkpoint_loads_into_jax_with_the_same_actions(tmp_path):
+    from baselines.train import Trainer
+
+    config = _tiny(tmp_path, framework="torch", updates=2)
+    Trainer(config).run()
+    _same_actions(Path(config.out) / "checkpoint.pt", TINY.scenario)
+
+
+def test_a_resumed_jax_run_ends_exactly_where_the_uninterrupted_one_does(jax_run, tmp_path):
+    out = tmp_path / "resumed"
+    shutil.copytree(jax_run, out)
+    shutil.copyfile(out / "checkpoint_000002.pt", out / "checkpoint.pt")
+    JaxTrainer(_tiny(tmp_path, out=str(out), resume=True)).run()
+    mine, ref = load_checkpoint(out / "checkpoint.pt"), load_checkpoint(jax_run / "checkpoint.pt")
+    assert mine["update"] == ref["update"] == 4
+    for a, b in zip(mine["jax_state"], ref["jax_state"], strict=True):
+        assert torch.equal(a, b)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    want = [json.loads(x) for x in (jax_run / "metrics.jsonl").read_text().splitlines()]
+    timing = {"wall_s", "update_s", "update_agent_steps_per_s", "rss_mb", "peak_rss_mb"}
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    for r, w in zip(rows, want, strict=True):
+        assert {k: v for k, v in r.items() if k not in timing} == {
+            k: v for k, v in w.items() if k not in timing
+        }
+
+
+def test_seeds_2_gives_each_seed_the_result_of_its_own_run(jax_run, tmp_path):
+    JaxTrainer(_tiny(tmp_path, out=str(tmp_path / "two"), seeds=2)).run()
+    JaxTrainer(_tiny(tmp_path, out=str(tmp_path / "one"), seed=1)).run()
+    for seed, ref in ((0, jax_run), (1, tmp_path / "one")):
+        folder = tmp_path / "two" / f"seed_{seed}"
+        assert json.loads((folder / "config.json").read_text())["seed"] == seed
+        mine, theirs = load_checkpoint(folder / "checkpoint.pt"), load_checkpoint(ref)
+        for name, p in theirs["learners"][0]["model"].items():
+            # vmap batches the matmuls: the same maths, summed in another order
+            np.testing.assert_allclose(
+                mine["learners"][0]["model"][name].numpy(), p.numpy(), atol=1e-4, err_msg=name
+            )
+        rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+        want = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
+        assert [r["episodes"] for r in rows] == [w["episodes"] for w in want]
+    a = load_checkpoint(tmp_path / "two" / "seed_0" / "checkpoint.pt")["learners"][0]["model"]
+    b = load_checkpoint(tmp_path / "two" / "seed_1" / "checkpoint.pt")["learners"][0]["model"]
+    assert not torch.equal(a["heads.weight"], b["heads.weight"])
+
+
+def test_the_command_line_writes_the_pytorch_trainers_artefacts(tmp_path):
+    out = tmp_path / "cli"
+    args = [
+        sys.executable, "-m", "baselines.ppo", "--framework", "jax", "--scenario",
+        TINY.scenario, "--num-envs", "4", "--rollout-steps", "8", "--updates", "2",
+        "--hidden", "8", "--s5-state-dim", "4", "--epochs", "1", "--minibatches", "2",
+        "--opponent", "pursuit", "--checkpoint-every", "1", "--no-progress",
+        "--no-tensorboard", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"checkpoint.pt", "checkpoint_000002.pt", "config.json", "metrics.csv"} <= names
+    assert {"metrics.jsonl", "learning_curves.png"} <= names
+    assert json.loads((out / "config.json").read_text())["framework"] == "jax"
+    assert len((out / "metrics.csv").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--train-both"], "--train-both"),
+        (["--opponent", "pool"], "pool"),
+        (["--scenario", "identical_2_vs_2_fobs_rgb_void_disc"], "vector observations"),
+    ],
+)
+def test_options_the_jax_side_lacks_fail_naming_them(flags, named, tmp_path, capsys):
+    from baselines.ppo import main
+
+    code = main(["--framework", "jax", "--out", str(tmp_path / "x"), *flags])
+    assert code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_pytorch_seeds_2_trains_one_run_per_seed_folder(tmp_path):
+    from baselines.ppo import main
+
+    out = tmp_path / "torch2"
+    flags = ["--scenario", TINY.scenario, "--num-envs", "4", "--rollout-steps", "6"]
+    flags += ["--updates", "1", "--hidden", "8", "--s5-state-dim", "4", "--epochs", "1"]
+    flags += ["--opponent", "pursuit", "--no-progress", "--no-tensorboard", "--no-plots"]
+    assert main([*flags, "--seeds", "2", "--seed", "3", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["seeds"] == 2
+    models = []
+    for seed in (3, 4):
+        ckpt = load_checkpoint(out / f"seed_{seed}" / "checkpoint.pt")
+        assert ckpt["config"]["seed"] == seed and ckpt["config"]["seeds"] == 1
+        models.append(ckpt["learners"][0]["model"]["heads.weight"])
+    assert not torch.equal(*models)

@@ -1,0 +1,79 @@
+"""The same-run performance guard (`benchmarks/guard.py`) and the GPU script (`.ci/gpu`):
+what they report and refuse, without timing anything."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import guard
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(value: float, floor: float) -> dict:
+    return {"ratio": "jax_obs_vs_native", "value": value, "floor": floor, "ok": value >= floor,
+            "measured_on_reference": "0.39-0.43", "guards": "the JAX path slowed"}  # fmt: skip
+
+
+def test_a_ratio_below_its_floor_fails_with_its_name_value_and_floor():
+    (msg,) = guard.check([_row(0.17, 0.28)])
+    assert "jax_obs_vs_native" in msg and "0.170" in msg and "0.28" in msg
+
+
+def test_a_ratio_at_its_floor_passes():
+    assert guard.check([_row(0.28, 0.28), _row(0.5, 0.28)]) == []
+
+
+def test_every_ratio_compares_two_known_programs():
+    for r in guard.RATIOS:
+        assert {r.numerator, r.denominator} <= set(guard.PROGRAMS), r.name
+        assert r.numerator != r.denominator, r.name
+
+
+def test_every_floor_sits_below_the_values_measured_for_it():
+    for r in guard.RATIOS:
+        low = float(re.match(r"([\d.]+)", r.measured).group(1))
+        assert 0 < r.floor < low, r.name
+
+
+def test_the_command_line_refuses_too_few_repeats(capsys):
+    with pytest.raises(SystemExit):
+        guard.main(["--repeats", "2"])
+    assert "--repeats must be >= 3" in capsys.readouterr().err
+
+
+def test_the_command_line_lists_the_ratios(capsys):
+    assert guard.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(r.name in out for r in guard.RATIOS)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda(), reason="a CUDA device is present: the script would run for real")
+def test_the_gpu_script_stops_at_once_without_cuda(tmp_path):
+    out = tmp_path / "gpu"
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), str(out)], capture_output=True,
+                          text=True, timeout=300, env=env)  # fmt: skip
+    assert proc.returncode == 2
+    assert "needs a CUDA GPU" in proc.stderr and "sees no CUDA device" in proc.stderr
+    assert not out.exists()  # nothing installed, compiled or written
+
+
+def test_the_gpu_script_refuses_an_unknown_option():
+    proc = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--fast"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "unknown option --fast" in proc.stderr
