@@ -33,7 +33,14 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
-from baselines.config import PRESETS, PPOConfig, dumps, from_dict, preset  # noqa: E402
+from baselines.config import (  # noqa: E402
+    PRESETS,
+    PPOConfig,
+    dumps,
+    from_dict,
+    preset,
+    validate,
+)
 
 __all__ = ["main", "parse_args"]
 
@@ -131,8 +138,6 @@ def _torch_runs(config: PPOConfig) -> list[PPOConfig]:
     """The PyTorch runs of a config: itself, or one per seed in out/seed_<s>, run one after
     the other (a resumed sweep continues the runs that have a checkpoint and starts the
     others)."""
-    if config.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {config.seeds}")
     if config.seeds == 1:
         return [config]
     runs = []
@@ -157,6 +162,7 @@ class _Finished(Protocol):
 def _train(config: PPOConfig, dist, device) -> tuple[_Finished, Path]:
     """Train `config` with its framework; returns (trainer, run folder), with several seeds
     the last seed's trainer."""
+    validate(config)  # before any folder is made (with --seeds 0 no trainer would check it)
     if config.framework == "jax":
         from baselines.jax_ppo.trainer import JaxTrainer
 

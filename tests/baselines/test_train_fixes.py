@@ -311,7 +311,7 @@ def test_seeds_below_one_are_refused_naming_the_flag(tmp_path, capsys):
     # before: no run was made and the summary line read the missing trainer
     out = tmp_path / "run"
     assert main(["--preset", "smoke", "--seeds", "0", "--out", str(out)]) == 2
-    assert "--seeds must be at least 1, got 0" in capsys.readouterr().err
+    assert "--seeds must be a positive integer, got 0" in capsys.readouterr().err
     assert not out.exists()
 
 
