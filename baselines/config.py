@@ -30,6 +30,10 @@ from typing import Literal
 __all__ = ["PRESETS", "PPOConfig", "OpponentSpec", "parse_opponents", "preset", "validate"]
 
 
+PolicyName = Literal["s5", "gru", "mlp"]
+"""The recurrent cores (`baselines.policies`): S5, GRU, or an MLP without memory."""
+
+
 @dataclass
 class PPOConfig:
     """PPO with S5 (or GRU, MLP) recurrent policies on Gigastep, through the PyTorch bridge.
@@ -76,7 +80,7 @@ class PPOConfig:
     # --- algorithm and policy ---------------------------------------------------------------
     algo: Literal["ippo", "mappo"] = "ippo"
     """ippo: value head on the policy's core; mappo: a centralised critic on the state vector."""
-    policy: Literal["s5", "gru", "mlp"] = "s5"
+    policy: PolicyName = "s5"
     """Recurrent core: s5 (S5 block, parallel scan in the update), gru, or mlp (no memory)."""
     encoder: Literal["auto", "mlp", "cnn", "both"] = "auto"
     """Observation encoder: mlp (vector obs), cnn (rgb obs), both (rgb_vector), auto: by obs."""

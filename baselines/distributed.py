@@ -70,11 +70,12 @@ class Dist:
 
         buffer = io.BytesIO()
         torch.save(obj, buffer)
-        out = [None] * self.world if self.is_main else None
-        dist.gather_object(buffer.getvalue(), out, dst=0)
-        if out is None:
+        # rank 0's list of every rank's bytes, filled in place by gather_object
+        received: list[bytes] | None = [b""] * self.world if self.is_main else None
+        dist.gather_object(buffer.getvalue(), received, dst=0)
+        if received is None:
             return None
-        return [torch.load(io.BytesIO(b), weights_only=True) for b in out]
+        return [torch.load(io.BytesIO(b), weights_only=True) for b in received]
 
     def barrier(self) -> None:
         if self.enabled:

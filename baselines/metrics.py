@@ -34,8 +34,12 @@ import math
 import os
 import resource
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gigastep import _files
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["MetricsLogger", "current_rss_mb", "peak_rss_mb"]
 
@@ -95,13 +99,13 @@ class MetricsLogger:
             _atomic_write_text(self.jsonl_path, "")
         else:
             self._cut_back(resume_update)
-        self.writer = None
+        self.writer: SummaryWriter | None = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is optional
-                SummaryWriter = None
-            if SummaryWriter is not None:
+                pass
+            else:
                 purge = None
                 if resume_update is not None:
                     if resume_step is None:

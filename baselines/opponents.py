@@ -86,7 +86,9 @@ class Rows:
         [start, stop) of the whole batch, kept where the game is in `games` = [lo, hi)
         (this process's games; all when None)."""
         n = game.n_agents
-        cols = {k: [] for k in ("uid", "game", "team", "slot", "type_id")}
+        cols: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("uid", "game", "team", "slot", "type_id")
+        }
         for start, stop, team in blocks:
             agents = game.team_agents(team)
             gs = np.arange(start, stop)
@@ -216,7 +218,9 @@ def make_plan(config: PPOConfig, game: GameSpec) -> MatchPlan:
                 f"the {s.label!r} share of --num-envs {b} is {c} games, fewer "
                 f"than its {lo} players; raise --num-envs"
             )
-    slices, frozen, start = [], [], 0
+    slices: list[Slice] = []
+    frozen: list[tuple[str, OpponentSpec]] = []
+    start = 0
     for s, c in zip(specs, counts, strict=True):
         if s.kind == "self":
             slices.append(Slice(start, start + c, "self", t, ("learner0", "learner0")))

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,8 @@ from baselines.valuenorm import ValueNorm
 __all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+_Weighted = TypeVar("_Weighted", nn.Linear, nn.Conv2d)
 
 
 @dataclass(frozen=True)
@@ -114,11 +118,12 @@ class PolicySpec:
         return cls(**values)
 
 
-def _layer(linear: nn.Linear, std: float = math.sqrt(2)) -> nn.Linear:
+def _layer(layer: _Weighted, std: float = math.sqrt(2)) -> _Weighted:
     """Orthogonal weights with gain `std` and zero bias (the PPO convention)."""
-    nn.init.orthogonal_(linear.weight, std)
-    nn.init.zeros_(linear.bias)
-    return linear
+    nn.init.orthogonal_(layer.weight, std)
+    if layer.bias is not None:  # every layer here has one; a Conv2d's is Optional
+        nn.init.zeros_(layer.bias)
+    return layer
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,12 +143,15 @@ class Encoder(nn.Module):
     def __init__(self, spec: PolicySpec):
         super().__init__()
         h, k = spec.hidden, spec.n_types
-        self.vector = self.image = self.fuse = None
+        self.vector: nn.Sequential | None = None
+        self.image: nn.Sequential | None = None
+        self.fuse: nn.Sequential | None = None
         if spec.obs_type == "vector":
             self.vector = nn.Sequential(
                 _layer(nn.Linear(spec.vector_size + k, h)), nn.ReLU(inplace=True)
             )
             return
+        assert spec.image_shape is not None  # PolicySpec requires it for rgb observations
         x, y, c = spec.image_shape
         conv = nn.Sequential(
             _layer(nn.Conv2d(c, 16, 8, stride=4)),
@@ -166,7 +174,9 @@ class Encoder(nn.Module):
     def forward(self, obs, types: torch.Tensor) -> torch.Tensor:
         """obs: [N, L] float32, [N, X, Y, 3] uint8, or the pair (rgb, vector); types [N, K]."""
         if self.image is None:
+            assert self.vector is not None  # a vector-only encoder
             return self.vector(torch.cat([obs, types], dim=-1))
+        assert self.fuse is not None  # every encoder with an image part fuses
         image = obs[0] if isinstance(obs, tuple) else obs
         parts = [self.image(image.permute(0, 3, 1, 2).float().div_(255.0))]
         if self.vector is not None:
@@ -290,7 +300,7 @@ class MLPCore(Core):
         return self.layer(x), h0
 
 
-_CORES = {"s5": S5Core, "gru": GRUCore, "mlp": MLPCore}
+_CORES: dict[str, Callable[[PolicySpec], Core]] = {"s5": S5Core, "gru": GRUCore, "mlp": MLPCore}
 
 
 # ------------------------------------------------------------------------------------------

@@ -31,8 +31,16 @@ import inspect  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Protocol  # noqa: E402
 
-from baselines.config import PRESETS, PPOConfig, dumps, from_dict, preset  # noqa: E402
+from baselines.config import (  # noqa: E402
+    PRESETS,
+    PPOConfig,
+    dumps,
+    from_dict,
+    preset,
+    validate,
+)
 
 __all__ = ["main", "parse_args"]
 
@@ -98,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
         for name, values in PRESETS.items()
     )
     description = (
-        f"{inspect.cleandoc(PPOConfig.__doc__)}\n\nPresets (--preset NAME, before the other "
+        f"{inspect.getdoc(PPOConfig)}\n\nPresets (--preset NAME, before the other "
         f"flags, which override them): {presets}"
     )
     config = tyro.cli(
@@ -140,22 +148,36 @@ def _torch_runs(config: PPOConfig) -> list[PPOConfig]:
     return runs
 
 
-def _train(config: PPOConfig, dist, device):
-    """Train `config` with its framework; returns (trainer, run folder)."""
+class _Finished(Protocol):
+    """What `main` reports of a finished trainer (`Trainer` and `JaxTrainer` alike)."""
+
+    @property
+    def update(self) -> int: ...
+    @property
+    def agent_steps(self) -> int: ...
+    @property
+    def wall_s(self) -> float: ...
+
+
+def _train(config: PPOConfig, dist, device) -> tuple[_Finished, Path]:
+    """Train `config` with its framework; returns (trainer, run folder), with several seeds
+    the last seed's trainer."""
+    validate(config)  # before any folder is made (with --seeds 0 no trainer would check it)
     if config.framework == "jax":
         from baselines.jax_ppo.trainer import JaxTrainer
 
-        trainer = JaxTrainer(config)
-        return trainer, trainer.run()
+        jax_trainer = JaxTrainer(config)
+        return jax_trainer, jax_trainer.run()
     from baselines.train import Trainer
 
+    runs = _torch_runs(config)
     if config.seeds > 1 and dist.is_main:
         Path(config.out).mkdir(parents=True, exist_ok=True)
         (Path(config.out) / "config.json").write_text(dumps(config))
-    trainer = None
-    for run in _torch_runs(config):
-        trainer = Trainer(run, dist=dist, device=device)
-        trainer.run()
+    for run in runs[:-1]:
+        Trainer(run, dist=dist, device=device).run()
+    trainer = Trainer(runs[-1], dist=dist, device=device)
+    trainer.run()
     return trainer, Path(config.out)
 
 

@@ -24,7 +24,7 @@ import tempfile
 
 import torch
 
-from baselines.config import PPOConfig
+from baselines.config import PolicyName, PPOConfig
 from baselines.envs import GameSpec
 
 __all__ = ["MemoryProbe", "evaluate_probe", "probe_game", "train_probe"]
@@ -50,12 +50,11 @@ class MemoryProbe:
         self.num_envs, self.cues, self.delay, self.tail = num_envs, cues, delay, tail
         self.device = torch.device(device)
         self.generator = torch.Generator(self.device).manual_seed(seed)
-        z = dict(device=self.device)
-        self.cue = torch.zeros(num_envs, dtype=torch.int64, **z)
-        self.t = torch.zeros(num_envs, dtype=torch.int64, **z)
-        self.length = torch.zeros(num_envs, dtype=torch.int64, **z)
-        self.returns = torch.zeros(num_envs, 1, **z)
-        self.last_obs = None
+        self.cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.returns = torch.zeros(num_envs, 1, device=self.device)
+        self.last_obs: torch.Tensor | None = None  # set by reset()
 
     @property
     def obs_size(self) -> int:
@@ -103,6 +102,8 @@ class MemoryProbe:
         return self.last_obs, rewards, dones, ended, info
 
     def snapshot(self) -> dict:
+        if self.last_obs is None:
+            raise RuntimeError("the probe has no state to snapshot before reset()")
         return {
             "generator": self.generator.get_state(),
             "cue": self.cue.clone(),
@@ -195,7 +196,7 @@ def _probe_args(game: GameSpec) -> dict:
 
 
 def train_probe(
-    policy: str = "s5", updates: int | None = None, seed: int = 0, out=None, **overrides
+    policy: PolicyName = "s5", updates: int | None = None, seed: int = 0, out=None, **overrides
 ):
     """Train a policy on the probe with the PPO trainer; returns (trainer, success rate)."""
     from baselines.train import Trainer

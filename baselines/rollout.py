@@ -90,25 +90,27 @@ class RolloutBuffer:
     Observations are stored as the policy saw them (vector parts normalised).
     """
 
-    def __init__(self, spec, t: int, n: int, device, critic_size: int = 0):
-        z = dict(device=device)
+    def __init__(self, spec, t: int, n: int, device, h0: torch.Tensor, critic_size: int = 0):
+        def zeros(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
         self.t, self.n = t, n
         self.obs = _empty_obs(spec, t, n, device)
-        self.first = torch.zeros((t, n), dtype=torch.bool, **z)
-        self.alive = torch.zeros((t, n), dtype=torch.bool, **z)
-        self.cont = torch.zeros((t, n), dtype=torch.bool, **z)
-        self.boot = torch.zeros((t, n), dtype=torch.bool, **z)
-        shape = (t, n) if spec.discrete else (t, n, 3)
-        self.actions = torch.zeros(
-            shape, dtype=torch.int64 if spec.discrete else torch.float32, **z
-        )
-        for name in ("logp", "values", "rewards", "final_values"):
-            setattr(self, name, torch.zeros((t, n), dtype=torch.float32, **z))
-        self.next_values = torch.zeros(n, dtype=torch.float32, **z)
-        self.critic_in = (
-            torch.zeros((t, n, critic_size), dtype=torch.float32, **z) if critic_size else None
-        )
-        self.h0 = None  # the recurrent state before step 0 (set by the rollout)
+        self.first = zeros(t, n, dtype=torch.bool)
+        self.alive = zeros(t, n, dtype=torch.bool)
+        self.cont = zeros(t, n, dtype=torch.bool)
+        self.boot = zeros(t, n, dtype=torch.bool)
+        if spec.discrete:
+            self.actions = zeros(t, n, dtype=torch.int64)
+        else:
+            self.actions = zeros(t, n, 3, dtype=torch.float32)
+        self.logp = zeros(t, n, dtype=torch.float32)
+        self.values = zeros(t, n, dtype=torch.float32)
+        self.rewards = zeros(t, n, dtype=torch.float32)
+        self.final_values = zeros(t, n, dtype=torch.float32)
+        self.next_values = zeros(n, dtype=torch.float32)
+        self.critic_in = zeros(t, n, critic_size, dtype=torch.float32) if critic_size else None
+        self.h0 = h0  # the recurrent state before step 0 (replaced by every rollout)
 
     def store_obs(self, t: int, obs) -> None:
         if isinstance(self.obs, tuple):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -559,7 +559,11 @@ class S5Block(nn.Module):
 
     def initial_state(self, batch: int) -> torch.Tensor:
         """Zero state, complex of shape [n_layers, batch, state_dim / 2]."""
-        return torch.stack([layer.initial_state(batch) for layer in self.layers])
+        return torch.stack([layer.initial_state(batch) for layer in self._s5_layers()])
+
+    def _s5_layers(self) -> list[S5Layer]:
+        """`layers` with their type (a ModuleList's items are typed Module)."""
+        return cast("list[S5Layer]", list(self.layers))
 
     def _mix(self, i: int, z: torch.Tensor) -> torch.Tensor:
         g = F.gelu(z)
@@ -598,7 +602,7 @@ class S5Block(nn.Module):
 
     def step_weights(self) -> list[StepWeights]:
         """Every layer's :meth:`S5Layer.step_weights` (compute once per rollout)."""
-        return [layer.step_weights() for layer in self.layers]
+        return [layer.step_weights() for layer in self._s5_layers()]
 
     def step(
         self,
@@ -623,7 +627,7 @@ class S5Block(nn.Module):
             raise ValueError(f"u_t must have shape [B, d_model], got {tuple(u_t.shape)}")
         self._check_state(h, u_t.shape[0])
         x, states = u_t, []
-        for i, (norm, layer) in enumerate(zip(self.norms, self.layers, strict=True)):
+        for i, (norm, layer) in enumerate(zip(self.norms, self._s5_layers(), strict=True)):
             z, h_i = layer.step(norm(x), reset_t, h[i], None if weights is None else weights[i])
             x = self._mix(i, z).add_(x)
             states.append(h_i)

@@ -115,7 +115,7 @@ class Learner:
         self.slots = _one_hot(rows.slot, spec.n_slots)
         self.h = self.net.initial_state(n, device)
         critic = spec.state_size + spec.n_slots + spec.n_types if spec.central_critic else 0
-        self.buffer = RolloutBuffer(spec, config.rollout_steps, n, device, critic)
+        self.buffer = RolloutBuffer(spec, config.rollout_steps, n, device, self.h, critic)
 
     def normalize(self, raw):
         if isinstance(raw, tuple):
@@ -371,7 +371,8 @@ class Trainer:
         self.obs = None  # this process's games' current observation [B, n, ...]
         self.first = torch.ones(b, dtype=torch.bool, device=self.device)
         self.dead = torch.zeros(b, n, dtype=torch.bool, device=self.device)
-        self.state_vectors = None
+        # the games' state vectors [B, 2, S] (a central critic's input; None without one)
+        self.state_vectors: torch.Tensor | None = None
 
     # --- set-up -------------------------------------------------------------------------------
     def _wrap(self, net):
@@ -386,8 +387,10 @@ class Trainer:
     def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer | PoolPlayer:
         rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device, self.games)
         types = _one_hot(rows.type_id, self.spec.n_types)
-        kind = PoolPlayer if opponent.kind == "pool" else FrozenPlayer
-        player = kind(name, self.spec, rows, types, self.device, self.config.norm_obs)
+        args = (name, self.spec, rows, types, self.device, self.config.norm_obs)
+        if opponent.kind == "pool":
+            return PoolPlayer(*args)
+        player = FrozenPlayer(*args)
         if opponent.kind == "file":
             policy = load_policy(opponent.path, self.device)
             mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
@@ -478,8 +481,9 @@ class Trainer:
                 obs = p.normalize(raw) if learning else _normalize_frozen(p, raw)
                 critic_in = None
                 if learning and self.spec.central_critic:
-                    critic_in = p.critic_input(self.state_vectors)
-                    p.state_norm.add(self.state_vectors[rows.game, rows.team], alive)
+                    states = self._central_states()
+                    critic_in = p.critic_input(states)
+                    p.state_norm.add(states[rows.game, rows.team], alive)
                 actions, logp, value, p.h = p.net.act(
                     obs, p.types, first, p.h, critic_in, uniforms[i][t], cache=caches[i]
                 )
@@ -503,6 +507,12 @@ class Trainer:
         self._bootstrap_values(caches)
         for learner in self.learners:
             learner.commit(self.dist.sum_)
+
+    def _central_states(self) -> torch.Tensor:
+        """`state_vectors`, which `start` (or a resumed checkpoint) sets for a central critic."""
+        if self.state_vectors is None:
+            raise RuntimeError("the central critic's state vectors are read before start()")
+        return self.state_vectors
 
     def _record_step(self, t, rewards, dones, ended, info) -> None:
         flat_rewards, flat_dones = rewards.reshape(-1), dones.reshape(-1)
@@ -589,10 +599,13 @@ class Trainer:
             ):
                 break
         self.dist.sum_(sums)
-        out = {k: float(v) / steps for k, v in zip(UPDATE_STATS, sums, strict=True)}
-        out["grad_norm"] /= self.dist.world  # every process holds the same norm
-        out["explained_variance"] = self._explained_variance(returns, buf)
-        out["epochs"] = epochs_done
+        means = {k: float(v) / steps for k, v in zip(UPDATE_STATS, sums, strict=True)}
+        means["grad_norm"] /= self.dist.world  # every process holds the same norm
+        out: dict[str, float | None] = {
+            **means,
+            "explained_variance": self._explained_variance(returns, buf),
+            "epochs": epochs_done,
+        }
         for p in net.parameters():
             if not torch.isfinite(p).all():
                 raise TrainingDiverged(
@@ -850,7 +863,7 @@ class Trainer:
         """Write a checkpoint (the main process writes; every process sends its games)."""
         ranks = self.dist.gather(self.local_state())
         path = None
-        if self.dist.is_main:
+        if ranks is not None:  # the main process: `gather` returns None on the others
             payload = self.state_dict(ranks)
             path = save_checkpoint(out, self.update, payload, self.config.keep_checkpoints)
         self.dist.barrier()

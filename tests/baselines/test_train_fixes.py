@@ -1,6 +1,7 @@
 """The trainer's correctness fixes: TensorBoard history kept on resume, the learning-rate
 schedule (resumable, over updates or the time budget), value normalisation and a separate
-critic, pool opponents kept for their episode, and evaluation during training."""
+critic, pool opponents kept for their episode, evaluation during training, and clear errors
+for `--seeds 0` and a probe snapshot before its first reset."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from baselines.evaluator import eval_opponents
 from baselines.metrics import MetricsLogger
 from baselines.opponents import PoolPlayer
 from baselines.policies import ActorCritic, PolicySpec
-from baselines.ppo import parse_args
+from baselines.ppo import main, parse_args
+from baselines.probes import MemoryProbe
 from baselines.schedule import LRSchedule
 from baselines.train import Trainer
 from baselines.valuenorm import BETA, ValueNorm, normalized_value_terms
@@ -303,3 +305,19 @@ def test_the_new_options_are_flags_with_preset_defaults():
     assert parse_args([]).eval_every == 0  # no evaluation unless asked (or by a preset)
     assert eval_opponents(config, symmetric=True) == ("pursuit", "random")  # the mix's
     assert eval_opponents(parse_args(["--opponent", "self"]), True) == ("random", "pursuit")
+
+
+def test_seeds_below_one_are_refused_naming_the_flag(tmp_path, capsys):
+    # before: no run was made and the summary line read the missing trainer
+    out = tmp_path / "run"
+    assert main(["--preset", "smoke", "--seeds", "0", "--out", str(out)]) == 2
+    assert "--seeds must be a positive integer, got 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_memory_probe_refuses_a_snapshot_before_its_first_reset():
+    probe = MemoryProbe(2)
+    with pytest.raises(RuntimeError, match="before reset"):
+        probe.snapshot()
+    probe.reset()
+    assert probe.snapshot()["last_obs"].shape == (2, 1, probe.obs_size)
