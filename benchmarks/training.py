@@ -17,7 +17,9 @@ rewards, alive masks); its compile time is reported apart.
 
 Counting: agent-steps = steps x games x agents per game (every agent of every game, whoever
 acts for it); a PPO update processes the rollout's agent-steps, so its rate is rollout
-agent-steps / update seconds. Compile time is excluded (reported apart).
+agent-steps / update seconds. Compile time is excluded (reported apart). Every rate is given
+per wall second and per CPU second of the process (all threads): on a shared machine the CPU
+time excludes waiting for a core, so ratios of CPU-time rates are the steadier comparison.
 """
 
 from __future__ import annotations
@@ -105,14 +107,16 @@ def _ppo_case(case: Case) -> dict[str, Any]:
         trainer.collect()
         trainer.learn(0)
         warmup_s = time.perf_counter() - t0
-        rollout, update = [], []
+        rollout, update, rollout_cpu, update_cpu = [], [], [], []
         for _ in range(case.repeats):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             trainer.collect()
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             trainer.learn(0)
             update.append(time.perf_counter() - t1)
+            update_cpu.append(time.process_time() - c1)
             rollout.append(t1 - t0)
+            rollout_cpu.append(c1 - c0)
         agent_steps = case.steps * case.batch * trainer.game.n_agents
         return {
             "threads": torch.get_num_threads(),
@@ -121,6 +125,10 @@ def _ppo_case(case: Case) -> dict[str, Any]:
             "agent_steps": agent_steps,
             "rollout_s": rollout,
             "update_s": update,
+            "rollout_cpu_s": rollout_cpu,
+            "update_cpu_s": update_cpu,
+            "rollout_agent_steps_per_cpu_s": agent_steps / statistics.median(rollout_cpu),
+            "update_agent_steps_per_cpu_s": agent_steps / statistics.median(update_cpu),
             "rollout_agent_steps_per_s": agent_steps / statistics.median(rollout),
             "rollout_min": agent_steps / max(rollout),
             "rollout_max": agent_steps / min(rollout),
@@ -225,6 +233,8 @@ def _jax_case(case: Case) -> dict[str, Any]:
         "rollout_agent_steps_per_s": agent_steps / timing.median,
         "rollout_min": agent_steps / max(timing.times),
         "rollout_max": agent_steps / min(timing.times),
+        "rollout_cpu_s": list(timing.cpu_times),
+        "rollout_agent_steps_per_cpu_s": agent_steps / statistics.median(timing.cpu_times),
         "compile_s": compile_s,
         "scenario_hash": gigastep.scenario_hash(config),
     }
@@ -248,8 +258,11 @@ COLUMNS = (
     Column("rollout_agent_steps_per_s", "rollout [agent-steps/s]", format_number),
     Column("_range", "rollout min-max [agent-steps/s]"),
     Column("_ratio", "vs JAX scan"),
+    Column("rollout_agent_steps_per_cpu_s", "rollout [agent-steps/CPU-s]", format_number),
+    Column("_cpu_ratio", "vs JAX scan, CPU time"),
     Column("update_agent_steps_per_s", "update [agent-steps/s]", format_number),
     Column("_update_range", "update min-max [agent-steps/s]"),
+    Column("_update_cpu", "update [agent-steps/CPU-s]"),
     Column("_compile", "compile or warm-up [s]"),
     Column("peak_rss_mb", "peak RSS [MiB]", lambda x: f"{x:.0f}"),
 )
@@ -268,21 +281,34 @@ def render(rows: list[dict[str, Any]]) -> str:
         for r in rows
         if r.get("kind") == "jax" and "error" not in r
     }
+    jax_cpu = {
+        r["batch"]: r["rollout_agent_steps_per_cpu_s"]
+        for r in rows
+        if r.get("kind") == "jax" and "error" not in r
+    }
     shown = []
     for r in rows:
         if "error" in r:
             continue
-        ref = jax.get(r["batch"])
+        ref, ref_cpu = jax.get(r["batch"]), jax_cpu.get(r["batch"])
         ratio = (
             "–"
             if r["kind"] == "jax" or ref is None
             else f"{r['rollout_agent_steps_per_s'] / ref:.2f}"
         )
+        cpu_ratio = (
+            "–"
+            if r["kind"] == "jax" or ref_cpu is None
+            else f"{r['rollout_agent_steps_per_cpu_s'] / ref_cpu:.2f}"
+        )
+        update_cpu = r.get("update_agent_steps_per_cpu_s")
         shown.append(
             {
                 **r,
                 "_label": _label(r),
                 "_ratio": ratio,
+                "_cpu_ratio": cpu_ratio,
+                "_update_cpu": "–" if update_cpu is None else format_number(update_cpu),
                 "_range": f"{format_number(r['rollout_min'])}–{format_number(r['rollout_max'])}",
                 "_update_range": _update_range(r),
                 "_compile": f"{r.get('compile_s', r.get('warmup_s', 0.0)):.1f}",
