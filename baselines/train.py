@@ -344,6 +344,7 @@ class Trainer:
         )
         vocab = game.type_vocab
         names = ["learner0", "learner1"] if config.train_both else ["learner0"]
+        self._acts: dict[int, Any] = {}  # id(net) -> its (compiled) acting step
         self.learners = []
         for i, name in enumerate(names):
             rows = Rows.of(self.plan.blocks(name), game, vocab, self.device, self.games)
@@ -422,6 +423,15 @@ class Trainer:
     def players(self):
         return [*self.learners, *self.frozen]
 
+    def _act(self, net: ActorCritic):
+        """`net.act`, compiled once per network with --compile (the weights are read at each
+        call, so pool snapshots and optimiser steps need no recompilation)."""
+        fn = self._acts.get(id(net))
+        if fn is None:
+            fn = torch.compile(net.act, dynamic=False) if self.config.compile else net.act
+            self._acts[id(net)] = fn
+        return fn
+
     # --- rollout ------------------------------------------------------------------------------
     def _swap_pool_players(self) -> None:
         """Draw each pool player's snapshot for the episodes that start in this rollout."""
@@ -484,7 +494,7 @@ class Trainer:
                     states = self._central_states()
                     critic_in = p.critic_input(states)
                     p.state_norm.add(states[rows.game, rows.team], alive)
-                actions, logp, value, p.h = p.net.act(
+                actions, logp, value, p.h = self._act(p.net)(
                     obs, p.types, first, p.h, critic_in, uniforms[i][t], cache=caches[i]
                 )
                 if learning:

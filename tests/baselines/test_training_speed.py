@@ -156,3 +156,25 @@ def test_target_kl_stops_on_the_mean_kl_of_the_epoch_just_done(tmp_path):
     trainer.update = 1
     trainer.collect()
     assert trainer.learn(0)["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_a_compiled_acting_step_plays_the_rollout_of_the_eager_one(tmp_path):
+    """--compile runs `ActorCritic.act` through torch.compile: the same rollout (same seed,
+    noise and weights) gives the same actions, and log-probs and values equal within float32
+    reassociation (the compiled kernels fuse and reorder the arithmetic)."""
+    buffers = []
+    for compiled in (False, True):
+        config = dataclasses.replace(
+            TINY, policy="mlp", compile=compiled, out=str(tmp_path / str(compiled))
+        )
+        trainer = Trainer(config)
+        trainer.start()
+        trainer.update = 1
+        trainer.collect()
+        buf = trainer.learners[0].buffer
+        buffers.append((buf.actions.clone(), buf.logp.clone(), buf.values.clone()))
+    (a0, lp0, v0), (a1, lp1, v1) = buffers
+    assert torch.equal(a0, a1)
+    torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v1, v0, rtol=1e-5, atol=1e-5)
