@@ -342,35 +342,40 @@ def test_rule_4_7_damage_from_several_shooters_adds_up(gs):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_rule_4_8_map_state_after_the_step(gs):
+@pytest.fixture(scope="module")
+def paid(gs):
+    # per-agent idle rewards (0.5, -0.25), reward_idle 10, reward_agent_disabled 5, maps "all"
+    return gs.reward_config(map_set="all", idle_reward=(0.5, -0.25), reward_idle=10.0,
+                            reward_agent_disabled=5.0)  # fmt: skip
+
+
+def test_rule_4_8_map_state_after_the_step(gs, paid):
     """rules §4.8: map_idx and aux_rewards_factor unchanged, step + 1, returns + rewards; with
     waypoints off W and E stay as they are (§4.2). Map 3 of "all" (two_rooms2_flipped), agents
-    far apart and away from its boxes; idle rewards (0.5, -0.25) with aux 0.5 give
-    r = 0.5 * 0.5 = 0.25 and 0.5 * -0.25 = -0.125 (team size 1): returns (1, 2) -> (1.25,
-    1.875)."""
-    config = gs.reward_config(map_set="all", idle_reward=(0.5, -0.25))
-    state = gs.state(config, x=[2.0, 8.0], y=[2.0, 8.0], map_idx=3, aux_rewards_factor=0.5,
+    far apart and away from its boxes, aux 0.5, team size 1:
+    r = 0.5 * (idle_reward + 10 * (-0.01 * 0.1)) = 0.5 * (0.5 - 0.01) = 0.245 and
+    0.5 * (-0.25 - 0.01) = -0.13: returns (1, 2) -> (1.245, 1.87)."""
+    state = gs.state(paid, x=[2.0, 8.0], y=[2.0, 8.0], map_idx=3, aux_rewards_factor=0.5,
                      step=7, waypoint=(1.0, 1.0, 1.6, 1.6), waypoint_time=2.0)  # fmt: skip
     state = state.replace(episode=state.episode.replace(returns=jnp.asarray([1.0, 2.0])))
-    out = gs.step(config, state)
+    out = gs.step(paid, state)
     ep = out.state.episode
-    np.testing.assert_allclose(out.rewards, [0.25, -0.125], atol=ATOL)
+    np.testing.assert_allclose(out.rewards, [0.245, -0.13], atol=ATOL)
     assert int(ep.map_idx) == 3 and float(ep.aux_rewards_factor) == 0.5 and int(ep.step) == 8
-    np.testing.assert_allclose(np.asarray(ep.returns), [1.25, 1.875], atol=ATOL)
+    np.testing.assert_allclose(np.asarray(ep.returns), [1.245, 1.87], atol=ATOL)
     np.testing.assert_array_equal(np.asarray(ep.waypoint), np.float32([1.0, 1.0, 1.6, 1.6]))
     assert float(ep.waypoint_time) == 2.0
 
 
-def test_rule_4_10_an_agent_dying_this_step_earns_its_idle_reward_and_death_penalty(gs):
+def test_rule_4_10_an_agent_dying_this_step_earns_its_idle_reward_and_death_penalty(gs, paid):
     """rules §4.10: an agent that dies during the step earns its full reward of that step (its
     disabled term and per-agent idle reward), while its terms multiplied by alive' (here the
-    weighted idle term) are 0. Agent 1 leaves the map (x 9.95 -> 10.046). Idle rewards 0.5
-    each, reward_idle 10, reward_agent_disabled 5, team size 1:
-      agent 0: 0.5 + 10 * (-0.01 * 0.1 * 1) = 0.49; agent 1: 0.5 + 5 * -(1 - 0) * 1 = -4.5."""
-    config = gs.reward_config(idle_reward=(0.5, 0.5), reward_idle=10.0, reward_agent_disabled=5.0)
-    out = gs.step(config, gs.state(config, x=[2.0, 9.95], y=[2.0, 8.0]))
+    weighted idle term) are 0. Agent 1 leaves the map (x 9.95 -> 10.046), map 0 (empty), aux 1,
+    team size 1:
+      agent 0: 0.5 + 10 * (-0.01 * 0.1 * 1) = 0.49; agent 1: -0.25 + 5 * -(1 - 0) * 1 = -5.25."""
+    out = gs.step(paid, gs.state(paid, x=[2.0, 9.95], y=[2.0, 8.0]))
     assert not out.alive[1]
-    np.testing.assert_allclose(out.rewards, [0.49, -4.5], atol=ATOL)
+    np.testing.assert_allclose(out.rewards, [0.49, -5.25], atol=ATOL)
 
 
 def test_rule_4_11_reward_terms_are_every_unweighted_term_by_name():
