@@ -206,3 +206,62 @@ def test_vector_env_with_rgb_observations():
     assert obs in envs.observation_space and reward.shape == (3,)
     frames = envs.render()
     assert len(frames) == 3 and frames[0].shape == (16, 16, 3)
+
+
+# ------------------------------------------------------------------------------------------
+# The last step of an episode (rules §4.9): the terminal observation, the flags and info
+# ------------------------------------------------------------------------------------------
+
+# SHORT's episodes end by the time limit at step 3. With no-op actions every agent keeps its
+# reset heading h (0 or pi, the ego row's feature 6, index 5) and moves by dt * v2 per step:
+# 0.1 * (1 - 0.04 * 1^2) = 0.096, then 0.1 * (1.3 - 0.04 * 1.3^2) = 0.12324 twice: 0.34248 in
+# all, so the ego row's x / 10 (index 2) of the terminal observation is the reset one plus
+# cos(h) * 0.034248, y / 10 (index 3) is unchanged, and the speed (index 6) is 1.3 / diag
+# (a fresh game's is 1 / diag, rules §6.4).
+DIAG = np.sqrt(200.0)
+
+
+def _assert_terminal(final, first):
+    """`final` is the observation 3 no-op steps after the reset observation `first`."""
+    final, first = np.asarray(final), np.asarray(first)
+    shift = np.cos(first[..., 5]) * 0.034248
+    np.testing.assert_allclose(final[..., 2], first[..., 2] + shift, atol=1e-5)
+    np.testing.assert_allclose(final[..., 3], first[..., 3], atol=1e-5)
+    np.testing.assert_allclose(final[..., 6], 1.3 / DIAG, atol=1e-6)
+
+
+def test_last_step_team_env_returns_the_terminal_observation_truncated_and_its_info():
+    env = TeamEnv(SHORT, team=1, opponent=noop_opponent)
+    first, _ = env.reset(seed=5)
+    for _ in range(2):
+        env.step(np.full(2, 13))
+    obs, reward, terminated, truncated, info = env.step(np.full(2, 13))
+    assert (terminated, truncated) == (False, True)
+    _assert_terminal(obs, first)
+    assert set(info) == {"agent_rewards", "agent_dones"}
+    np.testing.assert_array_equal(info["agent_rewards"], [1.0, 1.0])  # idle reward 1 each
+    np.testing.assert_array_equal(info["agent_dones"], [False, False])
+    assert reward == 2.0
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_last_step_vector_env_exposes_the_terminal_observation_in_every_mode(vector_envs, mode):
+    # NEXT_STEP and DISABLED return the terminal observation itself (the reset comes later);
+    # SAME_STEP returns the fresh game's and puts the terminal one in info["final_obs"].
+    envs = vector_envs[mode]
+    first, _ = envs.reset(seed=6)
+    for _ in range(2):
+        envs.step(NOOP)
+    obs, reward, terminated, truncated, info = envs.step(NOOP)
+    assert truncated.tolist() == [True, True] and terminated.tolist() == [False, False]
+    np.testing.assert_allclose(info["episode_return"], [6.0, 6.0])  # 2 agents x 3 steps x 1
+    assert info["episode_length"].tolist() == [3, 3]
+    assert info["_episode_return"].all() and info["_episode_length"].all()
+    if mode == AutoresetMode.SAME_STEP:
+        assert info["_final_obs"].all() and info["_final_info"].all()
+        _assert_terminal(info["final_obs"], first)
+        np.testing.assert_allclose(obs[..., 6], 1.0 / DIAG, atol=1e-7)  # the new games
+        assert info["final_info"]["episode_length"].tolist() == [3, 3]
+    else:
+        assert "final_obs" not in info
+        _assert_terminal(obs, first)

@@ -145,3 +145,33 @@ def test_render_without_render_mode_returns_none_and_bad_mode_is_refused():
         assert env.render() is None
     with pytest.raises(ValueError, match="rgb_array"):
         parallel_env(DUEL, render_mode="human")
+
+
+def test_last_step_time_limit_truncates_the_survivors_and_terminates_the_agent_dying_on_it():
+    """The last step of an episode (rules §4.9): DUEL's time limit is 500 steps and the game
+    starts at step 497, so its third step is the last. team0_agent0 flies out of the map on
+    that step (x 9.75 + 0.096 + 2 * 0.12324 = 10.09248 > 10; 9.96924 after two steps); team 0
+    keeps team0_agent1, so the episode is truncated, not terminated: the dying agent is
+    terminated, the two survivors truncated, and `agents` empties. Every agent alive at the
+    start of the step gets its terminal observation (no reset: the dead agent's is zeros, the
+    survivors' ego rows show them 3 no-op steps on, x (2 + 0.34248) / 10), its reward and an
+    empty info. Rewards (defaults: defeat 100, divided by the team size; §13.2's sign):
+    team0_agent1 100 * (-1 - 0) / (1 + 1) / 2 = -25, team1_agent0 100 * (0 - (-1)) / (1 + 1)
+    = 50, the dead agent 0."""
+    env = parallel_env(DUEL)
+    start = EnvState.create(DUEL, x=[9.75, 2.0, 2.0], y=[5.0, 8.0, 2.0], step=497)
+    env.reset(seed=0, options={"state": start})
+    noop = dict.fromkeys(env.agents, 13)
+    for _ in range(2):
+        _, _, term, trunc, _ = env.step(noop)
+        assert not any(term.values()) and not any(trunc.values())
+    obs, rewards, term, trunc, infos = env.step(noop)
+    assert term == {"team0_agent0": True, "team0_agent1": False, "team1_agent0": False}
+    assert trunc == {"team0_agent0": False, "team0_agent1": True, "team1_agent0": True}
+    assert env.agents == []
+    assert infos == {a: {} for a in env.possible_agents}
+    np.testing.assert_array_equal(obs["team0_agent0"], 0.0)
+    np.testing.assert_allclose(obs["team0_agent1"][2:4], [0.234248, 0.8], atol=1e-5)
+    np.testing.assert_allclose(obs["team1_agent0"][2:4], [0.234248, 0.2], atol=1e-5)
+    assert rewards == pytest.approx({"team0_agent0": 0.0, "team0_agent1": -25.0,
+                                     "team1_agent0": 50.0}, abs=1e-4)  # fmt: skip

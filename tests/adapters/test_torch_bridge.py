@@ -16,6 +16,7 @@ import torch
 
 import gigastep.torch as gt
 from gigastep.env import GigastepEnv
+from gigastep.scenarios import make_config
 from gigastep.torch import TorchVecEnv, jax_to_torch, torch_to_jax
 from gigastep.types import EnvConfig, EnvState
 
@@ -278,3 +279,77 @@ def test_states_are_the_batched_env_state_and_advance_with_each_step():
     assert isinstance(after, EnvState)
     ended = ep_dones.numpy()
     np.testing.assert_array_equal(np.asarray(after.episode.step)[~ended], steps[~ended] + 1)
+
+
+# ------------------------------------------------------------------------------------------
+# The last step of an episode (rules §4.9, §7.1): final observation, flags and info.
+# COLLISION's time limit is the default 500 steps; game 0 starts at step 499 (this step is its
+# last), game 1 at step 10. Agents at (2, 2), (2, 8) (team 0) and (8, 5) (team 1), heading 0:
+# one no-op step moves each by 0.096 along +x (speed 1.3 after it); no enemy is within the
+# detection radius 3 (d ~ 6.7) and team 0's agents see each other as teammates (d 6), so the
+# terminal observation is, by hand (rules §5.2, diag = sqrt(200)):
+# ------------------------------------------------------------------------------------------
+
+_V = 1.3 / np.sqrt(200.0)
+TERMINAL_3 = np.array(
+    [
+        [1, 1, 0.2096, 0.2, 0, 0, _V, 1, 1] + [1, 1, 0, 0.6, 0, 0, 0, 1, 1] + [0] * 9,
+        [1, 1, 0.2096, 0.8, 0, 0, _V, 1, 1] + [1, 1, 0, -0.6, 0, 0, 0, 1, 1] + [0] * 9,
+        [1, 1, 0.8096, 0.5, 0, 0, _V, 1, 1] + [0] * 18,
+    ],
+    np.float32,
+)
+
+
+def _far_states(config, steps, returns=None) -> EnvState:
+    n = config.n_agents
+    games = []
+    for step in steps:
+        one = EnvState.create(config, x=[2.0, 2.0, 8.0, 8.0][:n], y=[2.0, 8.0, 5.0, 8.0][:n],
+                              step=step)  # fmt: skip
+        games.append(one)
+    states = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *games)
+    if returns is not None:
+        states = states.replace(episode=states.episode.replace(returns=jnp.asarray(returns)))
+    return states
+
+
+def test_last_step_torch_vec_env_reports_the_final_observation_and_episode_info():
+    """docs/pytorch.md: `info` holds terminated, truncated, final_obs (the last observation of
+    games that ended this step, else this step's obs), episode_return and episode_length (the
+    finished episode's where ep_dones, else running values) and winner (-1: a draw). Rewards:
+    idle reward 1 per agent (no division); returns (5, 6, 7) before the last step."""
+    # the duel fixture's game and batch size: the same compiled step
+    states = _far_states(COLLISION, [499, 10], returns=[[5.0, 6.0, 7.0], [0.0, 0.0, 0.0]])
+    venv = TorchVecEnv.from_states(COLLISION, states)
+    obs, rewards, dones, ep_dones, info = venv.step(torch.zeros(2, 3, 3))
+    assert ep_dones.tolist() == [True, False] and not dones.any()
+    assert info["truncated"].tolist() == [True, False]
+    assert info["terminated"].tolist() == [False, False]
+    assert info["winner"].tolist() == [-1, -1]
+    assert info["episode_length"].tolist() == [500, 11]
+    np.testing.assert_allclose(rewards.numpy(), [[1.0] * 3] * 2)
+    np.testing.assert_allclose(info["episode_return"].numpy(), [[6.0, 7.0, 8.0], [1.0] * 3])
+    final = info["final_obs"].numpy()
+    np.testing.assert_allclose(final[0], TERMINAL_3, atol=1e-5)
+    np.testing.assert_array_equal(final[1], obs.numpy()[1])  # a game that goes on
+    fresh = obs.numpy()[0]  # the new game: every agent alive at the reset speed 1
+    np.testing.assert_array_equal(fresh[:, 0], 1.0)
+    np.testing.assert_allclose(fresh[:, 6], 1.0 / np.sqrt(200.0), atol=1e-7)
+    assert np.asarray(venv.states.episode.step).tolist() == [0, 11]
+
+
+def test_last_step_torch_vec_env_with_an_opponent_reports_its_teams_final_observation():
+    """docs/pytorch.md with `opponent`: the final observation is the learner team's rows. The
+    versus_venv fixture's game (2 vs 2, pursuit plays team 1) and batch size; game 0 ends by
+    the time limit. Team 0's ego rows are, by hand, those of agents 0 and 1 above (the
+    other rows show the pursuers, moved by their policy)."""
+    states = _far_states(make_config("identical_2_vs_2_fobs_vec_void_disc"), [499, 10, 10, 10])
+    venv = TorchVecEnv.from_states("identical_2_vs_2_fobs_vec_void_disc", states, seed=1,
+                                   opponent="pursuit")  # fmt: skip
+    obs, rewards, dones, ep_dones, info = venv.step(torch.full((4, 2), 13, dtype=torch.int32))
+    assert ep_dones.tolist() == [True, False, False, False]
+    assert info["truncated"].tolist() == [True, False, False, False]
+    assert info["final_obs"].shape == obs.shape == (4, 2, venv.config.vector_size)
+    np.testing.assert_allclose(info["final_obs"].numpy()[0, :, :9], TERMINAL_3[:2, :9], atol=1e-5)
+    np.testing.assert_allclose(obs.numpy()[0, :, 6], 1.0 / np.sqrt(200.0), atol=1e-7)

@@ -122,3 +122,36 @@ def test_a_scripted_opponent_leaves_one_group():
     assert env.group_map == {"team1": ["team1_agent0"]}
     assert env.action_spec["team1", "action"].shape == (B, 1)
     assert env.observation_spec["team1", "observation"].shape == (B, 1, env.config.vector_size)
+
+
+def test_last_step_next_holds_the_final_observation_and_the_episode_flags():
+    """The last step of an episode (rules §4.9), TorchRL's way (docs/adapters.md): the step
+    that ends a game holds in "next" its final observation, done = truncated = True (time limit
+    3) at the root and for every agent of each group, terminated False, all agents alive in
+    the mask. With no-op actions every agent keeps its reset heading h (feature 5) and moves
+    0.096 + 2 * 0.12324 = 0.34248 in 3 steps: the final x / 10 is the first one plus
+    cos(h) * 0.034248 (no damage or collision can happen in 3 steps, see SHORT in
+    test_gymnasium.py)."""
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    env.set_seed(4)
+
+    def noop(td):
+        for group in env.group_map:
+            td.set((group, "action"), torch.full((B, 2), 13, dtype=torch.int64))
+        return td
+
+    data = env.rollout(3, noop, break_when_any_done=False)
+    nxt = data["next"]
+    for key in ("done", "truncated"):
+        assert nxt[key][:, 2].all() and not nxt[key][:, :2].any()
+        for group in env.group_map:
+            assert nxt[group, key][:, 2].all()
+    assert not nxt["terminated"].any()
+    for group in env.group_map:
+        assert not nxt[group, "terminated"].any() and nxt[group, "mask"].all()
+        first, final = data[group, "observation"][:, 0], nxt[group, "observation"][:, 2]
+        shift = torch.cos(first[..., 5]) * 0.034248
+        torch.testing.assert_close(final[..., 2], first[..., 2] + shift, atol=1e-5, rtol=0)
+        torch.testing.assert_close(final[..., 6], torch.full_like(final[..., 6],
+                                                                  1.3 * FRESH_SPEED))  # fmt: skip
+        assert nxt[group, "reward"].shape == (B, 3, 2, 1)
