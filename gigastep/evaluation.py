@@ -589,7 +589,8 @@ def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *,
         notes.append(
             f"{unfinished} of {games} games had not ended after {steps} steps and are not counted"
         )
-    name = env.spec.name if getattr(env, "spec", None) is not None else "custom"
+    spec = getattr(env, "spec", None)
+    name = spec.name if spec is not None else "custom"
     from gigastep.scenarios import scenario_hash
 
     return MatchResult(

@@ -127,7 +127,8 @@ class GigastepParallelEnv(ParallelEnv):
         self._state: Any = None
 
     def __str__(self) -> str:
-        name = self.env.spec.name if getattr(self.env, "spec", None) is not None else "custom"
+        spec = getattr(self.env, "spec", None)
+        name = spec.name if spec is not None else "custom"
         return f"gigastep_v0({name})"
 
     # --- spaces -------------------------------------------------------------------------

@@ -78,12 +78,13 @@ def make_env(scenario, overrides: dict | None = None) -> GigastepEnv:
 def _scenario_name(env: GigastepEnv, scenario) -> str:
     if isinstance(scenario, str):
         return scenario
-    if getattr(env, "spec", None) is None:
+    spec = getattr(env, "spec", None)
+    if spec is None:
         raise ValueError(
             "this environment has no scenario name (it was not built by gigastep.make): pass "
             "the name, or record from the name instead of the GigastepEnv"
         )
-    return env.spec.name
+    return spec.name
 
 
 def _config_hash(env: GigastepEnv) -> str:
