@@ -85,7 +85,7 @@ EVADE_WALL_MARGIN = 0.15
 # ------------------------------------------------------------------------------------------
 
 
-def to_discrete(controls: jax.Array) -> jax.Array:
+def to_discrete(controls: ArrayLike) -> jax.Array:
     """(n, 3) float controls -> (n,) int32 index of the `ACTION_TABLE` row with the same signs.
 
     Each control is rounded to -1, 0 or +1 (|c| <= 0.5 -> 0); the table row r has heading
