@@ -817,7 +817,7 @@ def _play_scripted(
     total = len(seats)
     states = _groups_from_one_start(config, groups, seed)
     key = jax.random.PRNGKey(seed + 1)
-    rec: Any = _empty_record(total, config.n_agents)
+    rec = _empty_record(total, config.n_agents)
     run = _scripted_segment(config, table)
     t, limit, seat_ids = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
     for _ in range(-(-steps // SEGMENT_STEPS)):

@@ -222,8 +222,8 @@ class TeamEnv(gymnasium.Env):
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.observation_space, self.action_space = team_spaces(self.versus)
         self.render_mode = render_mode
-        self._state: Any = None
-        self._key: Any = None
+        self._state: EnvState | None = None
+        self._key: jax.Array | None = None
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -318,10 +318,12 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = team_spaces(self.versus)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._states: Any = None
-        self._obs: Any = None  # device observations (the masked reset keeps the others')
-        self._key: Any = None
-        self._pending: Any = None  # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._states: EnvState | None = None
+        # device observations (the masked reset keeps the others')
+        self._obs: Observation | None = None
+        self._key: jax.Array | None = None
+        # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._pending: jax.Array | None = None
         self._ended = np.zeros(num_envs, bool)  # host copy, for DISABLED misuse checks
 
     # --- reset --------------------------------------------------------------------------

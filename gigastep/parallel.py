@@ -88,7 +88,7 @@ def _specs(mesh: Mesh, trajectory: bool) -> Any:
     typed Any): the game axis over every mesh axis (axis 0 of the totals, states and obs;
     axis 1 of the (T, B, ...) trajectory)."""
     games = PartitionSpec(mesh.axis_names)
-    per_step = PartitionSpec(None, mesh.axis_names)
+    per_step: Any = PartitionSpec(None, mesh.axis_names)  # in place of the arrays: Any
     record = None
     if trajectory:
         record = Trajectory(obs=per_step, actions=per_step, rewards=per_step, dones=per_step,

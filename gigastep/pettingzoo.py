@@ -130,8 +130,8 @@ class GigastepParallelEnv(ParallelEnv):
         self.state_space = gymnasium.spaces.Box(
             0, 255, (self.config.resolution_x, self.config.resolution_y, 3), np.uint8
         )
-        self._key: Any = None
-        self._state: Any = None
+        self._key: jax.Array | None = None
+        self._state: EnvState | None = None
 
     def __str__(self) -> str:
         spec = getattr(self.env, "spec", None)

@@ -88,7 +88,7 @@ class Trajectory(PytreeData):
     episode_done: (T, B) bool, the step ended the game's episode (the game restarted).
     """
 
-    obs: Any
+    obs: Observation
     actions: chex.Array
     rewards: chex.Array
     dones: chex.Array
@@ -122,7 +122,7 @@ class RolloutResult(PytreeData):
     wins: chex.Array
     draws: chex.Array
     final_state: EnvState
-    final_obs: Any
+    final_obs: Observation
     trajectory: Trajectory | None = None
 
     def summary(self) -> dict[str, Any]:

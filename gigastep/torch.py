@@ -350,6 +350,7 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
             winner=info.winner, final_obs=info.final_obs if final_obs else None,
         )  # fmt: skip
         if state_vectors:
+            assert info.final_state is not None  # the step was asked for it (final_state=True)
             outputs = outputs._replace(
                 state_vector=_both_state_vectors(config, states),
                 final_state_vector=_both_state_vectors(config, info.final_state),
@@ -460,9 +461,10 @@ class TorchVecEnv:
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._leaves: Any = None  # the batched states as a flat list (see _compiled_step)
+        # the batched states as a flat list (see _compiled_step)
+        self._leaves: list[jax.Array] | None = None
         self._treedef = _state_treedef(self.game)
-        self.last_obs: Any = None
+        self.last_obs: TorchObservation | None = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
                                     self.scripted, self.state_vectors, self.window)  # fmt: skip

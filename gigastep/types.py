@@ -541,9 +541,10 @@ class StepInfo(PytreeData):
 
     terminated: chex.Array  # () bool, a team was eliminated this step
     truncated: chex.Array  # () bool, the time limit ended the episode (and it did not terminate)
-    final_obs: Any  # observation of the last step of a finished episode (else of this step)
+    final_obs: Observation  # observation of the last step of a finished episode (else of this step)
     episode_return: chex.Array  # (n,) float32, the finished episode's return (else running sum)
     episode_length: chex.Array  # () int32, the finished episode's length (else running length)
     winner: chex.Array  # () int32, the team left alone at the end (0 or 1), else -1 (draw, or
     # the episode goes on); see `gigastep.env.episode_winner`
-    final_state: Any = None  # the EnvState the step ended in, before any reset (when asked)
+    final_state: EnvState | None = None  # the EnvState the step ended in, before any reset
+    # (when asked)
