@@ -167,7 +167,7 @@ PlayerLike: TypeAlias = "Player | Policy | str | os.PathLike[str]"
 """Any player form `resolve_player` takes: a player, a policy callable, a scripted policy's
 name, or a checkpoint path."""
 
-PlayerLoader: TypeAlias = Callable[..., TorchPlayer]
+PlayerLoader: TypeAlias = Callable[[dict[str, Any], Device], TorchPlayer]
 """`fn(checkpoint: dict, device) -> TorchPlayer`, a checkpoint loader."""
 
 _LOADERS: dict[str, PlayerLoader] = {}
