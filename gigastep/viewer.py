@@ -90,7 +90,7 @@ class Viewer:
         self.fps, self.paused, self.running = float(fps), False, True
         self._held: set[int] = set()
         self._step_once = False
-        self._joystick: Any = None  # a pygame.joystick.JoystickType once one is connected
+        self._joystick: pygame.joystick.JoystickType | None = None
         self.frames_shown = 0
         self.last_human_action: np.ndarray | np.int32 | None = None
 
