@@ -57,10 +57,10 @@ NumpyObservation: TypeAlias = "np.ndarray | tuple[np.ndarray, np.ndarray]"
 """Observations on the host: an array, or the pair (rgb, vector) for "rgb_vector"."""
 
 
-def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
+def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
     """(observation_space, action_space) of one game for the learner team (Gymnasium)."""
     m, config = versus.n_agents, versus.config
-    action: gymnasium.spaces.Space
+    action: gymnasium.spaces.Space[Any]
     if config.discrete_actions:
         action = gymnasium.spaces.MultiDiscrete(np.full(m, N_DISCRETE_ACTIONS, np.int64))
     else:
@@ -68,7 +68,7 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
     low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
     vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)
-    obs: dict[str, gymnasium.spaces.Space] = {
+    obs: dict[str, gymnasium.spaces.Space[Any]] = {
         "rgb": rgb,
         "vector": vec,
         "rgb_vector": gymnasium.spaces.Tuple((rgb, vec)),

@@ -118,7 +118,7 @@ class GigastepParallelEnv(ParallelEnv):
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         obs_space = env.observation_space.to_gymnasium()
         self._observation_spaces = {a: obs_space for a in self.possible_agents}
-        self._action_spaces: dict[str, gymnasium.spaces.Space]
+        self._action_spaces: dict[str, gymnasium.spaces.Space[Any]]
         if self.config.discrete_actions:
             self._action_spaces = {
                 a: gymnasium.spaces.Discrete(N_DISCRETE_ACTIONS) for a in self.possible_agents
@@ -146,11 +146,11 @@ class GigastepParallelEnv(ParallelEnv):
             raise KeyError(f"unknown agent {agent!r}; closest: "
                            f"{closest(str(agent), self.possible_agents)}") from None  # fmt: skip
 
-    def observation_space(self, agent: str) -> gymnasium.Space:
+    def observation_space(self, agent: str) -> gymnasium.Space[Any]:
         self._agent(agent)
         return self._observation_spaces[agent]
 
-    def action_space(self, agent: str) -> gymnasium.Space:
+    def action_space(self, agent: str) -> gymnasium.Space[Any]:
         self._agent(agent)
         return self._action_spaces[agent]
 

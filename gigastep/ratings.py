@@ -324,7 +324,7 @@ class League:
                          r.wins, r.draws, r.losses, *_fmt(r.score)])  # fmt: skip
         return _csv(rows)
 
-    def marl_eval(self) -> dict:
+    def marl_eval(self) -> dict[str, Any]:
         """Per-player metrics in marl-eval's raw-data layout (one-element metric lists)."""
         per_player = {}
         for m, name in enumerate(self.players):

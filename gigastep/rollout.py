@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 # How often each kind of rollout was traced (read by the tests: one trace per compile key).
-_TRACES: Counter = Counter()
+_TRACES: Counter[str] = Counter()
 
 
 # ------------------------------------------------------------------------------------------

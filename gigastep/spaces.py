@@ -114,7 +114,7 @@ class Tuple:
         return (isinstance(x, tuple) and len(x) == len(self.spaces)
                 and all(s.contains(v) for s, v in zip(self.spaces, x, strict=True)))  # fmt: skip
 
-    def to_gymnasium(self) -> gymnasium.spaces.Tuple:
+    def to_gymnasium(self) -> gymnasium.spaces.Tuple[Any]:
         import gymnasium
 
         return gymnasium.spaces.Tuple([s.to_gymnasium() for s in self.spaces])
