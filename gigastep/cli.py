@@ -24,8 +24,17 @@ import difflib
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gigastep.types import PER_AGENT_FIELDS
+
+if TYPE_CHECKING:
+    from gigastep.env import GigastepEnv
+    from gigastep.evaluation import Player
+    from gigastep.types import EnvConfig
+
+_T = TypeVar("_T")
 
 __all__ = ["main"]
 
@@ -43,9 +52,9 @@ class CommandError(Exception):
 # ------------------------------------------------------------------------------------------
 
 
-def _overrides(pairs) -> dict:
+def _overrides(pairs: Iterable[str] | None) -> dict[str, Any]:
     """EnvConfig overrides from --set FIELD=VALUE (VALUE read as JSON, else as a string)."""
-    out = {}
+    out: dict[str, Any] = {}
     for pair in pairs or ():
         field, sep, value = pair.partition("=")
         if not sep or not field:
@@ -79,7 +88,7 @@ def _check_name(name: str) -> None:
         )
 
 
-def _env(name: str, pairs=None):
+def _env(name: str, pairs: Iterable[str] | None = None) -> GigastepEnv:
     from gigastep.scenarios import make
 
     _check_name(name)
@@ -132,7 +141,7 @@ def _check_folder(path: str) -> None:
 class _Progress:
     """A tqdm bar on stderr (shown on terminals only; nothing without tqdm)."""
 
-    def __init__(self, total: int, desc: str, unit: str):
+    def __init__(self, total: int, desc: str, unit: str) -> None:
         try:
             from tqdm import tqdm
 
@@ -149,7 +158,7 @@ class _Progress:
             self.bar.close()
 
 
-def _with_progress(total: int, desc: str, unit: str, run):
+def _with_progress(total: int, desc: str, unit: str, run: Callable[[_Progress], _T]) -> _T:
     """`run(progress)` with a progress bar that is closed however `run` ends."""
     bar = _Progress(total, desc, unit)
     try:
@@ -158,7 +167,7 @@ def _with_progress(total: int, desc: str, unit: str, run):
         bar.close()
 
 
-def _default_agents(env, agents):
+def _default_agents(env: GigastepEnv, agents: Iterable[int] | None) -> tuple[int, ...]:
     """The ego views to show: those asked for, or one agent per team in RGB games."""
     if agents is not None:
         return tuple(agents)
@@ -175,7 +184,7 @@ def _default_agents(env, agents):
 _NOT_SETTINGS = {"teams", "type_names", "maps", "map_set", "limit_x", "limit_y", *PER_AGENT_FIELDS}
 
 
-def _composition(config, team: int) -> str:
+def _composition(config: EnvConfig, team: int) -> str:
     """'more_health x3, faster, default x2' for the agents of one team, in agent order."""
     import itertools
 
@@ -185,7 +194,7 @@ def _composition(config, team: int) -> str:
     return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in runs) or "-"
 
 
-def _cmd_list(args) -> int:
+def _cmd_list(args: argparse.Namespace) -> int:
     from gigastep import scenarios
 
     bases = scenarios.base_scenarios()
@@ -211,13 +220,14 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _cmd_info(args) -> int:
+def _cmd_info(args: argparse.Namespace) -> int:
     import dataclasses
 
     from gigastep.types import EnvConfig
 
     env = _env(args.name)
     spec, config = env.spec, env.config
+    assert spec is not None  # gigastep.make sets it
     n0, n1 = config.team_sizes
     print(f"scenario      {spec.name}")
     print(f"version       {spec.version}")
@@ -259,7 +269,7 @@ def _cmd_info(args) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _cmd_render(args) -> int:
+def _cmd_render(args: argparse.Namespace) -> int:
     from gigastep.evaluation import resolve_player
     from gigastep.render import recording_frames, save_video
     from gigastep.replay import record_game
@@ -291,7 +301,7 @@ def _cmd_render(args) -> int:
     return 0
 
 
-def _cmd_replay(args) -> int:
+def _cmd_replay(args: argparse.Namespace) -> int:
     from gigastep.render import recording_frames, save_video
     from gigastep.replay import Replay
 
@@ -315,24 +325,24 @@ def _cmd_replay(args) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _match_scenario(args, players):
+def _match_scenario(args: argparse.Namespace, players: Sequence[Player]) -> str:
     """--scenario, else the game a checkpoint says it was trained on, else the default."""
     from gigastep.evaluation import DEFAULT_SCENARIO
 
     if args.scenario:
         return args.scenario
     trained = [getattr(p, "scenario", None) for p in players]
-    trained = [s for s in trained if isinstance(s, str)]
-    return trained[0] if trained else DEFAULT_SCENARIO
+    named = [s for s in trained if isinstance(s, str)]
+    return named[0] if named else DEFAULT_SCENARIO
 
 
-def _match_options(args) -> dict:
+def _match_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         max_steps=args.max_steps, batch_size=args.batch, device=args.device, **_overrides(args.set)
     )
 
 
-def _cmd_eval(args) -> int:
+def _cmd_eval(args: argparse.Namespace) -> int:
     from gigastep._files import write_text
     from gigastep.evaluation import evaluate, resolve_player
 
@@ -352,7 +362,7 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def _cmd_league(args) -> int:
+def _cmd_league(args: argparse.Namespace) -> int:
     from gigastep.evaluation import resolve_player
     from gigastep.ratings import play_league
 
@@ -378,7 +388,7 @@ def _cmd_league(args) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _cmd_play(args) -> int:
+def _cmd_play(args: argparse.Namespace) -> int:
     from gigastep.replay import GameRunner
     from gigastep.viewer import Viewer, _pygame
 
@@ -400,7 +410,7 @@ def _cmd_play(args) -> int:
     return 0
 
 
-def _cmd_view(args) -> int:
+def _cmd_view(args: argparse.Namespace) -> int:
     from gigastep.replay import GameRunner, Replay
     from gigastep.viewer import Viewer, _pygame
 
@@ -471,7 +481,7 @@ def _forward(command: str, argv: list[str]) -> int:
 class _Parser(argparse.ArgumentParser):
     """argparse that adds the closest valid choices to an 'invalid choice' error."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         if "invalid choice:" in message and "choose from" in message:
             bad = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip(" '\"")
             choices = [c.strip(" '\")") for c in message.split("choose from", 1)[1].split(",")]
@@ -480,7 +490,7 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _add_game_options(p, steps: bool = False) -> None:
+def _add_game_options(p: argparse.ArgumentParser, steps: bool = False) -> None:
     p.add_argument("--seed", type=int, default=0, help="the game's seed (default 0)")
     p.add_argument(
         "--set",
@@ -498,7 +508,7 @@ def _add_game_options(p, steps: bool = False) -> None:
         )
 
 
-def _add_match_options(p, games: int) -> None:
+def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
     p.add_argument(
         "--games", type=_positive, default=games, help=f"games to count (default {games})"
     )
@@ -524,7 +534,7 @@ def _add_match_options(p, games: int) -> None:
     )
 
 
-def _add_view_options(p, default_scale: int | None) -> None:
+def _add_view_options(p: argparse.ArgumentParser, default_scale: int | None) -> None:
     p.add_argument(
         "--scale",
         type=_positive,
@@ -550,7 +560,7 @@ def _version() -> str:
         return __version__
 
 
-def _add_catalogue(commands) -> None:
+def _add_catalogue(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("list", help="list the base scenarios (--all: every name)")
     p.add_argument("--all", action="store_true", help="print all 288 scenario names")
     p.set_defaults(run=_cmd_list)
@@ -559,7 +569,7 @@ def _add_catalogue(commands) -> None:
     p.set_defaults(run=_cmd_info)
 
 
-def _add_videos(commands) -> None:
+def _add_videos(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("render", help="play one episode and write a GIF or MP4")
     p.add_argument("name", help="scenario name (gigastep list --all)")
     p.add_argument("--policy", default="pursuit", help="team 0's player (default pursuit)")
@@ -583,7 +593,7 @@ def _add_videos(commands) -> None:
     p.set_defaults(run=_cmd_replay)
 
 
-def _add_matches(commands) -> None:
+def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("eval", help="play A against B and report win rates")
     p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
     p.add_argument("b", help="player B (the same kinds)")
@@ -603,7 +613,7 @@ def _add_matches(commands) -> None:
     p.set_defaults(run=_cmd_league)
 
 
-def _add_windows(commands) -> None:
+def _add_windows(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("play", help="fly one agent yourself (keyboard or joystick)")
     p.add_argument("name", help="scenario name (gigastep list --all)")
     p.add_argument("--agent", type=int, default=0, help="the agent you fly (default 0)")

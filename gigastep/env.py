@@ -12,7 +12,7 @@ batched with `vmap`, and auto-resetting), all compiled with the config as static
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import chex
 import jax
@@ -33,10 +33,24 @@ from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
     EnvConfig,
     EnvState,
+    Observation,
     StepInfo,
     StepNoise,
     check_fields,
 )
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from gigastep.scenarios import ScenarioSpec
+
+StepResult: TypeAlias = "tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array]"
+"""What `step` returns: (obs, state, rewards, dones, episode_done)."""
+
+AutoresetResult: TypeAlias = (
+    "tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array, StepInfo]"
+)
+"""What `step_autoreset` returns: (obs, state, rewards, dones, episode_done, info)."""
 
 __all__ = [
     "GigastepEnv",
@@ -67,7 +81,7 @@ def _games(batch: tuple[int, ...]) -> str:
     return f"{count} game{'s' if count != 1 else ''}{shape}"
 
 
-def _state_batch(config: EnvConfig, state, what: str) -> tuple[int, ...]:
+def _state_batch(config: EnvConfig, state: object, what: str) -> tuple[int, ...]:
     """The batch shape of `state` (() for one game); a TypeError unless it is an `EnvState`,
     a ValueError unless its games have this config's agent count."""
     if not isinstance(state, EnvState):
@@ -84,7 +98,7 @@ def _state_batch(config: EnvConfig, state, what: str) -> tuple[int, ...]:
     return shape[:-1]
 
 
-def check_single_state(config: EnvConfig, state, batched_form: str = "v_step") -> None:
+def check_single_state(config: EnvConfig, state: object, batched_form: str = "v_step") -> None:
     """Raise a clear error unless `state` is one game of `config` (shapes only: trace time).
 
     `batched_form` names the batched function to suggest for a batch of games."""
@@ -96,7 +110,9 @@ def check_single_state(config: EnvConfig, state, batched_form: str = "v_step") -
         )
 
 
-def check_batch(config: EnvConfig, states, actions, keys, single_form: str = "step") -> int:
+def check_batch(
+    config: EnvConfig, states: object, actions: Any, keys: Any, single_form: str = "step"
+) -> int:
     """The batch size B of `states` after checking that they are a batch of games of `config`
     (one leading axis) and that `actions` and `keys` hold B games too (shapes only)."""
     batch = _state_batch(config, states, "states")
@@ -122,7 +138,7 @@ def check_batch(config: EnvConfig, states, actions, keys, single_form: str = "st
 # ------------------------------------------------------------------------------------------
 
 
-def reset(config: EnvConfig, key):
+def reset(config: EnvConfig, key: jax.Array) -> tuple[Observation, EnvState]:
     """Start a game: returns (obs, state)."""
     _checks.check_key(key)
     state, comm, stream = reset_state_streamed(config, key)
@@ -134,13 +150,13 @@ def reset(config: EnvConfig, key):
 # ------------------------------------------------------------------------------------------
 
 
-def sample_noise(config: EnvConfig, key) -> StepNoise:
+def sample_noise(config: EnvConfig, key: jax.Array) -> StepNoise:
     """Every random number of one step, from one key. Each draw has a fixed place in the
     stream whatever the flags, so switching a feature off leaves the others' draws unchanged."""
     return _noise_and_stream(config, key)[0]
 
 
-def _noise_and_stream(config: EnvConfig, key):
+def _noise_and_stream(config: EnvConfig, key: jax.Array) -> tuple[StepNoise, jax.Array | None]:
     """(`sample_noise(config, key)`, the counter stream of its comm noise or None), with the
     key's seed words drawn once."""
     n = config.n_agents
@@ -159,7 +175,7 @@ def _noise_and_stream(config: EnvConfig, key):
     return noise, stream_from_seed(seed, _noise_shapes(n), 1)
 
 
-def _noise_shapes(n: int):
+def _noise_shapes(n: int) -> list[tuple[int, ...]]:
     return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
 
 
@@ -176,7 +192,7 @@ class Advanced(PytreeData):
     truncated: chex.Array
 
 
-def advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> Advanced:
+def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepNoise) -> Advanced:
     """Everything of a step but the observation: move, waypoints, hazards, combat, health,
     termination and rewards."""
     check_actions(actions, config.n_agents, config.discrete_actions)
@@ -232,14 +248,17 @@ def advance(config: EnvConfig, state: EnvState, actions, noise: StepNoise) -> Ad
                      terminated=terminated, truncated=truncated)  # fmt: skip
 
 
-def transition(config: EnvConfig, state: EnvState, actions, noise: StepNoise):
+def transition(
+    config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepNoise
+) -> StepResult:
     """One step with its randomness given: (obs, state, rewards, dones, episode_done)."""
     check_single_state(config, state, "jax.vmap(transition)")
     return _transition_streamed(config, state, actions, noise)
 
 
-def _transition_streamed(config: EnvConfig, state: EnvState, actions, noise: StepNoise,
-                         comm_stream=None):  # fmt: skip
+def _transition_streamed(config: EnvConfig, state: EnvState, actions: ArrayLike,
+                         noise: StepNoise, comm_stream: jax.Array | None = None,
+                         ) -> StepResult:  # fmt: skip
     adv = advance(config, state, actions, noise)
     obs = observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
                   noise.comm, comm_stream)  # fmt: skip
@@ -247,7 +266,7 @@ def _transition_streamed(config: EnvConfig, state: EnvState, actions, noise: Ste
     return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
 
 
-def episode_winner(config: EnvConfig, alive, episode_done):
+def episode_winner(config: EnvConfig, alive: ArrayLike, episode_done: ArrayLike) -> jax.Array:
     """The winning team of episodes that end: int32 of `episode_done`'s shape.
 
     At the end of an episode the winner is the only team that still has an agent alive
@@ -265,7 +284,7 @@ def episode_winner(config: EnvConfig, alive, episode_done):
     return jnp.where(episode_done, winner, -1).astype(jnp.int32)
 
 
-def step(config: EnvConfig, state: EnvState, actions, key):
+def step(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array) -> StepResult:
     """One step: (obs, state, rewards (n,), dones (n,), episode_done ()).
 
     `dones[i]` is True for every dead agent; the step never resets a finished game (see
@@ -276,8 +295,9 @@ def step(config: EnvConfig, state: EnvState, actions, key):
     return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
 
 
-def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: bool = True,
-                   final_state: bool = False):  # fmt: skip
+def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array,
+                   final_obs: bool = True, final_state: bool = False,
+                   ) -> AutoresetResult:  # fmt: skip
     """A step that replaces a finished game by a fresh one inside the same call.
 
     Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
@@ -298,15 +318,19 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions, key, final_obs: 
 
 
 def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh: EnvState,
-                      fresh_comm, done, final_obs: bool, streams=(None, None),
-                      final_state: bool = False):  # fmt: skip
+                      fresh_comm: jax.Array, done: jax.Array, final_obs: bool,
+                      streams: tuple[jax.Array | None, jax.Array | None] = (None, None),
+                      final_state: bool = False) -> AutoresetResult:  # fmt: skip
     """Take the fresh game where `done`, observe the result once (and the finished game's
     last observation when `final_obs`), and assemble the auto-reset step's outputs.
     `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
     nxt = select_games(done, fresh, adv.state)
     geo = interactions.geometry(nxt.agents)
     step_stream, fresh_stream = streams
-    stream = None if step_stream is None else jnp.where(done, fresh_stream, step_stream)
+    stream: jax.Array | None = None
+    if step_stream is not None:
+        assert fresh_stream is not None  # both streams, or neither (without stochastic_comm)
+        stream = jnp.where(done, fresh_stream, step_stream)
     obs = observe(
         config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
         jnp.where(done, fresh_comm, noise.comm), stream,
@@ -336,36 +360,41 @@ _step_autoreset = jax.jit(step_autoreset, static_argnums=(0, 4))
 _global_view = jax.jit(global_view, static_argnums=0)
 
 
-def batched_reset(config: EnvConfig, keys):
+def batched_reset(config: EnvConfig, keys: jax.Array) -> tuple[Observation, EnvState]:
     """`reset` of every game of a batch: keys (B,) -> (obs, states) with leading axis B."""
     return jax.vmap(partial(reset, config))(keys)
 
 
-def batched_step(config: EnvConfig, states, actions, keys):
+def batched_step(
+    config: EnvConfig, states: EnvState, actions: ArrayLike, keys: jax.Array
+) -> StepResult:
     """`step` of every game of a batch (pure; `GigastepEnv.v_step` is its compiled form)."""
     check_batch(config, states, actions, keys, "step")
     return jax.vmap(partial(step, config))(states, actions, keys)
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_reset(config, keys):
+def _v_reset(config: EnvConfig, keys: jax.Array) -> tuple[Observation, EnvState]:
     return batched_reset(config, keys)
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_step(config, states, actions, keys):
+def _v_step(config: EnvConfig, states: EnvState, actions: ArrayLike, keys: jax.Array) -> StepResult:
     return batched_step(config, states, actions, keys)
 
 
-def _reset_finished(config: EnvConfig, done, keys):
+def _reset_finished(
+    config: EnvConfig, done: jax.Array, keys: jax.Array
+) -> tuple[EnvState, jax.Array, jax.Array | None]:
     """(fresh states, their comm noise (B, n, n), its streams (B, 3) or None):
     `reset_state_streamed(config, keys[b])` for every game b where `done` (see
     `reset_where`)."""
     return reset_where(partial(reset_state_streamed, config), done, keys)
 
 
-def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
-                           final_obs: bool = True, final_state: bool = False):  # fmt: skip
+def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLike,
+                           keys: jax.Array, final_obs: bool = True, final_state: bool = False,
+                           ) -> AutoresetResult:  # fmt: skip
     """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)`,
     bit for bit, without resetting the games that go on.
 
@@ -377,7 +406,9 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     """
     check_batch(config, states, actions, keys, "step_autoreset")
 
-    def advance_one(state, acts, key):
+    def advance_one(
+        state: EnvState, acts: ArrayLike, key: jax.Array
+    ) -> tuple[Advanced, StepNoise, jax.Array, jax.Array | None]:
         _checks.check_key(key)
         k_step, k_reset = jax.random.split(key)
         noise, stream = _noise_and_stream(config, k_step)
@@ -399,36 +430,42 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions, keys,
     return obs, nxt, rewards, dones, done, info
 
 
-def _last_observation(config: EnvConfig, adv: Advanced, noise: StepNoise, stream):
+def _last_observation(
+    config: EnvConfig, adv: Advanced, noise: StepNoise, stream: jax.Array | None
+) -> Observation:
     """The observation of the state a step ended in (before any reset)."""
     return observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
                    noise.comm, stream)  # fmt: skip
 
 
 @partial(jax.jit, static_argnums=(0, 4))
-def _v_step_autoreset(config, states, actions, keys, final_obs):
+def _v_step_autoreset(
+    config: EnvConfig, states: EnvState, actions: ArrayLike, keys: jax.Array, final_obs: bool
+) -> AutoresetResult:
     return batched_step_autoreset(config, states, actions, keys, final_obs)
 
 
 @partial(jax.jit, static_argnums=0)
-def _reset_done_episodes(config, obs, states, ep_dones, key):
+def _reset_done_episodes(
+    config: EnvConfig, obs: Observation, states: EnvState, ep_dones: jax.Array, key: jax.Array
+) -> tuple[Observation, EnvState]:
     keys = jax.random.split(key, ep_dones.shape[0])
     new_obs, new_states = jax.vmap(partial(reset, config))(keys)
     return select_games(ep_dones, new_obs, obs), select_games(ep_dones, new_states, states)
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_global_view(config, states):
+def _v_global_view(config: EnvConfig, states: EnvState) -> jax.Array:
     return jax.vmap(partial(global_view, config))(states)
 
 
 @partial(jax.jit, static_argnums=(0, 2))
-def _state_vector(config, state, team):
+def _state_vector(config: EnvConfig, state: EnvState, team: int) -> jax.Array:
     return state_vector(config, state, team)
 
 
 @partial(jax.jit, static_argnums=(0, 2))
-def _v_state_vector(config, states, team):
+def _v_state_vector(config: EnvConfig, states: EnvState, team: int) -> jax.Array:
     return jax.vmap(partial(state_vector, config, team=team))(states)
 
 
@@ -461,7 +498,7 @@ class GigastepEnv:
         (8, 10, 90)
     """
 
-    def __init__(self, config: EnvConfig | None = None, **fields):
+    def __init__(self, config: EnvConfig | None = None, **fields: Any) -> None:
         if config is None:
             check_fields(fields, "GigastepEnv")
             config = EnvConfig(**fields)
@@ -470,7 +507,7 @@ class GigastepEnv:
         elif fields:
             config = config.replace(**fields)
         self.config = config
-        self.spec: Any = None  # the ScenarioSpec of an env built by gigastep.make
+        self.spec: ScenarioSpec | None = None  # the ScenarioSpec of an env built by gigastep.make
 
     # --- attributes ---------------------------------------------------------------------
     @property
@@ -495,19 +532,24 @@ class GigastepEnv:
         return self.config.obs_type
 
     @property
-    def action_space(self):
+    def action_space(self) -> Discrete | Box:
         """Per-agent action space."""
         if self.config.discrete_actions:
             return Discrete(dynamics.N_DISCRETE_ACTIONS)
         return Box.create(-1.0, 1.0, (3,), np.float32)
 
     @property
-    def observation_space(self):
+    def observation_space(self) -> Box | Tuple:
         """Per-agent observation space."""
         c = self.config
         rgb = Box.create(0, 255, (c.resolution_x, c.resolution_y, 3), np.uint8)
         vec = Box.create(*vector_bounds(c), (c.vector_size,), np.float32)  # finite, derived
-        return {"rgb": rgb, "vector": vec, "rgb_vector": Tuple((rgb, vec))}[c.obs_type]
+        spaces: dict[str, Box | Tuple] = {
+            "rgb": rgb,
+            "vector": vec,
+            "rgb_vector": Tuple((rgb, vec)),
+        }
+        return spaces[c.obs_type]
 
     @property
     def n_actions(self) -> int:
@@ -515,7 +557,7 @@ class GigastepEnv:
             raise ValueError("n_actions is only defined for discrete actions")
         return dynamics.N_DISCRETE_ACTIONS
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, GigastepEnv) and other.config == self.config
 
     def __hash__(self) -> int:
@@ -528,43 +570,49 @@ class GigastepEnv:
 
     # --- pure functions (compiled once per config; they also trace inside a caller's jit,
     # vmap or scan, and run eagerly under jax.disable_jit) --------------------------------
-    def reset(self, key):
+    def reset(self, key: jax.Array) -> tuple[Observation, EnvState]:
         return _reset(self.config, key)
 
-    def step(self, state, actions, key):
+    def step(self, state: EnvState, actions: ArrayLike, key: jax.Array) -> StepResult:
         return _step(self.config, state, actions, key)
 
-    def sample_noise(self, key) -> StepNoise:
+    def sample_noise(self, key: jax.Array) -> StepNoise:
         return sample_noise(self.config, key)
 
-    def transition(self, state, actions, noise):
+    def transition(self, state: EnvState, actions: ArrayLike, noise: StepNoise) -> StepResult:
         return _transition(self.config, state, actions, noise)
 
-    def step_autoreset(self, state, actions, key, final_obs: bool = True):
+    def step_autoreset(
+        self, state: EnvState, actions: ArrayLike, key: jax.Array, final_obs: bool = True
+    ) -> AutoresetResult:
         return _step_autoreset(self.config, state, actions, key, final_obs)
 
-    def global_view(self, state):
+    def global_view(self, state: EnvState) -> jax.Array:
         return _global_view(self.config, state)
 
     # --- compiled batched forms ---------------------------------------------------------
-    def v_reset(self, keys):
+    def v_reset(self, keys: jax.Array) -> tuple[Observation, EnvState]:
         _checks.check_keys(keys)
         return _v_reset(self.config, keys)
 
-    def v_step(self, states, actions, keys):
+    def v_step(self, states: EnvState, actions: ArrayLike, keys: jax.Array) -> StepResult:
         check_batch(self.config, states, actions, keys, "step")
         return _v_step(self.config, states, actions, keys)
 
-    def v_step_autoreset(self, states, actions, keys, final_obs: bool = True):
+    def v_step_autoreset(
+        self, states: EnvState, actions: ArrayLike, keys: jax.Array, final_obs: bool = True
+    ) -> AutoresetResult:
         check_batch(self.config, states, actions, keys, "step_autoreset")
         return _v_step_autoreset(self.config, states, actions, keys, final_obs)
 
-    def reset_done_episodes(self, obs, states, ep_dones, key):
+    def reset_done_episodes(
+        self, obs: Observation, states: EnvState, ep_dones: ArrayLike, key: jax.Array
+    ) -> tuple[Observation, EnvState]:
         """Reset only the finished games of a batch, inside one compiled call."""
         _checks.check_key(key)
         return _reset_done_episodes(self.config, obs, states, jnp.asarray(ep_dones), key)
 
-    def v_global_view(self, states):
+    def v_global_view(self, states: EnvState) -> jax.Array:
         return _v_global_view(self.config, states)
 
     @property
@@ -572,20 +620,20 @@ class GigastepEnv:
         """Length S of `state_vector` (layout: `gigastep.game.observations.global_state`)."""
         return state_vector_size(self.config)
 
-    def state_vector(self, state, team: int = 0):
+    def state_vector(self, state: EnvState, team: int = 0) -> jax.Array:
         """The global state of one game as a float32 (S,) vector seen from `team` (its
         agents first), for centralised critics; layout in
         `gigastep.game.observations.global_state`."""
         _checks.check_team(team)
         return _state_vector(self.config, state, team)
 
-    def v_state_vector(self, states, team: int = 0):
+    def v_state_vector(self, states: EnvState, team: int = 0) -> jax.Array:
         """`state_vector` of every game of a batch: (B, S) float32."""
         _checks.check_team(team)
         return _v_state_vector(self.config, states, team)
 
     @staticmethod
-    def set_aux_reward_factor(state: EnvState, factor) -> EnvState:
+    def set_aux_reward_factor(state: EnvState, factor: ArrayLike) -> EnvState:
         """A copy of `state` (single or batched) with the curriculum factor set to `factor`."""
         f = jnp.broadcast_to(jnp.asarray(factor, jnp.float32),
                              state.episode.aux_rewards_factor.shape)  # fmt: skip

@@ -46,7 +46,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, Protocol, runtime_checkable
+from importlib.metadata import EntryPoint
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -54,8 +55,20 @@ import numpy as np
 
 from gigastep import env as _env
 from gigastep._checks import check_positive_int
-from gigastep.opponents import POLICIES, Policy, resolve_env
-from gigastep.types import PER_AGENT_FIELDS, EnvConfig, closest
+from gigastep.opponents import POLICIES, EnvLike, Policy, resolve_env
+from gigastep.types import PER_AGENT_FIELDS, EnvConfig, EnvState, closest
+
+if TYPE_CHECKING:
+    import torch
+    from jax.typing import DTypeLike
+
+    from gigastep.torch import TorchObservation
+
+Device: TypeAlias = "torch.device | str"
+"""A torch device, or its name ("cpu", "cuda", "cuda:1")."""
+
+Progress: TypeAlias = Callable[[int], object]
+"""`progress(finished_games)`, called as games finish."""
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -94,7 +107,7 @@ class TorchActor(Protocol):
     where `first` is True.
     """
 
-    def __call__(self, obs, first):
+    def __call__(self, obs: TorchObservation, first: torch.Tensor) -> torch.Tensor:
         """Actions of the team for one step.
 
         Args:
@@ -130,7 +143,9 @@ class TorchPlayer(Protocol):
         the game `config` (observation type or shape, action type, team size, agent types)."""
         ...
 
-    def actor(self, config: EnvConfig, team: int, num_envs: int, device, seed: int) -> TorchActor:
+    def actor(
+        self, config: EnvConfig, team: int, num_envs: int, device: Device, seed: int
+    ) -> TorchActor:
         """A fresh actor for team `team` of `num_envs` games of `config` on torch `device`."""
         ...
 
@@ -148,10 +163,17 @@ class ScriptedPlayer:
 
 Player = ScriptedPlayer | TorchPlayer
 
-_LOADERS: dict[str, Callable] = {}
+PlayerLike: TypeAlias = "Player | Policy | str | os.PathLike[str]"
+"""Any player form `resolve_player` takes: a player, a policy callable, a scripted policy's
+name, or a checkpoint path."""
+
+PlayerLoader: TypeAlias = Callable[[dict[str, Any], Device], TorchPlayer]
+"""`fn(checkpoint: dict, device) -> TorchPlayer`, a checkpoint loader."""
+
+_LOADERS: dict[str, PlayerLoader] = {}
 
 
-def register_player_loader(name: str, fn: Callable, *, replace: bool = False) -> None:
+def register_player_loader(name: str, fn: PlayerLoader, *, replace: bool = False) -> None:
     """Make checkpoints whose `"gigastep_player"` entry is `name` load with
     `fn(checkpoint: dict, device) -> TorchPlayer`.
 
@@ -170,7 +192,7 @@ def register_player_loader(name: str, fn: Callable, *, replace: bool = False) ->
     _LOADERS[name] = fn
 
 
-def _entry_points() -> dict:
+def _entry_points() -> dict[str, EntryPoint]:
     from importlib.metadata import entry_points
 
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -181,7 +203,7 @@ def player_loaders() -> list[str]:
     return sorted({*_LOADERS, *_entry_points()})
 
 
-def _loader(name: str) -> Callable:
+def _loader(name: str) -> PlayerLoader:
     if name in _LOADERS:
         return _LOADERS[name]
     eps = _entry_points()
@@ -202,7 +224,7 @@ def _loader(name: str) -> Callable:
         ) from None
 
 
-def _read_checkpoint(path: str) -> dict:
+def _read_checkpoint(path: str) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
@@ -233,7 +255,7 @@ def _read_checkpoint(path: str) -> dict:
     return checkpoint
 
 
-def load_player(path, device="cpu") -> TorchPlayer:
+def load_player(path: str | os.PathLike[str], device: Device = "cpu") -> TorchPlayer:
     """The `TorchPlayer` stored in a checkpoint file (see the module docstring)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -252,7 +274,7 @@ def load_player(path, device="cpu") -> TorchPlayer:
     return player
 
 
-def resolve_player(player, device="cpu") -> Player:
+def resolve_player(player: PlayerLike, device: Device = "cpu") -> Player:
     """A `ScriptedPlayer` or `TorchPlayer` from any player form (see the module docstring).
 
     Raises:
@@ -418,7 +440,7 @@ class MatchResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (NaN where nothing was counted becomes None)."""
 
-        def clean(x):
+        def clean(x: object) -> object:
             if isinstance(x, float) and math.isnan(x):
                 return None
             if isinstance(x, (tuple, list)):
@@ -542,10 +564,11 @@ def _seat_result(config: EnvConfig, a_team: int, tally: _Tally, rows: slice) -> 
     )
 
 
-def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *, seed: int = 0,
-             a_team: int | None = None, max_steps: int | None = None, batch_size: int = 4096,
-             device="cpu", confidence: float = 0.95, progress=None,
-             **overrides) -> MatchResult:  # fmt: skip
+def evaluate(player_a: PlayerLike, player_b: PlayerLike, scenario: EnvLike = DEFAULT_SCENARIO,
+             games: int = 256, *, seed: int = 0, a_team: int | None = None,
+             max_steps: int | None = None, batch_size: int = 4096, device: Device = "cpu",
+             confidence: float = 0.95, progress: Progress | None = None,
+             **overrides: Any) -> MatchResult:  # fmt: skip
     """Play `games` complete episodes of `scenario` between two players.
 
     Args:
@@ -589,7 +612,8 @@ def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *,
         notes.append(
             f"{unfinished} of {games} games had not ended after {steps} steps and are not counted"
         )
-    name = env.spec.name if getattr(env, "spec", None) is not None else "custom"
+    spec = getattr(env, "spec", None)
+    name = spec.name if spec is not None else "custom"
     from gigastep.scenarios import scenario_hash
 
     return MatchResult(
@@ -599,14 +623,14 @@ def evaluate(player_a, player_b, scenario=DEFAULT_SCENARIO, games: int = 256, *,
     )  # fmt: skip
 
 
-def _check_player(player, config: EnvConfig, team: int, which: str) -> None:
+def _check_player(player: Player, config: EnvConfig, team: int, which: str) -> None:
     try:
         player.check(config, team)
     except ValueError as err:
         raise ValueError(f"player {which} ({player.name}) cannot play team {team}: {err}") from None
 
 
-def _slots(plan, batch_size: int) -> int:
+def _slots(plan: list[tuple[int, int]], batch_size: int) -> int:
     """Game slots per seat and round: the largest seat's games rounded up to a power of two
     (so that evaluations of different sizes share compiled loops), at most batch_size over
     the seats. Every round has the same slots; those of the last round that are not needed
@@ -615,7 +639,17 @@ def _slots(plan, batch_size: int) -> int:
     return max(1, min(1 << (most - 1).bit_length(), batch_size // len(plan)))
 
 
-def _play_rounds(config, a, b, plan, steps, seed, batch_size, device, progress):
+def _play_rounds(
+    config: EnvConfig,
+    a: Player,
+    b: Player,
+    plan: list[tuple[int, int]],
+    steps: int,
+    seed: int,
+    batch_size: int,
+    device: Device,
+    progress: Progress | None,
+) -> list[SeatResult]:
     """Play the seat plan in rounds of at most `batch_size` games; one SeatResult per seat."""
     totals = {team: SeatResult(team, 0, 0, 0, 0, 0.0, 0.0, 0) for team, _ in plan}
     remaining = dict(plan)
@@ -625,7 +659,7 @@ def _play_rounds(config, a, b, plan, steps, seed, batch_size, device, progress):
     while any(remaining.values()):
         want = [min(remaining[team], size) for team, _ in plan]
 
-        def report(n, base=done, cap=sum(want)):  # noqa: B008 (bound per round)
+        def report(n: int, base: int = done, cap: int = sum(want)) -> None:  # noqa: B008 (bound per round)
             if progress is not None:
                 progress(base + min(n, cap))
 
@@ -647,7 +681,16 @@ def _add(total: SeatResult, part: SeatResult) -> None:
             setattr(total, f.name, getattr(total, f.name) + getattr(part, f.name))
 
 
-def _play(config, a, b, groups, steps, seed, device, report) -> _Tally:
+def _play(
+    config: EnvConfig,
+    a: Player,
+    b: Player,
+    groups: list[tuple[int, int]],
+    steps: int,
+    seed: int,
+    device: Device,
+    report: Callable[[int], None],
+) -> _Tally:
     """One round: game slots grouped by A's team, A's games in each group first."""
     if isinstance(a, ScriptedPlayer) and isinstance(b, ScriptedPlayer):
         return _play_scripted(config, a, b, groups, steps, seed, report)
@@ -669,16 +712,20 @@ def _policy_table(*players: ScriptedPlayer) -> tuple[tuple[Policy, ...], list[in
     return tuple(table), [table.index(p.policy) for p in players]
 
 
-def _all_policies(config: EnvConfig, table, state, key):
+def _all_policies(
+    config: EnvConfig, table: tuple[Policy, ...], state: EnvState, key: jax.Array
+) -> jax.Array:
     """(P, n, ...) the actions of every policy of the table for one game."""
     return jnp.stack([p(config, state, key).astype(_action_dtype(config)) for p in table])
 
 
-def _action_dtype(config: EnvConfig):
+def _action_dtype(config: EnvConfig) -> DTypeLike:
     return jnp.int32 if config.discrete_actions else jnp.float32
 
 
-def _joint_actions(config: EnvConfig, table, seat, state, key):
+def _joint_actions(
+    config: EnvConfig, table: tuple[Policy, ...], seat: jax.Array, state: EnvState, key: jax.Array
+) -> jax.Array:
     """All agents' actions of one game: team 0 by policy table[seat[0]], team 1 by
     table[seat[1]]. Every policy of the table is computed (they are cheap next to a step)
     and the two are picked, so the seat is data and one compiled loop plays every pairing."""
@@ -688,7 +735,14 @@ def _joint_actions(config: EnvConfig, table, seat, state, key):
     return jnp.where(mask, actions[seat[0]], actions[seat[1]])
 
 
-def _record(rec, states, ep_done, t, config: EnvConfig, steps):
+def _record(
+    rec: _Record,
+    states: EnvState,
+    ep_done: jax.Array,
+    t: jax.Array,
+    config: EnvConfig,
+    steps: jax.Array,
+) -> _Record:
     """Keep the outcome of each slot's first episode if it ends at step t (< steps)."""
     finished, winner, returns, length = rec
     new = ep_done & ~finished & (t < steps)
@@ -702,13 +756,15 @@ def _record(rec, states, ep_done, t, config: EnvConfig, steps):
 
 
 @lru_cache(maxsize=32)
-def _scripted_segment(config: EnvConfig, table: tuple):
+def _scripted_segment(
+    config: EnvConfig, table: tuple[Policy, ...]
+) -> Callable[..., tuple[EnvState, jax.Array, _Record, jax.Array]]:
     """Compiled: (states, key, rec, t, seats (B, 2), steps) -> (states, key, rec, t) after
     SEGMENT_STEPS steps of `gigastep.env.batched_step`. Finished games are not reset: each
     slot plays one episode, and what it does after its end is never read."""
     joint = jax.vmap(partial(_joint_actions, config, table))
 
-    def body(carry, _):
+    def body(carry: _Carry, _: object) -> tuple[_Carry, None]:
         states, key, rec, t, seats, steps = carry
         key, k_act, k_step = jax.random.split(key, 3)
         b = seats.shape[0]
@@ -719,19 +775,41 @@ def _scripted_segment(config: EnvConfig, table: tuple):
         rec = _record(rec, states, ep_done, t, config, steps)
         return (states, key, rec, t + 1, seats, steps), None
 
-    def run(states, key, rec, t, seats, steps):
+    def run(
+        states: EnvState,
+        key: jax.Array,
+        rec: _Record,
+        t: jax.Array,
+        seats: jax.Array,
+        steps: jax.Array,
+    ) -> tuple[EnvState, jax.Array, _Record, jax.Array]:
         carry, _ = jax.lax.scan(body, (states, key, rec, t, seats, steps), length=SEGMENT_STEPS)
         return carry[:4]
 
     return jax.jit(run, donate_argnums=(0, 2))
 
 
-def _empty_record(b: int, n: int):
+_Record: TypeAlias = tuple[jax.Array, jax.Array, jax.Array, jax.Array]
+"""(finished (B,), winner (B,), returns (B, n), length (B,)) of each slot's first episode."""
+
+_Carry: TypeAlias = tuple[EnvState, jax.Array, _Record, jax.Array, jax.Array, jax.Array]
+"""(states, key, record, t, seats, steps) of the scripted loop."""
+
+
+def _empty_record(b: int, n: int) -> _Record:
     return (jnp.zeros(b, bool), jnp.full(b, -1, jnp.int32), jnp.zeros((b, n), jnp.float32),
             jnp.zeros(b, jnp.int32))  # fmt: skip
 
 
-def _play_scripted(config, a, b, groups, steps, seed, report) -> _Tally:
+def _play_scripted(
+    config: EnvConfig,
+    a: ScriptedPlayer,
+    b: ScriptedPlayer,
+    groups: list[tuple[int, int]],
+    steps: int,
+    seed: int,
+    report: Callable[[int], None],
+) -> _Tally:
     table, (ia, ib) = _policy_table(a, b)
     seats = np.concatenate(
         [np.tile([(ia, ib) if team == 0 else (ib, ia)], (size, 1)) for team, size in groups]
@@ -739,7 +817,7 @@ def _play_scripted(config, a, b, groups, steps, seed, report) -> _Tally:
     total = len(seats)
     states = _groups_from_one_start(config, groups, seed)
     key = jax.random.PRNGKey(seed + 1)
-    rec: Any = _empty_record(total, config.n_agents)
+    rec = _empty_record(total, config.n_agents)
     run = _scripted_segment(config, table)
     t, limit, seat_ids = jnp.int32(0), jnp.int32(steps), jnp.asarray(seats, jnp.int32)
     for _ in range(-(-steps // SEGMENT_STEPS)):
@@ -755,28 +833,34 @@ class _Side:
     """One team of one group of games, played by an actor (torch) or, inside TorchVecEnv's
     compiled step, by a scripted policy."""
 
-    def __init__(self, player, config, team, rows: slice, device, seed):
+    def __init__(
+        self, player: Player, config: EnvConfig, team: int, rows: slice, device: Device, seed: int
+    ) -> None:
         self.player, self.team, self.rows = player, team, rows
         self.index = np.flatnonzero(np.asarray(config.teams) == team)
         lo, hi = int(self.index[0]), int(self.index[-1]) + 1
-        self.agents: Any = slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
+        self.agents: slice | list[int] = (
+            slice(lo, hi) if hi - lo == len(self.index) else list(self.index)
+        )
         self.discrete = config.discrete_actions
-        self.actor: Any = None
+        self.actor: TorchActor | None = None
         if not isinstance(player, ScriptedPlayer):
             self.actor = player.actor(config, team, rows.stop - rows.start, device, seed)
 
-    def observe(self, obs):
+    def observe(self, obs: TorchObservation) -> TorchObservation:
         """This side's observations: its games' rows, its team's agents, contiguous."""
         return jax.tree_util.tree_map(lambda x: x[self.rows][:, self.agents].contiguous(), obs)
 
-    def act(self, obs, first, check: bool):
+    def act(self, obs: TorchObservation, first: torch.Tensor, check: bool) -> torch.Tensor:
+        assert self.actor is not None  # only the sides played by an actor act
         out = self.actor(self.observe(obs), first[self.rows])
         if check:
             _check_actor_output(out, self, obs)
         return out
 
 
-def _check_actor_output(actions, side: _Side, obs) -> None:
+def _check_actor_output(actions: Any, side: _Side, obs: TorchObservation) -> None:
+    # `actions` is whatever an actor returned: this checks that it is a tensor of the right form
     import torch
 
     b, m = side.rows.stop - side.rows.start, len(side.index)
@@ -799,14 +883,23 @@ def _check_actor_output(actions, side: _Side, obs) -> None:
         )
 
 
-def _groups_from_one_start(config: EnvConfig, groups, seed: int):
+def _groups_from_one_start(config: EnvConfig, groups: list[tuple[int, int]], seed: int) -> EnvState:
     """Start states of all slots: every group starts from the same positions."""
     sizes = [size for _, size in groups]
     keys = jax.random.split(jax.random.PRNGKey(seed), max(sizes))
     return _env.GigastepEnv(config).v_reset(jnp.concatenate([keys[:s] for s in sizes]))[1]
 
 
-def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
+def _play_torch(
+    config: EnvConfig,
+    a: Player,
+    b: Player,
+    groups: list[tuple[int, int]],
+    steps: int,
+    seed: int,
+    device: Device,
+    report: Callable[[int], None],
+) -> _Tally:
     import torch
 
     from gigastep.torch import ScriptedTeam, TorchVecEnv
@@ -820,7 +913,9 @@ def _play_torch(config, a, b, groups, steps, seed, device, report) -> _Tally:
             sides.append(_Side(player, config, team, rows, device, seed + len(sides)))
         start += size
     # Scripted sides play inside the compiled step; the actors' rows come from the caller.
-    scripted = [ScriptedTeam(s.rows.start, s.rows.stop, s.team, s.player.policy)
+    # (a side without an actor is a ScriptedPlayer's)
+    scripted = [ScriptedTeam(s.rows.start, s.rows.stop, s.team,
+                             cast(ScriptedPlayer, s.player).policy)
                 for s in sides if s.actor is None]  # fmt: skip
     venv = TorchVecEnv(config, num_envs=total, seed=seed, device=device, final_obs=False,
                        scripted=scripted)  # fmt: skip

@@ -29,13 +29,15 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -43,18 +45,22 @@ from gigastep import env as _env
 from gigastep._checks import check_positive_int, check_team
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
-from gigastep.opponents import VersusEnv, resolve_env, team_outcome
+from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env, team_outcome
 from gigastep.spaces import vector_bounds
+from gigastep.types import EnvState, Observation
 
 __all__ = ["ENV_ID", "TeamEnv", "TeamVectorEnv", "team_spaces"]
 
 _RENDER_MODES = ["rgb_array"]
 
+NumpyObservation: TypeAlias = "np.ndarray | tuple[np.ndarray, np.ndarray]"
+"""Observations on the host: an array, or the pair (rgb, vector) for "rgb_vector"."""
 
-def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
+
+def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
     """(observation_space, action_space) of one game for the learner team (Gymnasium)."""
     m, config = versus.n_agents, versus.config
-    action: gymnasium.spaces.Space
+    action: gymnasium.spaces.Space[Any]
     if config.discrete_actions:
         action = gymnasium.spaces.MultiDiscrete(np.full(m, N_DISCRETE_ACTIONS, np.int64))
     else:
@@ -62,7 +68,7 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
     low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
     vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)
-    obs: dict[str, gymnasium.spaces.Space] = {
+    obs: dict[str, gymnasium.spaces.Space[Any]] = {
         "rgb": rgb,
         "vector": vec,
         "rgb_vector": gymnasium.spaces.Tuple((rgb, vec)),
@@ -70,12 +76,12 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space, gymnasium.Space]:
     return obs[config.obs_type], action
 
 
-def _numpy(tree):
+def _numpy(tree: Any) -> Any:
     """Device arrays -> writable NumPy copies (one transfer for the whole pytree)."""
     return jax.tree_util.tree_map(np.array, jax.device_get(tree))
 
 
-def _seed_key(seed: int | None, rng: np.random.Generator | None = None):
+def _seed_key(seed: int | None, rng: np.random.Generator | None = None) -> jax.Array:
     if seed is None:
         seed = int((rng or np.random.default_rng()).integers(0, 2**31 - 1))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -83,12 +89,12 @@ def _seed_key(seed: int | None, rng: np.random.Generator | None = None):
     return jax.random.PRNGKey(int(seed))
 
 
-def _frame(view) -> np.ndarray:
+def _frame(view: npt.ArrayLike) -> np.ndarray:
     """A global view (res_x, res_y, 3) as an image (rows = world y, columns = world x)."""
     return np.ascontiguousarray(np.swapaxes(np.asarray(view), 0, 1))
 
 
-def _check_actions(versus: VersusEnv, actions, batch: tuple[int, ...]) -> np.ndarray:
+def _check_actions(versus: VersusEnv, actions: npt.ArrayLike, batch: tuple[int, ...]) -> np.ndarray:
     """NumPy team actions of shape batch + (m,) / batch + (m, 3) in the env's dtype."""
     m = versus.n_agents
     actions = np.asarray(actions)
@@ -110,7 +116,7 @@ def _check_actions(versus: VersusEnv, actions, batch: tuple[int, ...]) -> np.nda
 # ------------------------------------------------------------------------------------------
 
 
-def _stats(versus: VersusEnv, state):
+def _stats(versus: VersusEnv, state: EnvState) -> tuple[jax.Array, jax.Array]:
     """Team episode return and length of (single) state."""
     return jnp.sum(versus.team_view(state.episode.returns)), state.episode.step
 
@@ -119,12 +125,14 @@ _single_view = jax.jit(_env.global_view, static_argnums=0)
 
 
 @partial(jax.jit, static_argnums=0)
-def _single_reset(versus: VersusEnv, key):
+def _single_reset(versus: VersusEnv, key: jax.Array) -> tuple[Observation, EnvState]:
     return versus.reset(key)
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _single_step(versus: VersusEnv, state, key, actions):
+def _single_step(
+    versus: VersusEnv, state: EnvState, key: jax.Array, actions: jax.Array
+) -> tuple[jax.Array, Observation, EnvState, jax.Array, jax.Array, jax.Array, jax.Array]:
     key, sub = jax.random.split(key)
     obs, state, rewards, dones, done = versus.step(state, actions, sub)
     terminated, truncated = team_outcome(versus.config, state.agents.alive, done)
@@ -132,13 +140,25 @@ def _single_step(versus: VersusEnv, state, key, actions):
 
 
 @partial(jax.jit, static_argnums=0)
-def _masked_reset(versus: VersusEnv, obs, states, mask, keys):
+def _masked_reset(
+    versus: VersusEnv, obs: Observation, states: EnvState, mask: jax.Array, keys: jax.Array
+) -> tuple[Observation, EnvState]:
     new_obs, new_states = jax.vmap(versus.reset)(keys)
     return select_games(mask, new_obs, obs), select_games(mask, new_states, states)
 
 
 @partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
-def _vector_step(versus: VersusEnv, mode: str, states, key, actions, pending):
+def _vector_step(
+    versus: VersusEnv,
+    mode: str,
+    states: EnvState,
+    key: jax.Array,
+    actions: jax.Array,
+    pending: jax.Array,
+) -> tuple[
+    jax.Array, Observation, EnvState, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array,
+    Observation | None,
+]:  # fmt: skip
     """One batched step in autoreset `mode` ("NextStep", "SameStep", "Disabled").
 
     `pending` (B,) bool: games that ended at the previous step (NextStep resets them now
@@ -193,8 +213,8 @@ class TeamEnv(gymnasium.Env):
 
     metadata = {"render_modes": _RENDER_MODES, "render_fps": 10}
 
-    def __init__(self, name_or_env, team: int = 0, opponent="random", render_mode=None,
-                 **overrides):  # fmt: skip
+    def __init__(self, name_or_env: EnvLike, team: int = 0, opponent: str | Policy = "random",
+                 render_mode: str | None = None, **overrides: Any) -> None:  # fmt: skip
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
                              f"got {render_mode!r}")  # fmt: skip
@@ -202,17 +222,21 @@ class TeamEnv(gymnasium.Env):
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.observation_space, self.action_space = team_spaces(self.versus)
         self.render_mode = render_mode
-        self._state: Any = None
-        self._key: Any = None
+        self._state: EnvState | None = None
+        self._key: jax.Array | None = None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[NumpyObservation, dict[str, Any]]:
         super().reset(seed=seed)
         key = _seed_key(None, self.np_random)
         self._key, sub = jax.random.split(key)
         obs, self._state = _single_reset(self.versus, sub)
         return _numpy(obs), {}
 
-    def step(self, action):
+    def step(
+        self, action: npt.ArrayLike
+    ) -> tuple[NumpyObservation, float, bool, bool, dict[str, Any]]:
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         actions = _check_actions(self.versus, action, ())
@@ -223,7 +247,7 @@ class TeamEnv(gymnasium.Env):
         info = {"agent_rewards": rewards, "agent_dones": dones}
         return obs, float(rewards.sum()), bool(term), bool(trunc), info
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         if self.render_mode is None:
             gymnasium.logger.warn(
                 "render() called without a render_mode; create the env with render_mode='rgb_array'"
@@ -239,7 +263,7 @@ class TeamEnv(gymnasium.Env):
 # ------------------------------------------------------------------------------------------
 
 
-def _autoreset_mode(mode) -> AutoresetMode:
+def _autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
     if isinstance(mode, AutoresetMode):
         return mode
     for m in AutoresetMode:
@@ -273,9 +297,10 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
     All games run in one compiled call per step; the game states stay on the device.
     """
 
-    def __init__(self, name_or_env, num_envs: int, team: int = 0, opponent="random",
-                 autoreset_mode=AutoresetMode.NEXT_STEP, render_mode=None,
-                 **overrides):  # fmt: skip
+    def __init__(self, name_or_env: EnvLike, num_envs: int, team: int = 0,
+                 opponent: str | Policy = "random",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 render_mode: str | None = None, **overrides: Any) -> None:  # fmt: skip
         check_positive_int(num_envs, "num_envs")
         check_team(team)
         if render_mode is not None and render_mode not in _RENDER_MODES:
@@ -293,14 +318,16 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = team_spaces(self.versus)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._states: Any = None
-        self._obs: Any = None  # device observations (the masked reset keeps the others')
-        self._key: Any = None
-        self._pending: Any = None  # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._states: EnvState | None = None
+        # device observations (the masked reset keeps the others')
+        self._obs: Observation | None = None
+        self._key: jax.Array | None = None
+        # device (B,) bool: ended at the last step (NEXT_STEP)
+        self._pending: jax.Array | None = None
         self._ended = np.zeros(num_envs, bool)  # host copy, for DISABLED misuse checks
 
     # --- reset --------------------------------------------------------------------------
-    def _reset_keys(self, seed):
+    def _reset_keys(self, seed: int | Sequence[int] | None) -> jax.Array:
         b = self.num_envs
         if seed is None or isinstance(seed, (int, np.integer)):
             if seed is not None or self._key is None:
@@ -315,7 +342,9 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         self._key = _seed_key(None, self._np_random)
         return jnp.stack([_seed_key(s) for s in seeds])
 
-    def reset(self, *, seed=None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[NumpyObservation, dict[str, Any]]:
         """Reset every game, or only those of `options["reset_mask"]` ((num_envs,) bool)."""
         mask = None if options is None else options.get("reset_mask")
         keys = self._reset_keys(seed)
@@ -338,7 +367,9 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         return _numpy(self._obs), {}
 
     # --- step ---------------------------------------------------------------------------
-    def step(self, actions):
+    def step(
+        self, actions: npt.ArrayLike
+    ) -> tuple[NumpyObservation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._states is None:
             raise RuntimeError("call reset() before step()")
         if self.autoreset_mode == AutoresetMode.DISABLED and self._ended.any():
@@ -373,7 +404,7 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
                 info["_final_info"] = ended.copy()
         return obs, reward.astype(np.float64), term, trunc, info
 
-    def render(self):
+    def render(self) -> tuple[np.ndarray, ...] | None:
         """The global views of all games (a tuple of (res_y, res_x, 3) uint8 frames)."""
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without render_mode='rgb_array'")

@@ -37,17 +37,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any, TypeAlias, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from gigastep import env as _env
 from gigastep._checks import check_actions, check_keys, check_team
+from gigastep.env import AutoresetResult, StepResult
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS, wrap_angle
-from gigastep.game.interactions import geometry, in_cone
-from gigastep.types import EnvConfig, EnvState, StepInfo, closest
+from gigastep.game.interactions import Geometry, geometry, in_cone
+from gigastep.spaces import Box, Discrete, Tuple
+from gigastep.types import EnvConfig, EnvState, Observation, StepInfo, closest
+
+_T = TypeVar("_T")
 
 __all__ = [
     "EVADE_WALL_MARGIN",
@@ -68,6 +74,9 @@ __all__ = [
 Policy = Callable[[EnvConfig, EnvState, jax.Array], jax.Array]
 """`policy(config, state, key) -> actions` of all n agents of one game."""
 
+EnvLike: TypeAlias = "_env.GigastepEnv | EnvConfig | str"
+"""What `resolve_env` turns into a `GigastepEnv`: the env itself, its config or a scenario name."""
+
 EVADE_WALL_MARGIN = 0.15
 """Fraction of the world size within which `evade` turns back from a map edge."""
 
@@ -76,7 +85,7 @@ EVADE_WALL_MARGIN = 0.15
 # ------------------------------------------------------------------------------------------
 
 
-def to_discrete(controls):
+def to_discrete(controls: ArrayLike) -> jax.Array:
     """(n, 3) float controls -> (n,) int32 index of the `ACTION_TABLE` row with the same signs.
 
     Each control is rounded to -1, 0 or +1 (|c| <= 0.5 -> 0); the table row r has heading
@@ -86,19 +95,21 @@ def to_discrete(controls):
     return 9 * level[:, 2] + 3 * level[:, 0] + level[:, 1]
 
 
-def _emit(config: EnvConfig, controls):
+def _emit(config: EnvConfig, controls: jax.Array) -> jax.Array:
     """Continuous controls (n, 3) in the config's action format."""
     controls = jnp.clip(controls.astype(jnp.float32), -1.0, 1.0)
     return to_discrete(controls) if config.discrete_actions else controls
 
 
-def _heading_control(config: EnvConfig, heading, dx, dy):
+def _heading_control(
+    config: EnvConfig, heading: jax.Array, dx: jax.Array, dy: jax.Array
+) -> jax.Array:
     """Turn toward direction (dx, dy): the heading error over one full-rate step, clipped."""
     error = wrap_angle(jnp.arctan2(dy, dx) - heading)
     return jnp.clip(error / np.float32(config.dt * config.heading_rate), -1.0, 1.0)
 
 
-def _detection_zone(config: EnvConfig, state: EnvState):
+def _detection_zone(config: EnvConfig, state: EnvState) -> tuple[jax.Array, Geometry]:
     """zone[i, j]: i is inside j's deterministic detection zone (row target, column observer),
     and the (n, n) planar geometry it was computed from."""
     geo = geometry(state.agents)
@@ -108,7 +119,7 @@ def _detection_zone(config: EnvConfig, state: EnvState):
     return (within & in_cone(config.cone_angle, geo, state.agents.heading)) | very_close, geo
 
 
-def _alive_enemies(config: EnvConfig, state: EnvState):
+def _alive_enemies(config: EnvConfig, state: EnvState) -> jax.Array:
     """enemy[e, j]: j is an alive agent of the other team than e."""
     teams = np.asarray(config.teams)
     return jnp.asarray(teams[:, None] != teams[None, :]) & state.agents.alive[None, :]
@@ -119,7 +130,7 @@ def _alive_enemies(config: EnvConfig, state: EnvState):
 # ------------------------------------------------------------------------------------------
 
 
-def random(config: EnvConfig, state: EnvState, key):
+def random(config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
     """Uniform random actions."""
     n = config.n_agents
     if config.discrete_actions:
@@ -127,13 +138,13 @@ def random(config: EnvConfig, state: EnvState, key):
     return jax.random.uniform(key, (n, 3), jnp.float32, -1.0, 1.0)
 
 
-def circle(config: EnvConfig, state: EnvState, key):
+def circle(config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
     """Constant (heading +1, dive 0, throttle 0): every agent turns counter-clockwise."""
     controls = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0], jnp.float32), (config.n_agents, 3))
     return _emit(config, controls)
 
 
-def pursuit(config: EnvConfig, state: EnvState, key):
+def pursuit(config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
     """Chase the nearest seen enemy (else the nearest alive one) at full throttle."""
     agents = state.agents
     zone, geo = _detection_zone(config, state)
@@ -155,7 +166,7 @@ def pursuit(config: EnvConfig, state: EnvState, key):
     return _emit(config, controls)
 
 
-def evade(config: EnvConfig, state: EnvState, key):
+def evade(config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
     """Flee the nearest enemy whose detection zone holds the agent, staying inside the map."""
     agents = state.agents
     zone, geo = _detection_zone(config, state)
@@ -169,7 +180,7 @@ def evade(config: EnvConfig, state: EnvState, key):
     scale = jnp.where(threatened & (norm > 0), 1.0 / jnp.maximum(norm, 1e-6), 0.0)
     margin = EVADE_WALL_MARGIN * min(config.limit_x, config.limit_y)
 
-    def push(pos, limit):
+    def push(pos: jax.Array, limit: float) -> jax.Array:
         low = jnp.clip((margin - pos) / margin, 0.0, 1.0)
         high = jnp.clip((pos - (limit - margin)) / margin, 0.0, 1.0)
         return low - high
@@ -219,7 +230,7 @@ def get_policy(name: str | Policy) -> Policy:
 # ------------------------------------------------------------------------------------------
 
 
-def observe_state(config: EnvConfig, state: EnvState, key):
+def observe_state(config: EnvConfig, state: EnvState, key: jax.Array) -> Observation:
     """The observation of a given (e.g. hand-built) state as at a reset: nothing detected yet,
     fresh communication draws from `key`. Per-agent observations of all n agents."""
     n = config.n_agents
@@ -228,7 +239,7 @@ def observe_state(config: EnvConfig, state: EnvState, key):
     return _env.observe(config, state, geometry(state.agents), zeros, jnp.zeros(n, bool), comm)
 
 
-def resolve_env(name_or_env, **overrides) -> _env.GigastepEnv:
+def resolve_env(name_or_env: EnvLike, **overrides: Any) -> _env.GigastepEnv:
     """A `GigastepEnv` from a scenario name (`gigastep.scenarios.make`), an `EnvConfig` or a
     `GigastepEnv`, with EnvConfig field `overrides` applied."""
     if isinstance(name_or_env, str):
@@ -246,7 +257,7 @@ def resolve_env(name_or_env, **overrides) -> _env.GigastepEnv:
     )
 
 
-def _team_take(index: np.ndarray):
+def _team_take(index: np.ndarray) -> Callable[[jax.Array], jax.Array]:
     """A function selecting the rows `index` (a slice when they are contiguous)."""
     lo, hi = int(index[0]), int(index[-1]) + 1
     if hi - lo == len(index):
@@ -273,7 +284,9 @@ class VersusEnv:
         >>> obs, state, r, d, done = env.step(state, jnp.full(5, 13), jax.random.key(1))
     """
 
-    def __init__(self, env, opponent: str | Policy = "pursuit", opponent_team: int = 1):
+    def __init__(
+        self, env: EnvLike, opponent: str | Policy = "pursuit", opponent_team: int = 1
+    ) -> None:
         if isinstance(env, VersusEnv):
             raise TypeError("env is already a VersusEnv; wrap the underlying GigastepEnv")
         env = resolve_env(env)
@@ -289,13 +302,13 @@ class VersusEnv:
         self._take = _team_take(self.team_indices)
 
     # --- identity (static argument of the compiled forms) -------------------------------
-    def _key(self):
+    def _key(self) -> tuple[EnvConfig, int, Policy]:
         return (self.config, self.team, self.policy)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, VersusEnv) and self._key() == other._key()
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._key())
 
     def __repr__(self) -> str:
@@ -317,21 +330,21 @@ class VersusEnv:
         return self.config.obs_type
 
     @property
-    def action_space(self):
+    def action_space(self) -> Discrete | Box:
         """Per-agent action space (as the environment's)."""
         return self.env.action_space
 
     @property
-    def observation_space(self):
+    def observation_space(self) -> Box | Tuple:
         """Per-agent observation space (as the environment's)."""
         return self.env.observation_space
 
     # --- pure functions -----------------------------------------------------------------
-    def team_view(self, x):
+    def team_view(self, x: _T) -> _T:
         """The learner team's rows of a per-agent pytree (leading axis n)."""
         return jax.tree_util.tree_map(self._take, x)
 
-    def joint_actions(self, state: EnvState, team_actions, key):
+    def joint_actions(self, state: EnvState, team_actions: ArrayLike, key: jax.Array) -> jax.Array:
         """All agents' actions: the learner's rows from `team_actions`, the rest scripted."""
         self._check_team_actions(team_actions)
         scripted = self.policy(self.config, state, key)
@@ -339,19 +352,20 @@ class VersusEnv:
         own = jnp.asarray(team_actions).astype(dtype)
         return scripted.astype(dtype).at[jnp.asarray(self.team_indices)].set(own)
 
-    def reset(self, key):
+    def reset(self, key: jax.Array) -> tuple[Observation, EnvState]:
         obs, state = _env.reset(self.config, key)
         return self.team_view(obs), state
 
-    def step(self, state: EnvState, team_actions, key):
+    def step(self, state: EnvState, team_actions: ArrayLike, key: jax.Array) -> StepResult:
         """(obs (n_team, ...), state, rewards (n_team,), dones (n_team,), episode_done ())."""
         k_opponent, k_env = jax.random.split(key)
         actions = self.joint_actions(state, team_actions, k_opponent)
         obs, state, rewards, dones, done = _env.step(self.config, state, actions, k_env)
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done
 
-    def step_autoreset(self, state: EnvState, team_actions, key, final_obs: bool = True,
-                       final_state: bool = False):  # fmt: skip
+    def step_autoreset(self, state: EnvState, team_actions: ArrayLike, key: jax.Array,
+                       final_obs: bool = True,
+                       final_state: bool = False) -> AutoresetResult:  # fmt: skip
         """As `GigastepEnv.step_autoreset`, restricted to the learner team (info included;
         `info.final_state` is the whole game's state)."""
         k_opponent, k_env = jax.random.split(key)
@@ -370,8 +384,9 @@ class VersusEnv:
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
-    def batched_step_autoreset(self, states: EnvState, team_actions, keys, final_obs=True,
-                               final_state=False):  # fmt: skip
+    def batched_step_autoreset(self, states: EnvState, team_actions: ArrayLike,
+                               keys: jax.Array, final_obs: bool = True,
+                               final_state: bool = False) -> AutoresetResult:  # fmt: skip
         """`jax.vmap(step_autoreset)` over a batch (leading axis B on every argument), with
         the finished games reset by `env.batched_step_autoreset` instead of every game.
 
@@ -396,50 +411,66 @@ class VersusEnv:
         return team(obs), states, team(rewards), team(dones), done, info
 
     # --- compiled batched forms ---------------------------------------------------------
-    def v_reset(self, keys):
+    def v_reset(self, keys: jax.Array) -> tuple[Observation, EnvState]:
         check_keys(keys)
         return _v_reset(self, keys)
 
-    def v_step(self, states, team_actions, keys):
+    def v_step(self, states: EnvState, team_actions: ArrayLike, keys: jax.Array) -> StepResult:
         check_keys(keys)
         return _v_step(self, states, team_actions, keys)
 
-    def v_step_autoreset(self, states, team_actions, keys, final_obs: bool = True):
+    def v_step_autoreset(
+        self, states: EnvState, team_actions: ArrayLike, keys: jax.Array, final_obs: bool = True
+    ) -> AutoresetResult:
         check_keys(keys)
         return _v_step_autoreset(self, states, team_actions, keys, final_obs)
 
-    def reset_done_episodes(self, obs, states, ep_dones, key):
+    def reset_done_episodes(
+        self, obs: Observation, states: EnvState, ep_dones: ArrayLike, key: jax.Array
+    ) -> tuple[Observation, EnvState]:
         """Reset only the finished games of a batch (obs are team observations)."""
         return _reset_done_episodes(self, obs, states, jnp.asarray(ep_dones), key)
 
     # --- checks -------------------------------------------------------------------------
-    def _check_team_actions(self, team_actions) -> None:
+    def _check_team_actions(self, team_actions: ArrayLike) -> None:
         check_actions(team_actions, self.n_agents, self.discrete_actions, f"team {self.team} ")
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_reset(versus: VersusEnv, keys):
+def _v_reset(versus: VersusEnv, keys: jax.Array) -> tuple[Observation, EnvState]:
     return jax.vmap(versus.reset)(keys)
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_step(versus: VersusEnv, states, team_actions, keys):
+def _v_step(
+    versus: VersusEnv, states: EnvState, team_actions: ArrayLike, keys: jax.Array
+) -> StepResult:
     return jax.vmap(versus.step)(states, team_actions, keys)
 
 
 @partial(jax.jit, static_argnums=(0, 4))
-def _v_step_autoreset(versus: VersusEnv, states, team_actions, keys, final_obs):
+def _v_step_autoreset(
+    versus: VersusEnv,
+    states: EnvState,
+    team_actions: ArrayLike,
+    keys: jax.Array,
+    final_obs: bool,
+) -> AutoresetResult:
     return versus.batched_step_autoreset(states, team_actions, keys, final_obs)
 
 
 @partial(jax.jit, static_argnums=0)
-def _reset_done_episodes(versus: VersusEnv, obs, states, ep_dones, key):
+def _reset_done_episodes(
+    versus: VersusEnv, obs: Observation, states: EnvState, ep_dones: jax.Array, key: jax.Array
+) -> tuple[Observation, EnvState]:
     keys = jax.random.split(key, ep_dones.shape[0])
     new_obs, new_states = jax.vmap(versus.reset)(keys)
     return select_games(ep_dones, new_obs, obs), select_games(ep_dones, new_states, states)
 
 
-def team_outcome(config: EnvConfig, alive, episode_done):
+def team_outcome(
+    config: EnvConfig, alive: jax.Array, episode_done: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(terminated, truncated) of a step from the alive mask after it and its episode_done.
 
     terminated = the episode ended by elimination (either team, or both when

@@ -28,16 +28,20 @@ one thread over every core.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import jax
 import numpy as np
 from jax import shard_map
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.typing import ArrayLike
 
+from gigastep.opponents import EnvLike, Policy
 from gigastep.rollout import (
     _TRACES,
+    PolicyLike,
     RolloutResult,
     Trajectory,
     check_arguments,
@@ -50,6 +54,8 @@ from gigastep.types import EnvConfig
 
 _NO_CHECK = {"check_vma": False}
 
+_T = TypeVar("_T")
+
 __all__ = ["default_mesh", "gather", "sharded_rollout"]
 
 
@@ -58,7 +64,7 @@ def default_mesh() -> Mesh:
     return Mesh(np.asarray(jax.devices()), ("games",))
 
 
-def _check_mesh(mesh, num_envs: int) -> Mesh:
+def _check_mesh(mesh: Mesh | None, num_envs: int) -> Mesh:
     if mesh is None:
         mesh = default_mesh()
     elif not isinstance(mesh, Mesh):
@@ -82,7 +88,7 @@ def _specs(mesh: Mesh, trajectory: bool) -> Any:
     typed Any): the game axis over every mesh axis (axis 0 of the totals, states and obs;
     axis 1 of the (T, B, ...) trajectory)."""
     games = PartitionSpec(mesh.axis_names)
-    per_step = PartitionSpec(None, mesh.axis_names)
+    per_step: Any = PartitionSpec(None, mesh.axis_names)  # in place of the arrays: Any
     record = None
     if trajectory:
         record = Trajectory(obs=per_step, actions=per_step, rewards=per_step, dones=per_step,
@@ -94,8 +100,9 @@ def _specs(mesh: Mesh, trajectory: bool) -> Any:
 
 
 @lru_cache(maxsize=32)
-def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajectory: bool,
-              impl: str, mesh: Mesh):  # fmt: skip
+def _compiled(config: EnvConfig, policy: Policy, num_envs: int, num_steps: int,
+              trajectory: bool, impl: str,
+              mesh: Mesh) -> Callable[[ArrayLike], RolloutResult]:  # fmt: skip
     """The jitted sharded rollout `key data -> RolloutResult` (one per argument tuple)."""
     check_policy(config, policy)
     platform = mesh.devices.flat[0].platform
@@ -107,7 +114,7 @@ def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajecto
     sharded = shard_map(local, mesh=mesh, in_specs=games, out_specs=_specs(mesh, trajectory),
                         **no_check)  # fmt: skip
 
-    def run(key_data):
+    def run(key_data: jax.Array) -> RolloutResult:
         _TRACES["sharded_rollout"] += 1
         keys = jax.lax.with_sharding_constraint(game_keys(key_data, impl, num_envs),
                                                 NamedSharding(mesh, games))  # fmt: skip
@@ -120,7 +127,7 @@ def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajecto
     )
 
 
-def _same_everywhere(key_data, num_envs: int, num_steps: int) -> None:
+def _same_everywhere(key_data: np.ndarray, num_envs: int, num_steps: int) -> None:
     """On several processes, check that every process passed the same key and sizes (else
     the games would silently not be the ones `gigastep.rollout` plays)."""
     from jax.experimental import multihost_utils
@@ -133,8 +140,8 @@ def _same_everywhere(key_data, num_envs: int, num_steps: int) -> None:
 
 
 def sharded_rollout(
-    env, num_envs: int, num_steps: int, key, policy=None, trajectory: bool = False,
-    mesh: Mesh | None = None,
+    env: EnvLike, num_envs: int, num_steps: int, key: jax.Array, policy: PolicyLike = None,
+    trajectory: bool = False, mesh: Mesh | None = None,
 ) -> RolloutResult:  # fmt: skip
     """`gigastep.rollout` with the games split over the devices of `mesh`.
 
@@ -155,6 +162,7 @@ def sharded_rollout(
             count (before any compute); `multihost_utils.assert_equal`'s error if the
             processes disagree on the key or the sizes.
     """
+    data: jax.Array | np.ndarray  # the key's data: a host copy unless traced
     genv, num_envs, num_steps, data, impl, policy, trajectory = check_arguments(
         env, num_envs, num_steps, key, policy, trajectory
     )
@@ -168,7 +176,11 @@ def sharded_rollout(
     return run(data)
 
 
-def gather(tree, process: int | None = None):
+@overload
+def gather(tree: _T, process: None = None) -> _T: ...
+@overload
+def gather(tree: _T, process: int) -> _T | None: ...
+def gather(tree: _T, process: int | None = None) -> _T | None:
     """A pytree of (possibly sharded, possibly multi-process) arrays as NumPy arrays.
 
     Args:

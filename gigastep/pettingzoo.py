@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 import gymnasium
 import jax
@@ -36,19 +36,22 @@ from pettingzoo import ParallelEnv
 
 from gigastep import env as _env
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
-from gigastep.opponents import observe_state, resolve_env, team_outcome
-from gigastep.types import EnvConfig, EnvState, check_finite_state, closest
+from gigastep.opponents import EnvLike, observe_state, resolve_env, team_outcome
+from gigastep.types import EnvConfig, EnvState, Observation, check_finite_state, closest
 
 __all__ = ["GigastepParallelEnv", "agent_names", "parallel_env"]
 
 _RENDER_MODES = ["rgb_array"]
 _NOOP_DISCRETE = 13  # ACTION_TABLE row (0, 0, 0)
 
+AgentObservation: TypeAlias = "np.ndarray | tuple[np.ndarray, ...]"
+"""One agent's observation on the host: an array, or (rgb, vector) for "rgb_vector"."""
+
 
 def agent_names(config: EnvConfig) -> list[str]:
     """`team{t}_agent{k}` for every agent, in agent order (k = index within the team)."""
     seen = [0, 0]
-    names = []
+    names: list[str] = []
     for t in config.teams:
         names.append(f"team{t}_agent{seen[t]}")
         seen[t] += 1
@@ -56,20 +59,22 @@ def agent_names(config: EnvConfig) -> list[str]:
 
 
 @partial(jax.jit, static_argnums=0)
-def _reset(config: EnvConfig, key):
+def _reset(config: EnvConfig, key: jax.Array) -> tuple[jax.Array, Observation, EnvState]:
     key, sub = jax.random.split(key)
     obs, state = _env.reset(config, sub)
     return key, obs, state
 
 
 @partial(jax.jit, static_argnums=0)
-def _observe(config: EnvConfig, state, key):
+def _observe(config: EnvConfig, state: EnvState, key: jax.Array) -> tuple[jax.Array, Observation]:
     key, sub = jax.random.split(key)
     return key, observe_state(config, state, sub)
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _step(config: EnvConfig, state, key, actions):
+def _step(
+    config: EnvConfig, state: EnvState, key: jax.Array, actions: np.ndarray
+) -> tuple[jax.Array, Observation, EnvState, jax.Array, jax.Array, jax.Array, jax.Array]:
     key, sub = jax.random.split(key)
     obs, state, rewards, dones, done = _env.step(config, state, actions, sub)
     terminated, truncated = team_outcome(config, state.agents.alive, done)
@@ -79,7 +84,9 @@ def _step(config: EnvConfig, state, key, actions):
 _global_view = jax.jit(_env.global_view, static_argnums=0)
 
 
-def parallel_env(name_or_env, render_mode: str | None = None, **overrides) -> GigastepParallelEnv:
+def parallel_env(
+    name_or_env: EnvLike, render_mode: str | None = None, **overrides: Any
+) -> GigastepParallelEnv:
     """A PettingZoo ParallelEnv of a scenario name, `GigastepEnv` or `EnvConfig`.
 
     Args:
@@ -99,7 +106,7 @@ class GigastepParallelEnv(ParallelEnv):
         "render_fps": 10,
     }
 
-    def __init__(self, env: _env.GigastepEnv, render_mode: str | None = None):
+    def __init__(self, env: _env.GigastepEnv, render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
                              f"got {render_mode!r}")  # fmt: skip
@@ -111,7 +118,7 @@ class GigastepParallelEnv(ParallelEnv):
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         obs_space = env.observation_space.to_gymnasium()
         self._observation_spaces = {a: obs_space for a in self.possible_agents}
-        self._action_spaces: dict[str, gymnasium.spaces.Space]
+        self._action_spaces: dict[str, gymnasium.spaces.Space[Any]]
         if self.config.discrete_actions:
             self._action_spaces = {
                 a: gymnasium.spaces.Discrete(N_DISCRETE_ACTIONS) for a in self.possible_agents
@@ -123,11 +130,12 @@ class GigastepParallelEnv(ParallelEnv):
         self.state_space = gymnasium.spaces.Box(
             0, 255, (self.config.resolution_x, self.config.resolution_y, 3), np.uint8
         )
-        self._key: Any = None
-        self._state: Any = None
+        self._key: jax.Array | None = None
+        self._state: EnvState | None = None
 
     def __str__(self) -> str:
-        name = self.env.spec.name if getattr(self.env, "spec", None) is not None else "custom"
+        spec = getattr(self.env, "spec", None)
+        name = spec.name if spec is not None else "custom"
         return f"gigastep_v0({name})"
 
     # --- spaces -------------------------------------------------------------------------
@@ -138,16 +146,18 @@ class GigastepParallelEnv(ParallelEnv):
             raise KeyError(f"unknown agent {agent!r}; closest: "
                            f"{closest(str(agent), self.possible_agents)}") from None  # fmt: skip
 
-    def observation_space(self, agent: str) -> gymnasium.Space:
+    def observation_space(self, agent: str) -> gymnasium.Space[Any]:
         self._agent(agent)
         return self._observation_spaces[agent]
 
-    def action_space(self, agent: str) -> gymnasium.Space:
+    def action_space(self, agent: str) -> gymnasium.Space[Any]:
         self._agent(agent)
         return self._action_spaces[agent]
 
     # --- API ----------------------------------------------------------------------------
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, AgentObservation], dict[str, dict[str, Any]]]:
         """Start a game. `options={"state": EnvState}` starts from that (unbatched) state
         instead, e.g. one built with `EnvState.create`; its dead agents are left out."""
         if seed is not None or self._key is None:
@@ -170,7 +180,10 @@ class GigastepParallelEnv(ParallelEnv):
         self.agents = [a for a, live in zip(self.possible_agents, alive, strict=True) if live]
         return self._per_agent(obs, self.agents), {a: {} for a in self.agents}
 
-    def step(self, actions: dict[str, Any]):
+    def step(self, actions: dict[str, Any]) -> tuple[
+        dict[str, AgentObservation], dict[str, float], dict[str, bool], dict[str, bool],
+        dict[str, dict[str, Any]],
+    ]:  # fmt: skip
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         live = list(self.agents)
@@ -196,7 +209,7 @@ class GigastepParallelEnv(ParallelEnv):
             raise RuntimeError("call reset() before state()")
         return np.array(_global_view(self.config, self._state))
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without render_mode='rgb_array'")
             return None
@@ -206,7 +219,7 @@ class GigastepParallelEnv(ParallelEnv):
         pass
 
     # --- helpers ------------------------------------------------------------------------
-    def _check_state(self, state) -> None:
+    def _check_state(self, state: object) -> None:
         if not isinstance(state, EnvState):
             raise TypeError(f"options['state'] must be an EnvState, got {type(state).__name__}")
         n = self.config.n_agents
@@ -215,12 +228,14 @@ class GigastepParallelEnv(ParallelEnv):
                              f"({n},)), got x of shape {state.agents.x.shape}")  # fmt: skip
         check_finite_state(state, "options['state']")
 
-    def _per_agent(self, obs, agents):
+    def _per_agent(
+        self, obs: np.ndarray | tuple[np.ndarray, ...], agents: list[str]
+    ) -> dict[str, AgentObservation]:
         if isinstance(obs, tuple):
             return {a: tuple(o[self._index[a]] for o in obs) for a in agents}
         return {a: obs[self._index[a]] for a in agents}
 
-    def _joint_actions(self, actions: dict[str, Any], live: list[str]):
+    def _joint_actions(self, actions: dict[str, Any], live: list[str]) -> np.ndarray:
         if not isinstance(actions, dict):
             raise TypeError(f"actions must be a dict agent -> action, got {type(actions)}")
         for a in actions:
@@ -244,6 +259,6 @@ class GigastepParallelEnv(ParallelEnv):
         return joint
 
 
-def _host(tree):
+def _host(tree: Any) -> Any:
     """Device arrays -> writable NumPy copies, one transfer for the whole pytree."""
     return jax.tree_util.tree_map(np.array, jax.device_get(tree))

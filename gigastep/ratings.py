@@ -34,7 +34,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -46,6 +46,13 @@ from gigastep.evaluation import (
     normal_quantile,
     resolve_player,
 )
+
+if TYPE_CHECKING:
+    from gigastep.evaluation import Device, Player, PlayerLike, Progress
+    from gigastep.opponents import EnvLike
+
+Outcome: TypeAlias = "MatchResult | tuple[str, str, int, int, int]"
+"""A match: a `MatchResult`, or (player_a, player_b, wins, draws, losses) counted for A."""
 
 __all__ = ["ELO_SCALE", "League", "Rating", "Ratings", "fit_ratings", "play_league"]
 
@@ -106,8 +113,8 @@ class Ratings:
         return f"Bradley-Terry (Elo scale), {draws}, {prior}"
 
 
-def _records(outcomes) -> list[tuple[str, str, int, int, int]]:
-    out = []
+def _records(outcomes: Iterable[Outcome]) -> list[tuple[str, str, int, int, int]]:
+    out: list[tuple[str, str, int, int, int]] = []
     for o in outcomes:
         if isinstance(o, MatchResult):
             out.append((o.player_a, o.player_b, o.wins, o.draws, o.losses))
@@ -121,7 +128,17 @@ def _records(outcomes) -> list[tuple[str, str, int, int, int]]:
     return out
 
 
-def _objective(x, i, j, w, d, lost, k, prior_var, draws: bool):
+def _objective(
+    x: np.ndarray,
+    i: np.ndarray,
+    j: np.ndarray,
+    w: np.ndarray,
+    d: np.ndarray,
+    lost: np.ndarray,
+    k: int,
+    prior_var: float | None,
+    draws: bool,
+) -> tuple[float, np.ndarray, np.ndarray]:
     """Negative log posterior, its gradient and Hessian in x = (theta_1..k[, log nu]).
 
     Per pair with n = w + d + l games and log D = logsumexp(ti, tj, eta + (ti + tj) / 2):
@@ -164,7 +181,7 @@ def _objective(x, i, j, w, d, lost, k, prior_var, draws: bool):
     return value, grad, hess
 
 
-def fit_ratings(outcomes: Iterable, players: Sequence[str] | None = None,
+def fit_ratings(outcomes: Iterable[Outcome], players: Sequence[str] | None = None,
                 prior_sd: float | None = 1000.0, confidence: float = 0.95) -> Ratings:  # fmt: skip
     """Fit Elo-scale Bradley-Terry-Davidson ratings to game outcomes (module docstring).
 
@@ -267,7 +284,7 @@ class League:
         return "\n".join(lines)
 
     # --- files --------------------------------------------------------------------------
-    def write(self, folder) -> dict[str, str]:
+    def write(self, folder: str | os.PathLike[str]) -> dict[str, str]:
         """Write matrix.csv, results.csv, ratings.csv, league.json and heatmap.png into
         `folder` (created if needed); returns {name: path}."""
         os.makedirs(folder, exist_ok=True)
@@ -307,7 +324,7 @@ class League:
                          r.wins, r.draws, r.losses, *_fmt(r.score)])  # fmt: skip
         return _csv(rows)
 
-    def marl_eval(self) -> dict:
+    def marl_eval(self) -> dict[str, Any]:
         """Per-player metrics in marl-eval's raw-data layout (one-element metric lists)."""
         per_player = {}
         for m, name in enumerate(self.players):
@@ -332,7 +349,7 @@ class League:
                                                       "absolute_metrics": metrics}}  # fmt: skip
         return {"gigastep": {self.scenario: per_player}}
 
-    def heatmap(self, path) -> None:
+    def heatmap(self, path: str | os.PathLike[str]) -> None:
         """Save the annotated win-rate matrix as a PNG (matplotlib)."""
         try:
             import matplotlib
@@ -376,15 +393,16 @@ def _fmt(*values: float | None) -> list[Any]:
     return ["" if (v is None or math.isnan(v)) else f"{v:.4f}" for v in values]
 
 
-def _csv(rows) -> str:
+def _csv(rows: Iterable[Iterable[Any]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue()
 
 
-def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *,
-                seed: int = 0, self_play: bool = False, device="cpu", prior_sd: float = 1000.0,
-                progress=None, **kwargs) -> League:  # fmt: skip
+def play_league(players: Sequence[PlayerLike], scenario: EnvLike = DEFAULT_SCENARIO,
+                games: int = 64, *, seed: int = 0, self_play: bool = False,
+                device: Device = "cpu", prior_sd: float = 1000.0,
+                progress: Progress | None = None, **kwargs: Any) -> League:  # fmt: skip
     """Play every pair of `players` (`games` games each, `gigastep.evaluation.evaluate`) and
     fit ratings to all the games.
 
@@ -403,7 +421,7 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
     results, done = [], 0
     for a, b in pairs:
 
-        def step(n, base=done):
+        def step(n: int, base: int = done) -> None:
             if progress is not None:
                 progress(base + n)
 
@@ -419,7 +437,7 @@ def play_league(players: Sequence, scenario=DEFAULT_SCENARIO, games: int = 64, *
                   ratings)  # fmt: skip
 
 
-def _player_labels(players: Sequence) -> list[str]:
+def _player_labels(players: Sequence[Player]) -> list[str]:
     """Labels for players, made unique by appending #2, #3, ... to repeated names."""
     seen: dict[str, int] = {}
     out = []

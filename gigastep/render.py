@@ -15,15 +15,25 @@ always) or an MP4 (imageio with ffmpeg: the optional extra `gigastep[video]`), a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from gigastep._checks import check_positive_int
 from gigastep._files import atomic_path
+
+if TYPE_CHECKING:
+    from PIL import ImageDraw, ImageFont
+
+    from gigastep.env import GigastepEnv
+    from gigastep.evaluation import Device, PlayerLike
+    from gigastep.replay import Recording, StrPath
+    from gigastep.types import AgentState, EnvConfig, EnvState, Observation
 
 __all__ = [
     "HEALTH_EMPTY",
@@ -51,32 +61,38 @@ CAPTION = 18
 GAP = 4
 
 
-def upscale(image, scale: int) -> np.ndarray:
+def upscale(image: npt.ArrayLike, scale: int) -> np.ndarray:
     """Nearest-neighbour upscaling of an (X, Y, 3) uint8 image by an integer factor."""
     check_positive_int(scale, "scale")
     image = np.asarray(image)
     return image.repeat(scale, axis=0).repeat(scale, axis=1)
 
 
-def tile(images: Sequence, columns: int = 6, gap: int = 2) -> np.ndarray:
+def tile(images: Iterable[npt.ArrayLike], columns: int = 6, gap: int = 2) -> np.ndarray:
     """Lay out equally sized (X, Y, 3) images in a grid, row by row, with grey gaps."""
-    images = [np.asarray(i) for i in images]
-    if not images:
+    arrays = [np.asarray(i) for i in images]
+    if not arrays:
         raise ValueError("tile needs at least one image")
-    shape = images[0].shape
-    if any(i.shape != shape for i in images):
-        raise ValueError(f"all images must have one shape, got {sorted({i.shape for i in images})}")
-    cols = min(columns, len(images))
-    rows = -(-len(images) // cols)
+    shape = arrays[0].shape
+    if any(i.shape != shape for i in arrays):
+        raise ValueError(f"all images must have one shape, got {sorted({i.shape for i in arrays})}")
+    cols = min(columns, len(arrays))
+    rows = -(-len(arrays) // cols)
     h, w = shape[0] + gap, shape[1] + gap
     out = np.full((rows * h - gap, cols * w - gap, 3), 64, np.uint8)
-    for k, image in enumerate(images):
+    for k, image in enumerate(arrays):
         r, c = divmod(k, cols)
         out[r * h : r * h + shape[0], c * w : c * w + shape[1]] = image
     return out
 
 
-def frame(env, state, obs=None, agents: int = 0, scale: int = 4) -> np.ndarray:
+def frame(
+    env: GigastepEnv,
+    state: EnvState,
+    obs: Observation | None = None,
+    agents: int = 0,
+    scale: int = 4,
+) -> np.ndarray:
     """One picture of a game: the global view, then the RGB views of the first `agents` agents
     (dead agents' tiles are blank). Returned transposed to (height, width, 3) for display,
     i.e. world y down the rows."""
@@ -95,7 +111,7 @@ def frame(env, state, obs=None, agents: int = 0, scale: int = 4) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def _font():
+def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     from PIL import ImageFont
 
     try:
@@ -105,7 +121,7 @@ def _font():
 
 
 @lru_cache(maxsize=32)
-def _pixels_fn(config):
+def _pixels_fn(config: EnvConfig) -> Callable[[AgentState], tuple[jax.Array, jax.Array]]:
     from gigastep.game.observations.rgb import pixel_coords
 
     return jax.jit(jax.vmap(lambda agents: pixel_coords(config, agents)[:2]))
@@ -127,8 +143,9 @@ class FrameRenderer:
         title: the first line of the legend (e.g. the scenario name).
     """
 
-    def __init__(self, env, agents=(), names=("team 0", "team 1"), scale: int = 4,
-                 title: str = ""):  # fmt: skip
+    def __init__(self, env: GigastepEnv, agents: Iterable[int] = (),
+                 names: Iterable[str] = ("team 0", "team 1"), scale: int = 4,
+                 title: str = "") -> None:  # fmt: skip
         check_positive_int(scale, "scale")
         from gigastep.replay import check_agents
 
@@ -146,7 +163,13 @@ class FrameRenderer:
         """(row, column) of the top-left pixel of view `view` (0 = global, k = k-th agent)."""
         return (CAPTION, PANEL_WIDTH + view * (self.view_w + GAP))
 
-    def frames(self, states, ego=None, first_step: int = 0, total_steps: int | None = None):
+    def frames(
+        self,
+        states: EnvState,
+        ego: npt.ArrayLike | None = None,
+        first_step: int = 0,
+        total_steps: int | None = None,
+    ) -> list[np.ndarray]:
         """Frames of a batch of states (leading axis T, on the device); `ego` (T, k, X, Y, 3)."""
         t = jax.tree_util.tree_leaves(states)[0].shape[0]
         pad = _bucket(t) - t
@@ -164,7 +187,17 @@ class FrameRenderer:
             for i in range(t)
         ]  # fmt: skip
 
-    def _compose(self, view, px, py, health, alive, ego, step, total):
+    def _compose(
+        self,
+        view: np.ndarray,
+        px: np.ndarray,
+        py: np.ndarray,
+        health: np.ndarray,
+        alive: np.ndarray,
+        ego: np.ndarray | None,
+        step: int,
+        total: int | None,
+    ) -> np.ndarray:
         out = np.full(self.shape, BACKGROUND, np.uint8)
         s = self.scale
         big = upscale(view, s).transpose(1, 0, 2).copy()
@@ -173,10 +206,13 @@ class FrameRenderer:
         out[r0 : r0 + self.view_h, c0 : c0 + self.view_w] = big
         for k, _ in enumerate(self.agents):
             r, c = self.view_origin(k + 1)
+            assert ego is not None  # ego views come with the agents they show
             out[r : r + self.view_h, c : c + self.view_w] = upscale(ego[k], s).transpose(1, 0, 2)
         return self._text(out, step, total, health, alive)
 
-    def _health_bars(self, big, px, py, health, alive):
+    def _health_bars(
+        self, big: np.ndarray, px: np.ndarray, py: np.ndarray, health: np.ndarray, alive: np.ndarray
+    ) -> None:
         """A bar 3 pixels (of the unscaled view) wide over each alive agent's sprite."""
         s = self.scale
         height, width = max(2, s // 2), 3 * s
@@ -190,7 +226,9 @@ class FrameRenderer:
                 if hi > lo:
                     big[rows, lo:hi] = colour
 
-    def _text(self, out, step, total, health, alive):
+    def _text(
+        self, out: np.ndarray, step: int, total: int | None, health: np.ndarray, alive: np.ndarray
+    ) -> np.ndarray:
         from PIL import Image, ImageDraw
 
         image = Image.fromarray(out)
@@ -213,7 +251,14 @@ class FrameRenderer:
             draw.text((c + 2, 2), caption, fill=TEXT, font=font)
         return np.asarray(image)
 
-    def _agent_rows(self, draw, teams, health, alive, font):
+    def _agent_rows(
+        self,
+        draw: ImageDraw.ImageDraw,
+        teams: np.ndarray,
+        health: np.ndarray,
+        alive: np.ndarray,
+        font: ImageFont.FreeTypeFont | ImageFont.ImageFont,
+    ) -> None:
         """One row per agent: team swatch, index (when rows are tall enough) and health bar."""
         n = len(teams)
         top = 82
@@ -230,16 +275,18 @@ class FrameRenderer:
                 draw.rectangle((x0, y, cut - 1, y + row - 3), fill=HEALTH_FULL)
 
 
-def recording_frames(recording, scale: int = 4) -> list[np.ndarray]:
+def recording_frames(recording: Recording, scale: int = 4) -> list[np.ndarray]:
     """The frames of a `gigastep.replay.Recording` (its T + 1 states)."""
     title = recording.scenario or (recording.env.spec.name if recording.env.spec else "")
     renderer = FrameRenderer(recording.env, recording.agents, recording.players, scale, title)
     return renderer.frames(recording.states, recording.ego, 0, recording.steps)
 
 
-def render_episode(env, policies, steps: int = 200, seed: int = 0, agents=(), scale: int = 4,
-                   overrides: dict | None = None, device="cpu",
-                   progress=None) -> list[np.ndarray]:  # fmt: skip
+def render_episode(env: str | GigastepEnv, policies: Sequence[PlayerLike], steps: int = 200,
+                   seed: int = 0, agents: Iterable[int] = (), scale: int = 4,
+                   overrides: dict[str, Any] | None = None, device: Device = "cpu",
+                   progress: Callable[[int], object] | None = None,
+                   ) -> list[np.ndarray]:  # fmt: skip
     """Play one episode and return its video frames.
 
     Args:
@@ -265,19 +312,19 @@ def render_episode(env, policies, steps: int = 200, seed: int = 0, agents=(), sc
 # ------------------------------------------------------------------------------------------
 
 
-def _check_frames(frames) -> list[np.ndarray]:
-    frames = [np.asarray(f) for f in frames]
-    if not frames:
+def _check_frames(frames: Iterable[npt.ArrayLike]) -> list[np.ndarray]:
+    arrays = [np.asarray(f) for f in frames]
+    if not arrays:
         raise ValueError("a video needs at least one frame")
-    shape = frames[0].shape
-    if len(shape) != 3 or shape[2] != 3 or any(f.shape != shape for f in frames):
+    shape = arrays[0].shape
+    if len(shape) != 3 or shape[2] != 3 or any(f.shape != shape for f in arrays):
         raise ValueError(
-            f"frames must be (H, W, 3) uint8 of one shape, got {sorted({f.shape for f in frames})}"
+            f"frames must be (H, W, 3) uint8 of one shape, got {sorted({f.shape for f in arrays})}"
         )
-    return [f.astype(np.uint8, copy=False) for f in frames]
+    return [f.astype(np.uint8, copy=False) for f in arrays]
 
 
-def save_gif(frames: Sequence, path, fps: int = 10) -> None:
+def save_gif(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> None:
     """Write (H, W, 3) uint8 frames as an animated GIF, atomically (temp file, then rename)."""
     from PIL import Image
 
@@ -287,7 +334,7 @@ def save_gif(frames: Sequence, path, fps: int = 10) -> None:
                        duration=max(1, round(1000 / fps)), loop=0)  # fmt: skip
 
 
-def save_mp4(frames: Sequence, path, fps: int = 10) -> None:
+def save_mp4(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> None:
     """Write frames as an H.264 MP4 (imageio + ffmpeg: `pip install 'gigastep[video]'`)."""
     try:
         import imageio.v2 as imageio
@@ -296,10 +343,10 @@ def save_mp4(frames: Sequence, path, fps: int = 10) -> None:
         raise ImportError(
             "MP4 files need imageio with ffmpeg: pip install 'gigastep[video]' (or write a .gif)"
         ) from None
-    frames = _check_frames(frames)
-    h, w = frames[0].shape[:2]
+    arrays = _check_frames(frames)
+    h, w = arrays[0].shape[:2]
     if h % 2 or w % 2:  # H.264 in yuv420p needs even sizes
-        frames = [np.pad(f, ((0, h % 2), (0, w % 2), (0, 0))) for f in frames]
+        arrays = [np.pad(f, ((0, h % 2), (0, w % 2), (0, 0))) for f in arrays]
     with atomic_path(path, suffix=".mp4") as tmp, warnings.catch_warnings():
         # ffmpeg runs as a subprocess (fork, then exec at once), which JAX's fork warning
         # does not concern.
@@ -307,13 +354,13 @@ def save_mp4(frames: Sequence, path, fps: int = 10) -> None:
         writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264",
                                     macro_block_size=1, pixelformat="yuv420p")  # fmt: skip
         try:
-            for f in frames:
+            for f in arrays:
                 writer.append_data(f)
         finally:
             writer.close()
 
 
-def save_video(frames: Sequence, path, fps: int = 10) -> None:
+def save_video(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> None:
     """Write frames as a GIF or an MP4, chosen by the file name's extension."""
     ext = str(path).lower().rsplit(".", 1)[-1] if "." in str(path) else ""
     if ext == "gif":

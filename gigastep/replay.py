@@ -29,19 +29,40 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+from jax.typing import ArrayLike
 
 from gigastep._checks import check_positive_int
 from gigastep._files import atomic_path
 from gigastep.env import GigastepEnv
-from gigastep.evaluation import ScriptedPlayer, resolve_player
-from gigastep.types import AgentState, EnvState, EpisodeState, check_finite_state
+from gigastep.evaluation import ScriptedPlayer, TorchActor, resolve_player
+from gigastep.types import (
+    AgentState,
+    EnvConfig,
+    EnvState,
+    EpisodeState,
+    Observation,
+    check_finite_state,
+)
+
+if TYPE_CHECKING:
+    from gigastep.evaluation import Device, PlayerLike
+    from gigastep.opponents import Policy
+
+StrPath: TypeAlias = "str | os.PathLike[str]"
+"""A file path."""
+
+_Advanced: TypeAlias = "tuple[Observation, EnvState, np.ndarray, ArrayLike, ArrayLike, ArrayLike]"
+"""What a recording's `advance(t, state)` returns: (obs, state, actions, rewards, dones,
+episode_done) of step t."""
 
 __all__ = [
     "FORMAT_VERSION",
@@ -66,7 +87,7 @@ class ReplayError(ValueError):
     """A replay that cannot be loaded or re-simulated (message says why)."""
 
 
-def make_env(scenario, overrides: dict | None = None) -> GigastepEnv:
+def make_env(scenario: str | GigastepEnv, overrides: dict[str, Any] | None = None) -> GigastepEnv:
     """The environment of a scenario name (`gigastep.make`), with EnvConfig overrides."""
     from gigastep.scenarios import make
 
@@ -75,15 +96,16 @@ def make_env(scenario, overrides: dict | None = None) -> GigastepEnv:
     return make(scenario, **(overrides or {}))
 
 
-def _scenario_name(env: GigastepEnv, scenario) -> str:
+def _scenario_name(env: GigastepEnv, scenario: str | None) -> str:
     if isinstance(scenario, str):
         return scenario
-    if getattr(env, "spec", None) is None:
+    spec = getattr(env, "spec", None)
+    if spec is None:
         raise ValueError(
             "this environment has no scenario name (it was not built by gigastep.make): pass "
             "the name, or record from the name instead of the GigastepEnv"
         )
-    return env.spec.name
+    return spec.name
 
 
 def _config_hash(env: GigastepEnv) -> str:
@@ -98,12 +120,12 @@ def _config_hash(env: GigastepEnv) -> str:
 
 
 @jax.jit
-def _step_keys(k_game, t):
+def _step_keys(k_game: jax.Array, t: int) -> tuple[jax.Array, jax.Array]:
     k = jax.random.split(jax.random.fold_in(k_game, t))
     return k[0], k[1]
 
 
-def _start_keys(seed: int):
+def _start_keys(seed: int) -> tuple[jax.Array, jax.Array]:
     k = jax.random.split(jax.random.PRNGKey(seed))
     return k[0], k[1]
 
@@ -119,8 +141,9 @@ class GameRunner:
         device: torch device for TorchPlayers.
     """
 
-    def __init__(self, env, players, seed: int = 0, overrides: dict | None = None,
-                 device="cpu"):  # fmt: skip
+    def __init__(self, env: str | GigastepEnv, players: Sequence[PlayerLike], seed: int = 0,
+                 overrides: dict[str, Any] | None = None,
+                 device: Device = "cpu") -> None:  # fmt: skip
         if len(players) != 2:
             raise ValueError(f"players are (team 0's, team 1's); got {len(players)} players")
         self.env = make_env(env, overrides)
@@ -149,7 +172,7 @@ class GameRunner:
         self.t = 0
         self.done = False
         self.actions: list[np.ndarray] = []
-        self._actors: list[Any] = [
+        self._actors: list[TorchActor | None] = [
             None if isinstance(p, ScriptedPlayer)
             else p.actor(self.config, team, 1, self.device, self.seed + team)
             for team, p in enumerate(self.players)
@@ -179,15 +202,21 @@ class GameRunner:
         obs = jax.tree_util.tree_map(lambda x: jax_to_torch(x[rows][None]).to(self.device),
                                      self.obs)  # fmt: skip
         first = torch.tensor([self.t == 0], device=self.device)
-        out = self._actors[team](obs, first)
+        actor = self._actors[team]
+        assert actor is not None  # the team of a TorchPlayer has an actor
+        out = actor(obs, first)
         return out[0].detach().cpu().numpy()
 
-    def replay(self, agents=()) -> Replay:
+    def replay(self, agents: Iterable[int] = ()) -> Replay:
         """The replay of the game so far (needs a scenario name)."""
         return _replay_of(self.env, self.scenario, self.overrides, self.seed, self.names,
                           agents, self.actions, self.state)  # fmt: skip
 
-    def step(self, actions=None, overrides: dict | None = None):
+    def step(
+        self,
+        actions: npt.ArrayLike | None = None,
+        overrides: Mapping[int, npt.ArrayLike] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
         """Advance one step; returns (rewards (n,), dones (n,), episode_done) as NumPy.
 
         Args:
@@ -210,7 +239,7 @@ class GameRunner:
 
 
 @lru_cache(maxsize=64)
-def _policy(config, policy):
+def _policy(config: EnvConfig, policy: Policy) -> Callable[[EnvState, jax.Array, int], jax.Array]:
     """Compiled (state, k_policy, team) -> policy(config, state, fold_in(k_policy, team))."""
     return jax.jit(lambda state, k, team: policy(config, state, jax.random.fold_in(k, team)))
 
@@ -230,7 +259,7 @@ class Recording:
 
     env: GigastepEnv
     scenario: str | None
-    overrides: dict
+    overrides: dict[str, Any]
     seed: int
     players: tuple[str, str]
     agents: tuple[int, ...]
@@ -252,7 +281,16 @@ class Recording:
                           self.agents, self.actions, final)  # fmt: skip
 
 
-def _replay_of(env, scenario, overrides, seed, players, agents, actions, final) -> Replay:
+def _replay_of(
+    env: GigastepEnv,
+    scenario: str | None,
+    overrides: dict[str, Any],
+    seed: int,
+    players: tuple[str, str],
+    agents: Iterable[int],
+    actions: Sequence[np.ndarray] | np.ndarray,
+    final: EnvState,
+) -> Replay:
     n = env.n_agents
     empty = (0, n) if env.discrete_actions else (0, n, 3)
     dtype = np.int32 if env.discrete_actions else np.float32
@@ -261,23 +299,26 @@ def _replay_of(env, scenario, overrides, seed, players, agents, actions, final) 
         overrides=dict(overrides),
         config_hash=_config_hash(env),
         seed=seed,
-        players=tuple(players),
+        players=cast("tuple[str, str]", tuple(players)),  # (team 0's, team 1's)
         agents=tuple(agents),
-        actions=np.stack(actions).astype(dtype) if len(actions) else np.zeros(empty, dtype),
+        # a (T, ...) array stacks as the sequence of its rows
+        actions=np.stack(cast("Sequence[np.ndarray]", actions)).astype(dtype)
+        if len(actions)
+        else np.zeros(empty, dtype),
         final_returns=np.asarray(final.episode.returns, np.float32),
         final_step=int(final.episode.step),
         platform=_platform(),
     )
 
 
-def _ego(env: GigastepEnv, obs, agents) -> np.ndarray | None:
+def _ego(env: GigastepEnv, obs: Observation, agents: tuple[int, ...]) -> jax.Array | None:
     if not agents:
         return None
     rgb = obs[0] if isinstance(obs, tuple) else obs
     return rgb[jnp.asarray(agents)]
 
 
-def check_agents(env: GigastepEnv, agents) -> tuple[int, ...]:
+def check_agents(env: GigastepEnv, agents: Iterable[int]) -> tuple[int, ...]:
     """Validate the agents whose ego views are shown (RGB observations needed)."""
     agents = tuple(int(a) for a in agents)
     bad = [a for a in agents if not 0 <= a < env.n_agents]
@@ -291,7 +332,14 @@ def check_agents(env: GigastepEnv, agents) -> tuple[int, ...]:
     return agents
 
 
-def _collect(env, first_obs, first_state, advance, agents, steps):
+def _collect(
+    env: GigastepEnv,
+    first_obs: Observation,
+    first_state: EnvState,
+    advance: Callable[[int, EnvState], _Advanced],
+    agents: tuple[int, ...],
+    steps: int,
+) -> dict[str, Any]:
     """Run `advance(t, state) -> (obs, state, actions, rewards, dones, done)` until the episode
     ends or `steps` steps; stack what a Recording holds."""
     states, ego = [first_state], [_ego(env, first_obs, agents)]
@@ -313,7 +361,8 @@ def _collect(env, first_obs, first_state, advance, agents, steps):
     dtype = np.int32 if env.discrete_actions else np.float32
     return dict(
         states=stacked,
-        ego=None if not agents else np.asarray(jnp.stack(ego)),
+        # with agents, every ego view is an array
+        ego=None if not agents else np.asarray(jnp.stack(cast("list[jax.Array]", ego))),
         actions=np.stack(actions).astype(dtype) if actions else np.zeros(empty, dtype),
         rewards=np.stack(rewards) if rewards else np.zeros((0, n), np.float32),
         dones=np.stack(dones) if dones else np.zeros((0, n), bool),
@@ -321,9 +370,10 @@ def _collect(env, first_obs, first_state, advance, agents, steps):
     )
 
 
-def record_game(env, players, steps: int = 200, seed: int = 0, agents=(),
-                overrides: dict | None = None, device="cpu",
-                progress=None) -> Recording:  # fmt: skip
+def record_game(env: str | GigastepEnv, players: Sequence[PlayerLike], steps: int = 200,
+                seed: int = 0, agents: Iterable[int] = (),
+                overrides: dict[str, Any] | None = None, device: Device = "cpu",
+                progress: Callable[[int], object] | None = None) -> Recording:  # fmt: skip
     """Play one episode (at most `steps` steps) between (team 0's, team 1's) players.
 
     Args:
@@ -335,7 +385,7 @@ def record_game(env, players, steps: int = 200, seed: int = 0, agents=(),
     game = GameRunner(env, players, seed, overrides, device)
     agents = check_agents(game.env, agents)
 
-    def advance(t, state):
+    def advance(t: int, state: EnvState) -> _Advanced:
         rewards, dones, done = game.step()
         if progress is not None:
             progress(t + 1)
@@ -367,18 +417,18 @@ class Replay:
     actions: np.ndarray  # (T, n) int32 or (T, n, 3) float32
     players: tuple[str, str] = ("?", "?")
     agents: tuple[int, ...] = ()
-    overrides: dict = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     final_returns: np.ndarray | None = None  # (n,) float32 at the end of the recording
     final_step: int | None = None
     platform: str = ""
-    render_options: dict = field(default_factory=dict)  # how it was shown (scale, fps)
+    render_options: dict[str, Any] = field(default_factory=dict)  # how it was shown (scale, fps)
     version: int = FORMAT_VERSION
 
     @property
     def steps(self) -> int:
         return len(self.actions)
 
-    def save(self, path) -> None:
+    def save(self, path: StrPath) -> None:
         """Write the replay as a compressed .npz (atomically)."""
         meta = {
             "scenario": self.scenario, "config_hash": self.config_hash, "seed": self.seed,
@@ -399,7 +449,7 @@ class Replay:
                 np.savez_compressed(f, **arrays)
 
     @classmethod
-    def load(cls, path) -> Replay:
+    def load(cls, path: StrPath) -> Replay:
         """Read a replay file (no pickle); see `env` for the scenario check."""
         path = os.fspath(path)
         arrays = _read_npz(path, "replay file", ReplayError)
@@ -442,7 +492,7 @@ class Replay:
             )
         return env
 
-    def simulate(self, agents=None, check: bool = True) -> Recording:
+    def simulate(self, agents: Iterable[int] | None = None, check: bool = True) -> Recording:
         """Re-simulate the game from its seed and actions.
 
         Args:
@@ -456,7 +506,7 @@ class Replay:
         obs, state = env.reset(k_reset)
         actions = jnp.asarray(self.actions)
 
-        def advance(t, state):
+        def advance(t: int, state: EnvState) -> _Advanced:
             _, k_env = _step_keys(k_game, t)
             obs, state, rewards, dones, done = env.step(state, actions[t], k_env)
             return obs, state, self.actions[t], rewards, dones, done
@@ -483,7 +533,7 @@ class Replay:
             )
 
 
-def _read_npz(path: str, what: str, error) -> dict[str, np.ndarray]:
+def _read_npz(path: str, what: str, error: type[Exception]) -> dict[str, np.ndarray]:
     """Every array of an .npz file, read without pickle; `error` if it is not one."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {what} {path!r}")
@@ -494,7 +544,7 @@ def _read_npz(path: str, what: str, error) -> dict[str, np.ndarray]:
         raise error(f"{path!r} is not a Gigastep {what} (not a plain .npz: {err})") from None
 
 
-def load_replay(path) -> Replay:
+def load_replay(path: StrPath) -> Replay:
     """`Replay.load(path)`."""
     return Replay.load(path)
 
@@ -513,7 +563,7 @@ def _flat(state: EnvState) -> dict[str, np.ndarray]:
     return out
 
 
-def save_state(state: EnvState, path) -> None:
+def save_state(state: EnvState, path: StrPath) -> None:
     """Write an `EnvState` (any leading batch axes) to a compressed .npz, atomically; refused
     (ValueError) if a position, speed or heading is not finite, as `load_state` would refuse
     the file."""
@@ -526,7 +576,7 @@ def save_state(state: EnvState, path) -> None:
             np.savez_compressed(f, __format__=np.asarray(STATE_FORMAT), **flat)
 
 
-def load_state(path) -> EnvState:
+def load_state(path: StrPath) -> EnvState:
     """Read an `EnvState` written by `save_state` (no pickle); arrays come back as JAX arrays.
 
     Raises:

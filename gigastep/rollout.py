@@ -37,20 +37,26 @@ from __future__ import annotations
 import sys
 import types
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache, partial
-from typing import Any
+from typing import Any, TypeAlias
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from gigastep import env as _env
 from gigastep import opponents
 from gigastep._checks import check_actions, check_key, check_positive_int
 from gigastep._pytree import PytreeData, pytree_dataclass
-from gigastep.types import EnvConfig, EnvState
+from gigastep.types import EnvConfig, EnvState, Observation, StepInfo
+
+PolicyLike: TypeAlias = "opponents.Policy | str | None"
+"""A policy argument: a callable `policy(config, state, key) -> actions`, a scripted policy's
+name, or None (uniform random actions)."""
 
 __all__ = [
     "JointPolicy",
@@ -61,7 +67,7 @@ __all__ = [
 ]
 
 # How often each kind of rollout was traced (read by the tests: one trace per compile key).
-_TRACES: Counter = Counter()
+_TRACES: Counter[str] = Counter()
 
 
 # ------------------------------------------------------------------------------------------
@@ -82,7 +88,7 @@ class Trajectory(PytreeData):
     episode_done: (T, B) bool, the step ended the game's episode (the game restarted).
     """
 
-    obs: Any
+    obs: Observation
     actions: chex.Array
     rewards: chex.Array
     dones: chex.Array
@@ -116,7 +122,7 @@ class RolloutResult(PytreeData):
     wins: chex.Array
     draws: chex.Array
     final_state: EnvState
-    final_obs: Any
+    final_obs: Observation
     trajectory: Trajectory | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -147,7 +153,7 @@ class RolloutResult(PytreeData):
 # ------------------------------------------------------------------------------------------
 
 
-def _as_policy(policy, what: str = "policy") -> opponents.Policy:
+def _as_policy(policy: PolicyLike, what: str = "policy") -> opponents.Policy:
     """None -> uniform random actions; a name -> that scripted policy; a callable as is."""
     if policy is None:
         return opponents.random
@@ -174,7 +180,7 @@ class JointPolicy:
     team0: opponents.Policy
     team1: opponents.Policy
 
-    def __call__(self, config: EnvConfig, state: EnvState, key):
+    def __call__(self, config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
         k0, k1 = jax.random.split(key)
         dtype = jnp.int32 if config.discrete_actions else jnp.float32
         a0 = jnp.asarray(self.team0(config, state, k0)).astype(dtype)
@@ -189,11 +195,11 @@ class JointPolicy:
         return f"joint_policy({_name(self.team0)}, {_name(self.team1)})"
 
 
-def _name(policy) -> str:
+def _name(policy: object) -> str:
     return getattr(policy, "__name__", repr(policy))
 
 
-def joint_policy(policy_team0, policy_team1) -> JointPolicy:
+def joint_policy(policy_team0: PolicyLike, policy_team1: PolicyLike) -> JointPolicy:
     """A policy of all agents that plays team 0 with `policy_team0` and team 1 with
     `policy_team1` (each None, a scripted policy name or a callable `policy(config, state,
     key) -> actions` of ALL agents; only its own team's rows are used).
@@ -212,7 +218,7 @@ def joint_policy(policy_team0, policy_team1) -> JointPolicy:
 # ------------------------------------------------------------------------------------------
 
 
-def _resolve_env(env) -> _env.GigastepEnv:
+def _resolve_env(env: opponents.EnvLike) -> _env.GigastepEnv:
     if isinstance(env, opponents.VersusEnv):
         raise TypeError(
             "rollout plays every agent of a GigastepEnv; instead of a VersusEnv pass its env "
@@ -221,7 +227,7 @@ def _resolve_env(env) -> _env.GigastepEnv:
     return opponents.resolve_env(env)
 
 
-def _key_data(key):
+def _key_data(key: jax.Array) -> tuple[jax.Array, str]:
     """(uint32 key data, the key's implementation name): one PRNG key, checked."""
     if not hasattr(key, "dtype"):
         raise TypeError(
@@ -231,10 +237,18 @@ def _key_data(key):
     check_key(key)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(key), str(jax.random.key_impl(key))
-    return key, str(jax.config.jax_default_prng_impl)
+    # the flag attributes of jax.config are set at run time; its stub does not declare them
+    return key, str(jax.config.jax_default_prng_impl)  # type: ignore[attr-defined]
 
 
-def check_arguments(env, num_envs, num_steps, key, policy, trajectory):
+def check_arguments(
+    env: opponents.EnvLike,
+    num_envs: int,
+    num_steps: int,
+    key: jax.Array,
+    policy: PolicyLike,
+    trajectory: bool,
+) -> tuple[_env.GigastepEnv, int, int, jax.Array, str, opponents.Policy, bool]:
     """(GigastepEnv, num_envs, num_steps, key data, key impl, policy, trajectory), each
     checked: the shared argument checks of `rollout` and `sharded_rollout`."""
     genv = _resolve_env(env)
@@ -247,7 +261,7 @@ def check_arguments(env, num_envs, num_steps, key, policy, trajectory):
     return genv, num_envs, num_steps, data, impl, policy, bool(trajectory)
 
 
-def check_policy(config: EnvConfig, policy) -> None:
+def check_policy(config: EnvConfig, policy: opponents.Policy) -> None:
     """Trace `policy` on one game (shapes only, no compute) and check its actions' format."""
     state = jax.eval_shape(lambda k: _env.reset(config, k)[1], jax.random.key(0))
     try:
@@ -263,7 +277,7 @@ def check_policy(config: EnvConfig, policy) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def game_keys(key_data, impl: str, num_envs: int):
+def game_keys(key_data: jax.Array, impl: str, num_envs: int) -> jax.Array:
     """The games' key data (num_envs, ...) uint32: `jax.random.split(key, num_envs)`."""
     key = jax.random.wrap_key_data(key_data, impl=impl)
     return jax.random.key_data(jax.random.split(key, num_envs))
@@ -280,7 +294,9 @@ def _zero_totals(b: int, n: int) -> dict[str, jax.Array]:
     }
 
 
-def _add_step(totals, rewards, done, info):
+def _add_step(
+    totals: dict[str, jax.Array], rewards: jax.Array, done: jax.Array, info: StepInfo
+) -> dict[str, jax.Array]:
     """The running totals after one step (rewards (B, n), done (B,), info batched)."""
     finished = done.astype(jnp.int32)
     won = jnp.stack([info.winner == 0, info.winner == 1], axis=-1) & done[:, None]
@@ -295,7 +311,9 @@ def _add_step(totals, rewards, done, info):
     }
 
 
-def _batched_step(config: EnvConfig, reset_finished_only: bool):
+def _batched_step(
+    config: EnvConfig, reset_finished_only: bool
+) -> Callable[..., _env.AutoresetResult]:
     """The library's auto-resetting batched step (states, actions, keys) -> 6-tuple.
 
     On CPU `batched_step_autoreset` resets only the games that ended; its conditional needs
@@ -308,8 +326,8 @@ def _batched_step(config: EnvConfig, reset_finished_only: bool):
     return jax.vmap(partial(_env.step_autoreset, config, final_obs=False))
 
 
-def play_games(config: EnvConfig, policy, num_steps: int, trajectory: bool,
-               reset_finished_only: bool, impl: str, keys) -> RolloutResult:  # fmt: skip
+def play_games(config: EnvConfig, policy: opponents.Policy, num_steps: int, trajectory: bool,
+               reset_finished_only: bool, impl: str, keys: jax.Array) -> RolloutResult:  # fmt: skip
     """Reset the games of `keys` ((B, ...) uint32 key data, one per game) and play them for
     `num_steps` steps in one `lax.scan` (see the module docstring for the key derivation)."""
     keys = jax.random.wrap_key_data(keys, impl=impl)
@@ -320,7 +338,9 @@ def play_games(config: EnvConfig, policy, num_steps: int, trajectory: bool,
     act = jax.vmap(partial(policy, config))
     step = _batched_step(config, reset_finished_only)
 
-    def body(carry, t):
+    def body(
+        carry: tuple[EnvState, Observation, dict[str, jax.Array]], t: jax.Array
+    ) -> tuple[tuple[EnvState, Observation, dict[str, jax.Array]], Trajectory | None]:
         states, obs, totals = carry
         k = jax.vmap(lambda r: jax.random.split(jax.random.fold_in(r, t)))(run_keys)
         actions = act(states, k[:, 0])
@@ -363,12 +383,13 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
 
 
 @lru_cache(maxsize=32)
-def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajectory: bool,
-              impl: str, platform: str):  # fmt: skip
+def _compiled(config: EnvConfig, policy: opponents.Policy, num_envs: int, num_steps: int,
+              trajectory: bool, impl: str,
+              platform: str) -> Callable[[ArrayLike], RolloutResult]:  # fmt: skip
     """The jitted rollout `key data -> RolloutResult` (one per argument tuple)."""
     check_policy(config, policy)
 
-    def run(key_data):
+    def run(key_data: jax.Array) -> RolloutResult:
         _TRACES["rollout"] += 1
         keys = game_keys(key_data, impl, num_envs)
         return play_games(config, policy, num_steps, trajectory, platform == "cpu", impl, keys)
@@ -376,8 +397,8 @@ def _compiled(config: EnvConfig, policy, num_envs: int, num_steps: int, trajecto
     return jax.jit(run, compiler_options=compiler_options(platform))
 
 
-def rollout(env, num_envs: int, num_steps: int, key, policy=None,
-            trajectory: bool = False) -> RolloutResult:  # fmt: skip
+def rollout(env: opponents.EnvLike, num_envs: int, num_steps: int, key: jax.Array,
+            policy: PolicyLike = None, trajectory: bool = False) -> RolloutResult:  # fmt: skip
     """Play `num_envs` games for `num_steps` steps on one device, in one compiled scan.
 
     Finished games restart inside the step (the library's auto-resetting batched step), so
@@ -416,7 +437,7 @@ class _CallableModule(types.ModuleType):
     """This module, callable as `gigastep.rollout(...)` (= `gigastep.rollout.rollout`), so
     that the function and its helpers (`gigastep.rollout.joint_policy`) share one name."""
 
-    def __call__(self, *args, **kwargs) -> RolloutResult:
+    def __call__(self, *args: Any, **kwargs: Any) -> RolloutResult:
         return rollout(*args, **kwargs)
 
 

@@ -28,15 +28,19 @@ import itertools
 import json
 import math
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gigastep._checks import check_team
 from gigastep._resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
 from gigastep.types import EnvConfig, MapSpec, check_fields, closest
+
+if TYPE_CHECKING:
+    from gigastep.env import GigastepEnv
 
 __all__ = [
     "AgentType",
@@ -98,7 +102,7 @@ class AgentType:
     idle_reward: float = 0.0
     """Constant reward earned every step the agent starts alive."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         where = f"agent type {self.name!r}"
         sprite = self.sprite
         if isinstance(sprite, bool) or not isinstance(sprite, int):
@@ -199,13 +203,13 @@ class _Catalog:
     scenarios: dict[str, dict[str, Any]]
 
 
-def _table(value: Any, where: str) -> dict:
+def _table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{where} must be a table, got {value!r}")
     return value
 
 
-def _check_table_keys(table: Any, allowed, where: str) -> dict:
+def _check_table_keys(table: Any, allowed: Collection[str], where: str) -> dict[str, Any]:
     for key in _table(table, where):
         if key not in allowed:
             raise ValueError(
@@ -215,9 +219,9 @@ def _check_table_keys(table: Any, allowed, where: str) -> dict:
     return table
 
 
-def _parse_types(table: Any, where: str, existing=()) -> dict[str, AgentType]:
+def _parse_types(table: Any, where: str, existing: Collection[str] = ()) -> dict[str, AgentType]:
     fields = tuple(_TYPE_TO_CONFIG)
-    types = {}
+    types: dict[str, AgentType] = {}
     for name, row in _table(table, where).items():
         if name in existing:
             raise ValueError(f"{where}: agent type {name!r} is built in; choose another name")
@@ -456,7 +460,7 @@ class ScenarioBuilder:
         self._where = f"scenario {self.name!r}"  # prefix of error messages
 
     # --- agents ---------------------------------------------------------------------------
-    def define_type(self, name: str, **fields) -> ScenarioBuilder:
+    def define_type(self, name: str, **fields: Any) -> ScenarioBuilder:
         """Add a row to this builder's type table (fields of `AgentType`)."""
         if name in self._types:
             raise ValueError(f"agent type {name!r} already exists")
@@ -491,7 +495,9 @@ class ScenarioBuilder:
         return self
 
     # --- maps -----------------------------------------------------------------------------
-    def set_map(self, name: str, size=None, **map_fields) -> ScenarioBuilder:
+    def set_map(
+        self, name: str, size: tuple[float, float] | list[float] | None = None, **map_fields: Any
+    ) -> ScenarioBuilder:
         """Choose the maps: `"all"`, `"empty"`, a built-in map, or a new map.
 
         With `map_fields` (`boxes`, `start_team0`, ... of `MapSpec`, in 10 x 10 reference
@@ -523,7 +529,7 @@ class ScenarioBuilder:
         self._map_set = "+".join(m.name for m in self._maps)
         return self
 
-    def set_map_size(self, size) -> ScenarioBuilder:
+    def set_map_size(self, size: tuple[float, float] | list[float]) -> ScenarioBuilder:
         """Set the world to `size = (limit_x, limit_y)`."""
         if (
             not isinstance(size, (tuple, list))
@@ -535,7 +541,7 @@ class ScenarioBuilder:
         return self
 
     # --- everything else ------------------------------------------------------------------
-    def set(self, **env_overrides) -> ScenarioBuilder:
+    def set(self, **env_overrides: Any) -> ScenarioBuilder:
         """Set EnvConfig fields (other than agents, maps and world size) for this scenario."""
         self._env.update(_check_env_table(env_overrides, self._where))
         return self
@@ -547,7 +553,7 @@ class ScenarioBuilder:
             raise ValueError(f"unknown preset {name!r}; closest: {closest(str(name), presets)}")
         return self.set(**presets[name])
 
-    def config(self, **overrides) -> EnvConfig:
+    def config(self, **overrides: Any) -> EnvConfig:
         """The scenario's `EnvConfig`, with `overrides` (any EnvConfig field) applied last."""
         if not self._agents:
             raise ValueError(f"{self._where} has no agents; call add or add_type")
@@ -568,11 +574,11 @@ class ScenarioBuilder:
             raise type(err)(f"{self._where}: {err}") from None
         return _apply(config, overrides, self._where)
 
-    def spec(self, **overrides) -> ScenarioSpec:
+    def spec(self, **overrides: Any) -> ScenarioSpec:
         """Name, version and hash of the config that `make(**overrides)` builds."""
         return ScenarioSpec(self.name, self.version, scenario_hash(self.config(**overrides)))
 
-    def make(self, **overrides):
+    def make(self, **overrides: Any) -> GigastepEnv:
         """A `GigastepEnv` of this scenario, with `env.spec` set."""
         config = self.config(**overrides)
         return _make_env(ScenarioSpec(self.name, self.version, scenario_hash(config)), config)
@@ -631,7 +637,7 @@ def _canonical(value: Any) -> Any:
     raise TypeError(f"cannot hash config value {value!r} of type {type(value).__name__}")
 
 
-def resolve(name_or_path: str | Path, **overrides) -> tuple[ScenarioSpec, EnvConfig]:
+def resolve(name_or_path: str | Path, **overrides: Any) -> tuple[ScenarioSpec, EnvConfig]:
     """The `ScenarioSpec` and `EnvConfig` of a scenario name or user file, with overrides.
 
     Args:
@@ -648,12 +654,12 @@ def resolve(name_or_path: str | Path, **overrides) -> tuple[ScenarioSpec, EnvCon
     return ScenarioSpec(str(parsed), version, scenario_hash(config)), config
 
 
-def make_config(name_or_path: str | Path, **overrides) -> EnvConfig:
+def make_config(name_or_path: str | Path, **overrides: Any) -> EnvConfig:
     """The `EnvConfig` of a scenario (see `resolve`); builds no environment."""
     return resolve(name_or_path, **overrides)[1]
 
 
-def make(name_or_path: str | Path, **overrides):
+def make(name_or_path: str | Path, **overrides: Any) -> GigastepEnv:
     """A `GigastepEnv` of a scenario (see `resolve`), with `env.spec` its `ScenarioSpec`.
 
     Example:
@@ -668,7 +674,7 @@ def make(name_or_path: str | Path, **overrides):
 make_scenario = make
 
 
-def _make_env(spec: ScenarioSpec, config: EnvConfig):
+def _make_env(spec: ScenarioSpec, config: EnvConfig) -> GigastepEnv:
     from gigastep.env import GigastepEnv
 
     env = GigastepEnv(config)

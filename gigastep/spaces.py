@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import gymnasium
+
+    from gigastep.types import EnvConfig
 
 __all__ = ["Box", "Discrete", "Tuple", "vector_bounds"]
+
+Space: TypeAlias = "Box | Discrete | Tuple"
+"""Any space of this module."""
+
+Sample: TypeAlias = "jax.Array | tuple[Sample, ...]"
+"""A value of a space: an array, or a tuple of values for a `Tuple`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,13 +36,15 @@ class Box:
     dtype: np.dtype
 
     @staticmethod
-    def create(low, high, shape, dtype) -> Box:
+    def create(
+        low: npt.ArrayLike, high: npt.ArrayLike, shape: Sequence[int], dtype: npt.DTypeLike
+    ) -> Box:
         dtype = np.dtype(dtype)
         low = np.broadcast_to(np.asarray(low, dtype), shape)
         high = np.broadcast_to(np.asarray(high, dtype), shape)
         return Box(low=low, high=high, shape=tuple(shape), dtype=dtype)
 
-    def sample(self, key) -> jax.Array:
+    def sample(self, key: jax.Array) -> jax.Array:
         """A uniform sample (bounded dims); unbounded dims draw from a standard normal."""
         if np.issubdtype(self.dtype, np.integer):
             return jax.random.randint(
@@ -43,7 +59,7 @@ class Box:
                       jax.random.normal(k2, self.shape))  # fmt: skip
         return x.astype(self.dtype)
 
-    def contains(self, x) -> bool:
+    def contains(self, x: Any) -> bool:
         x = np.asarray(x)
         if x.shape != self.shape:
             return False
@@ -51,7 +67,7 @@ class Box:
             return False
         return bool(np.all(x >= self.low) & np.all(x <= self.high))
 
-    def to_gymnasium(self):
+    def to_gymnasium(self) -> gymnasium.spaces.Box:
         import gymnasium
 
         return gymnasium.spaces.Box(
@@ -71,14 +87,14 @@ class Discrete:
     shape: tuple[int, ...] = ()
     dtype: np.dtype = np.dtype(np.int32)
 
-    def sample(self, key) -> jax.Array:
+    def sample(self, key: jax.Array) -> jax.Array:
         return jax.random.randint(key, (), 0, self.n, jnp.int32)
 
-    def contains(self, x) -> bool:
+    def contains(self, x: Any) -> bool:
         x = np.asarray(x)
         return bool(x.shape == () and np.issubdtype(x.dtype, np.integer) and 0 <= x < self.n)
 
-    def to_gymnasium(self):
+    def to_gymnasium(self) -> gymnasium.spaces.Discrete:
         import gymnasium
 
         return gymnasium.spaces.Discrete(self.n)
@@ -88,25 +104,25 @@ class Discrete:
 class Tuple:
     """A tuple of spaces (the `rgb_vector` observation)."""
 
-    spaces: tuple
+    spaces: tuple[Space, ...]
 
-    def sample(self, key):
+    def sample(self, key: jax.Array) -> tuple[Sample, ...]:
         keys = jax.random.split(key, len(self.spaces))
         return tuple(s.sample(k) for s, k in zip(self.spaces, keys, strict=True))
 
-    def contains(self, x) -> bool:
+    def contains(self, x: Any) -> bool:
         return (isinstance(x, tuple) and len(x) == len(self.spaces)
                 and all(s.contains(v) for s, v in zip(self.spaces, x, strict=True)))  # fmt: skip
 
-    def to_gymnasium(self):
+    def to_gymnasium(self) -> gymnasium.spaces.Tuple[Any]:
         import gymnasium
 
         return gymnasium.spaces.Tuple([s.to_gymnasium() for s in self.spaces])
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Space:
         return self.spaces[i]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.spaces)
 
 
@@ -119,7 +135,7 @@ class Tuple:
 _SPEED_MARGIN = 1e-4
 
 
-def _speed_range(config) -> tuple[float, float]:
+def _speed_range(config: EnvConfig) -> tuple[float, float]:
     """[lo, hi] of every agent's speed over any game of `config` (hi is inf when unbounded).
 
     Reset speeds are 1 and a step's speed is at least `min_speed`, so lo = min(1, min_speed).
@@ -138,10 +154,10 @@ def _speed_range(config) -> tuple[float, float]:
     z_span = max(config.z_max, *(m.height[1] for m in config.maps))
     c = abs(config.dive_speed_exchange * config.gravity) * min(config.dt * config.dive_rate, z_span)
 
-    def g(v1):
+    def g(v1: float) -> float:
         return abs(v1 - b * v1 * v1)
 
-    def bound(s):
+    def bound(s: float) -> float:
         lo1, hi1 = lo - a, s + a
         top = max(g(lo1), g(hi1))
         if b > 0 and lo1 <= 1.0 / (2.0 * b) <= hi1:
@@ -160,12 +176,12 @@ def _speed_range(config) -> tuple[float, float]:
     return lo, (s if bound(s) <= s else math.inf)
 
 
-def _up(x) -> np.float32:
+def _up(x: float) -> np.float32:
     """The float32 next above the float32 nearest to `x` (one ulp of rounding room)."""
     return np.nextafter(np.float32(x), np.float32(np.inf))
 
 
-def vector_bounds(config) -> tuple[np.ndarray, np.ndarray]:
+def vector_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise bounds (low, high), float32 (L,), of the vector observation of `config`.
 
     Derived from the game (rules §5.2), not measured; a dead agent's observation (all zeros)

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias, overload
 
 import jax
 import jax.dlpack
@@ -33,9 +34,11 @@ import torch
 
 from gigastep import env as _env
 from gigastep._checks import check_positive_int, check_team
+from gigastep.env import AutoresetResult
 from gigastep.game.observations.global_state import state_vector
-from gigastep.opponents import VersusEnv, get_policy, observe_state, resolve_env
-from gigastep.types import EnvConfig, EnvState, check_finite_state
+from gigastep.opponents import EnvLike, Policy, VersusEnv, get_policy, observe_state, resolve_env
+from gigastep.spaces import Box, Discrete, Tuple
+from gigastep.types import EnvConfig, EnvState, Observation, check_finite_state
 
 __all__ = [
     "JAX_MEMORY_SETTING",
@@ -48,6 +51,9 @@ __all__ = [
     "torch2jax",
     "torch_to_jax",
 ]
+
+TorchObservation: TypeAlias = "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"
+"""Observations as torch tensors: one tensor, or the pair (rgb, vector) for "rgb_vector"."""
 
 # ------------------------------------------------------------------------------------------
 # GPU memory shared by JAX and PyTorch
@@ -98,7 +104,7 @@ JAX_MEMORY_SETTING = _configure_jax_gpu_memory()
 # ------------------------------------------------------------------------------------------
 
 
-def _leaf_to_torch(x):
+def _leaf_to_torch(x: object) -> torch.Tensor:
     if isinstance(x, jax.Array):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             x = jax.random.key_data(x)
@@ -115,7 +121,11 @@ def _leaf_to_torch(x):
     raise TypeError(f"jax_to_torch converts JAX or NumPy arrays; got a leaf of type {type(x)}")
 
 
-def jax_to_torch(x):
+@overload
+def jax_to_torch(x: jax.Array | np.ndarray) -> torch.Tensor: ...
+@overload
+def jax_to_torch(x: Any) -> Any: ...
+def jax_to_torch(x: Any) -> Any:
     """JAX array(s) -> torch tensor(s) sharing the same memory (DLPack, no copy).
 
     Args:
@@ -128,7 +138,7 @@ def jax_to_torch(x):
     return jax.tree_util.tree_map(_leaf_to_torch, x)
 
 
-def _leaf_to_jax(t):
+def _leaf_to_jax(t: object) -> jax.Array:
     if isinstance(t, torch.Tensor):
         t = t.detach()
         if not t.is_contiguous():
@@ -139,7 +149,11 @@ def _leaf_to_jax(t):
     raise TypeError(f"torch_to_jax converts torch tensors; got a leaf of type {type(t)}")
 
 
-def torch_to_jax(x):
+@overload
+def torch_to_jax(x: torch.Tensor) -> jax.Array: ...
+@overload
+def torch_to_jax(x: Any) -> Any: ...
+def torch_to_jax(x: Any) -> Any:
     """Torch tensor(s) -> JAX array(s) sharing the same memory (DLPack, no copy).
 
     Non-contiguous tensors are made contiguous first (a copy); tensors that require grad are
@@ -161,11 +175,11 @@ torch2jax = torch_to_jax
 Game = EnvConfig | VersusEnv
 
 
-def _reset_fn(game: Game):
+def _reset_fn(game: Game) -> Callable[[jax.Array], tuple[Observation, EnvState]]:
     return game.reset if isinstance(game, VersusEnv) else partial(_env.reset, game)
 
 
-def _autoreset_fn(game: Game):
+def _autoreset_fn(game: Game) -> Callable[..., AutoresetResult]:
     if isinstance(game, VersusEnv):
         return game.step_autoreset
     return partial(_env.step_autoreset, game)
@@ -175,7 +189,7 @@ def _game_config(game: Game) -> EnvConfig:
     return game.config if isinstance(game, VersusEnv) else game
 
 
-def _game_keys(key, num_envs: int, window):
+def _game_keys(key: jax.Array, num_envs: int, window: tuple[int, int] | None) -> jax.Array:
     """The per-game keys of a batch: `split(key, num_envs)`, or, for games [start, start +
     num_envs) of a batch of `total` (`window`), those games' keys of the whole batch."""
     if window is None:
@@ -185,14 +199,16 @@ def _game_keys(key, num_envs: int, window):
 
 
 @partial(jax.jit, static_argnums=(0, 1, 3))
-def _reset(game: Game, num_envs: int, key, window=None):
+def _reset(
+    game: Game, num_envs: int, key: jax.Array, window: tuple[int, int] | None = None
+) -> tuple[jax.Array, Observation, EnvState]:
     key, sub = jax.random.split(key)
     obs, states = jax.vmap(_reset_fn(game))(_game_keys(sub, num_envs, window))
     return key, obs, states
 
 
 @partial(jax.jit, static_argnums=0)
-def _observe(game: Game, states, key):
+def _observe(game: Game, states: EnvState, key: jax.Array) -> tuple[jax.Array, Observation]:
     key, sub = jax.random.split(key)
     keys = jax.random.split(sub, jax.tree_util.tree_leaves(states)[0].shape[0])
     obs = jax.vmap(partial(observe_state, _game_config(game)))(states, keys)
@@ -201,14 +217,14 @@ def _observe(game: Game, states, key):
     return key, obs
 
 
-def _batched_autoreset_fn(game: Game):
+def _batched_autoreset_fn(game: Game) -> Callable[..., AutoresetResult]:
     if isinstance(game, VersusEnv):
         return game.batched_step_autoreset
     return partial(_env.batched_step_autoreset, game)
 
 
 @lru_cache(maxsize=64)
-def _state_treedef(game: Game):
+def _state_treedef(game: Game) -> jax.tree_util.PyTreeDef:
     """The pytree structure of one batch of `game`'s states."""
     shapes = jax.eval_shape(_reset_fn(game), jax.random.PRNGKey(0))
     return jax.tree_util.tree_structure(shapes[1])
@@ -227,7 +243,7 @@ class ScriptedTeam:
     team: int
     policy: Any = "random"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("start", "stop", "team"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -239,8 +255,9 @@ class ScriptedTeam:
         object.__setattr__(self, "policy", get_policy(self.policy))
 
 
-def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], states, actions,
-                    key, window=None):  # fmt: skip
+def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], states: EnvState,
+                    actions: jax.Array, key: jax.Array,
+                    window: tuple[int, int] | None = None) -> jax.Array:  # fmt: skip
     """`actions` (B, n, ...) with the rows of every scripted team replaced by its policy's
     actions on its slice of games. Game b's team t draws the key of b in
     `_game_keys(fold_in(key, t), ...)`: it does not depend on how the batch is sliced."""
@@ -285,7 +302,10 @@ class StepOutputs(NamedTuple):
 
 @lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
-                   scripted: tuple = (), state_vectors: bool = False, window=None):  # fmt: skip
+                   scripted: tuple[ScriptedTeam, ...] = (), state_vectors: bool = False,
+                   window: tuple[int, int] | None = None) -> Callable[
+                       [list[jax.Array], jax.Array, jax.Array],
+                       tuple[jax.Array, list[jax.Array], StepOutputs]]:  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, `StepOutputs`); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
@@ -312,7 +332,9 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
 
     treedef = _state_treedef(game)
 
-    def run(leaves, key, actions):
+    def run(
+        leaves: list[jax.Array], key: jax.Array, actions: jax.Array
+    ) -> tuple[jax.Array, list[jax.Array], StepOutputs]:
         key, sub = jax.random.split(key)
         states = jax.tree_util.tree_unflatten(treedef, leaves)
         if scripted:  # its own stream: the env's keys stay those of an unscripted batch
@@ -328,6 +350,7 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
             winner=info.winner, final_obs=info.final_obs if final_obs else None,
         )  # fmt: skip
         if state_vectors:
+            assert info.final_state is not None  # the step was asked for it (final_state=True)
             outputs = outputs._replace(
                 state_vector=_both_state_vectors(config, states),
                 final_state_vector=_both_state_vectors(config, info.final_state),
@@ -337,14 +360,14 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
     return jax.jit(run, donate_argnums=(0, 1))
 
 
-def _both_state_vectors(config: EnvConfig, states):
+def _both_state_vectors(config: EnvConfig, states: EnvState) -> jax.Array:
     """(B, 2, S) float32: every game's state vector seen from team 0 and from team 1."""
     return jnp.stack([jax.vmap(partial(state_vector, config, team=t))(states)
                       for t in (0, 1)], axis=1)  # fmt: skip
 
 
 @partial(jax.jit, static_argnums=0)
-def _v_both_state_vectors(config: EnvConfig, states):
+def _v_both_state_vectors(config: EnvConfig, states: EnvState) -> jax.Array:
     return _both_state_vectors(config, states)
 
 
@@ -353,7 +376,7 @@ def _v_both_state_vectors(config: EnvConfig, states):
 # ------------------------------------------------------------------------------------------
 
 
-def _jax_device(device) -> jax.Device:
+def _jax_device(device: torch.device | str | None) -> jax.Device:
     if device is None:
         return jax.devices()[0]
     device = torch.device(device)
@@ -423,9 +446,11 @@ class TorchVecEnv:
         >>> obs, rewards, dones, ep_dones, info = venv.step(actions)
     """
 
-    def __init__(self, name_or_env, num_envs: int, seed: int = 0, device=None,
-                 final_obs: bool = True, opponent=None, team: int = 0, scripted=(),
-                 state_vectors: bool = False, window=None):  # fmt: skip
+    def __init__(self, name_or_env: EnvLike | VersusEnv, num_envs: int, seed: int = 0,
+                 device: torch.device | str | None = None, final_obs: bool = True,
+                 opponent: str | Policy | None = None, team: int = 0,
+                 scripted: Iterable[ScriptedTeam] = (), state_vectors: bool = False,
+                 window: tuple[int, int] | None = None) -> None:  # fmt: skip
         check_positive_int(num_envs, "num_envs")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
@@ -436,15 +461,18 @@ class TorchVecEnv:
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
-        self._leaves: Any = None  # the batched states as a flat list (see _compiled_step)
+        # the batched states as a flat list (see _compiled_step)
+        self._leaves: list[jax.Array] | None = None
         self._treedef = _state_treedef(self.game)
-        self.last_obs: Any = None
+        self.last_obs: TorchObservation | None = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
                                     self.scripted, self.state_vectors, self.window)  # fmt: skip
 
     @classmethod
-    def from_states(cls, name_or_env, states: EnvState, seed: int = 0, **kwargs) -> TorchVecEnv:
+    def from_states(
+        cls, name_or_env: EnvLike | VersusEnv, states: EnvState, seed: int = 0, **kwargs: Any
+    ) -> TorchVecEnv:
         """A TorchVecEnv whose games start from `states` (an `EnvState` batched along axis 0,
         e.g. hand-built with `EnvState.create` and stacked). Call `step` right away; the first
         observation is `venv.last_obs`."""
@@ -460,12 +488,12 @@ class TorchVecEnv:
         return self.game.n_agents if isinstance(self.game, VersusEnv) else self.config.n_agents
 
     @property
-    def action_space(self):
+    def action_space(self) -> Discrete | Box:
         """Per-agent action space (`gigastep.spaces`)."""
         return _env.GigastepEnv(self.config).action_space
 
     @property
-    def observation_space(self):
+    def observation_space(self) -> Box | Tuple:
         """Per-agent observation space (`gigastep.spaces`)."""
         return _env.GigastepEnv(self.config).observation_space
 
@@ -481,7 +509,7 @@ class TorchVecEnv:
         return f"TorchVecEnv({self.game!r}, num_envs={self.num_envs}, device={self.device})"
 
     # --- API ----------------------------------------------------------------------------
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> TorchObservation:
         """Start `num_envs` fresh games; returns their observations (torch)."""
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
@@ -490,7 +518,7 @@ class TorchVecEnv:
         self.last_obs = jax_to_torch(obs)
         return self.last_obs
 
-    def reset_to(self, states: EnvState):
+    def reset_to(self, states: EnvState) -> TorchObservation:
         """Continue from the given batched states (copied); returns their observations as at a
         reset (nothing detected yet)."""
         leaves = jax.tree_util.tree_leaves(states)
@@ -507,12 +535,14 @@ class TorchVecEnv:
         self.last_obs = jax_to_torch(obs)
         return self.last_obs
 
-    def step(self, actions: torch.Tensor):
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[TorchObservation, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """One step of every game; returns (obs, rewards, dones, ep_dones, info) as tensors."""
         if self._leaves is None:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
-        actions = _leaf_to_jax(self._check_actions(actions))
-        self._key, self._leaves, out = self._step(self._leaves, self._key, actions)
+        jax_actions = _leaf_to_jax(self._check_actions(actions))
+        self._key, self._leaves, out = self._step(self._leaves, self._key, jax_actions)
         out = jax_to_torch(out)
         self.last_obs = out.obs
         info = {
@@ -533,7 +563,7 @@ class TorchVecEnv:
         0 and from team 1 (`gigastep.game.observations.global_state`)."""
         return jax_to_torch(_v_both_state_vectors(self.config, self.states))
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """Everything the next steps depend on, as torch tensors (copies): the PRNG key, the
         game states (flat list of leaves) and the last observation. `restore` continues from
         it exactly (same key, same states: the same future steps, bit for bit)."""
@@ -547,7 +577,7 @@ class TorchVecEnv:
             "last_obs": copy(self.last_obs),
         }
 
-    def restore(self, snapshot: dict) -> None:
+    def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue from a `snapshot()` (of a TorchVecEnv of the same game and batch size)."""
         missing = {"key", "states", "last_obs"} - set(snapshot)
         if missing:
@@ -571,7 +601,7 @@ class TorchVecEnv:
         self._leaves = None
 
     # --- checks -------------------------------------------------------------------------
-    def _check_actions(self, actions) -> torch.Tensor:
+    def _check_actions(self, actions: object) -> torch.Tensor:
         if not isinstance(actions, torch.Tensor):
             raise TypeError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
         b, m = self.num_envs, self.n_agents
@@ -600,7 +630,7 @@ def _numpy_dtype(t: torch.Tensor) -> np.dtype:
     return np.dtype(str(t.dtype).removeprefix("torch."))
 
 
-def _check_window(window, num_envs: int):
+def _check_window(window: Iterable[int] | None, num_envs: int) -> tuple[int, int] | None:
     if window is None:
         return None
     try:
@@ -613,7 +643,9 @@ def _check_window(window, num_envs: int):
     return (start, total)
 
 
-def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, ...]:
+def _check_scripted(
+    scripted: Iterable[ScriptedTeam], num_envs: int, game: Game
+) -> tuple[ScriptedTeam, ...]:
     """The scripted teams as a tuple, checked: inside the batch, no game and team twice."""
     scripted = tuple(scripted)
     if not all(isinstance(s, ScriptedTeam) for s in scripted):
@@ -634,7 +666,7 @@ def _check_scripted(scripted, num_envs: int, game: Game) -> tuple[ScriptedTeam, 
     return scripted
 
 
-def _as_game(name_or_env, opponent, team) -> Game:
+def _as_game(name_or_env: EnvLike | VersusEnv, opponent: str | Policy | None, team: int) -> Game:
     """An EnvConfig (all agents controlled) or a VersusEnv (one team scripted)."""
     if isinstance(name_or_env, VersusEnv):
         if opponent is not None:

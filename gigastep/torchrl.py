@@ -50,9 +50,10 @@ from torchrl.envs import EnvBase
 from gigastep import env as _env
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
-from gigastep.opponents import VersusEnv, resolve_env
+from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env
 from gigastep.spaces import vector_bounds
-from gigastep.torch import TorchVecEnv, jax_to_torch
+from gigastep.torch import TorchObservation, TorchVecEnv, jax_to_torch
+from gigastep.types import EnvConfig, EnvState
 
 __all__ = ["GigastepTorchRLEnv"]
 
@@ -72,7 +73,7 @@ def _team_slices(teams: np.ndarray) -> dict[str, slice | torch.Tensor]:
 
 
 @partial(jax.jit, static_argnums=0)
-def _fresh_states(config, keys):
+def _fresh_states(config: EnvConfig, keys: jax.Array) -> EnvState:
     """Fresh game states, one per key (the states of `jax.vmap(reset)`)."""
     return jax.vmap(partial(_env.reset, config))(keys)[1]
 
@@ -96,8 +97,10 @@ class GigastepTorchRLEnv(EnvBase):
         **overrides: EnvConfig fields changed (e.g. `max_episode_length=100`).
     """
 
-    def __init__(self, name_or_env, num_envs: int, device="cpu", seed: int = 0,
-                 opponent=None, team: int = 0, **overrides):  # fmt: skip
+    def __init__(self, name_or_env: EnvLike | VersusEnv, num_envs: int,
+                 device: torch.device | str = "cpu", seed: int = 0,
+                 opponent: str | Policy | None = None, team: int = 0,
+                 **overrides: Any) -> None:  # fmt: skip
         if overrides:
             if isinstance(name_or_env, VersusEnv):
                 raise TypeError("EnvConfig overrides need a scenario name, GigastepEnv or config")
@@ -165,7 +168,9 @@ class GigastepTorchRLEnv(EnvBase):
         self.done_spec = Composite({**root, **done}, shape=(b,), device=dev)
 
     # --- conversion ---------------------------------------------------------------------
-    def _observations(self, obs, alive) -> dict[str, dict[str, torch.Tensor]]:
+    def _observations(
+        self, obs: TorchObservation, alive: torch.Tensor
+    ) -> dict[str, dict[str, torch.Tensor]]:
         c = self.config
         if c.obs_type == "rgb_vector":
             rgb, vec = obs
@@ -181,11 +186,20 @@ class GigastepTorchRLEnv(EnvBase):
             out[group] = entries
         return out
 
-    def _done_entries(self, terminated, truncated) -> dict[str, torch.Tensor]:
+    def _done_entries(
+        self, terminated: torch.Tensor, truncated: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         terminated, truncated = terminated.reshape(-1, 1), truncated.reshape(-1, 1)
         return {"done": terminated | truncated, "terminated": terminated, "truncated": truncated}
 
-    def _output(self, obs, alive, terminated, truncated, rewards=None) -> TensorDict:
+    def _output(
+        self,
+        obs: TorchObservation,
+        alive: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        rewards: torch.Tensor | None = None,
+    ) -> TensorDict:
         root = self._done_entries(terminated, truncated)
         data = {**root}
         for group, entries in self._observations(obs, alive).items():
@@ -219,7 +233,7 @@ class GigastepTorchRLEnv(EnvBase):
         return self._output(info["final_obs"], final_alive, info["terminated"],
                             info["truncated"], rewards)  # fmt: skip
 
-    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDict:
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDict:
         mask = self._reset_mask(tensordict)
         if mask is None or self._fresh_obs is None:
             obs = self._venv.reset(seed=self._seed)
@@ -236,7 +250,7 @@ class GigastepTorchRLEnv(EnvBase):
         zeros = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         return self._output(obs, alive, zeros, zeros)
 
-    def _reset_mask(self, tensordict) -> torch.Tensor | None:
+    def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
         """(B,) bool: the games a partial reset asks for (any of its "_reset" entries), or
         None for a full reset."""
         if tensordict is None:

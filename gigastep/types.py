@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import chex
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from gigastep._checks import closest, float_tuple
 from gigastep._pytree import PytreeData, pytree_dataclass
@@ -39,6 +42,13 @@ OBS_TYPES = ("vector", "rgb", "rgb_vector")
 
 Pair = tuple[float, float]
 
+VectorLike: TypeAlias = "ArrayLike | Sequence[float]"
+"""Per-agent values as an array, a scalar (broadcast) or a sequence of numbers."""
+
+Observation: TypeAlias = "jax.Array | tuple[jax.Array, jax.Array]"
+"""The observations of one game (or a batch): (n, L) float32 for "vector", (n, res_x, res_y, 3)
+uint8 for "rgb", the pair (rgb, vector) for "rgb_vector" (with any leading batch axes)."""
+
 
 # Keyword names of the 2023 library that this project renamed (old name -> new name).
 RENAMED_FIELDS = {
@@ -60,7 +70,7 @@ RENAMED_FIELDS = {
 }
 
 
-def check_fields(names, where: str = "") -> None:
+def check_fields(names: Iterable[str], where: str = "") -> None:
     """Raise a TypeError for the first name in `names` that is not an `EnvConfig` field.
 
     The message names the field, and either its new name (a keyword of the 2023 library that
@@ -251,7 +261,7 @@ class EnvConfig:
     """Most redraws of conflicting start positions at reset (the loop stops as soon as none
     conflicts; 10 left 9% of identical_20_vs_5's games starting with a close pair)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         teams = tuple(self.teams)
         n = len(teams)
         if n < 1:
@@ -301,7 +311,7 @@ class EnvConfig:
             _set(self, "maps", maps)
         _set(self, "waypoint_lifetime", float_tuple(self.waypoint_lifetime, 2, "waypoint_lifetime"))
 
-    def _check_numbers(self):
+    def _check_numbers(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.type in ("float", "float | None") and isinstance(value, (int, float)):
@@ -381,7 +391,7 @@ class EnvConfig:
     def resolution(self) -> tuple[int, int]:
         return (self.resolution_x, self.resolution_y)
 
-    def replace(self, **changes) -> EnvConfig:
+    def replace(self, **changes: Any) -> EnvConfig:
         """A copy with some fields changed (validated like a new config)."""
         check_fields(changes)
         if "map_set" in changes and "maps" not in changes:
@@ -389,7 +399,7 @@ class EnvConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _set(obj, name, value):
+def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)
 
 
@@ -401,7 +411,7 @@ def _set(obj, name, value):
 FINITE_FIELDS = ("x", "y", "z", "v", "heading")  # what `check_finite_state` requires finite
 
 
-def check_finite_state(state, where: str) -> None:
+def check_finite_state(state: EnvState, where: str) -> None:
     """Refuse a state (any leading batch axes) whose positions, speeds or headings are not all
     finite: a ValueError naming `where`, the field, the game (when batched) and the agent.
 
@@ -461,9 +471,12 @@ class EnvState(PytreeData):
     episode: EpisodeState
 
     @staticmethod
-    def create(config: EnvConfig, x, y, z=None, v=None, heading=None, health=None,
-               alive=None, tracked=None, map_idx=0, waypoint=None, waypoint_time=0.0,
-               aux_rewards_factor=1.0, step=0) -> EnvState:  # fmt: skip
+    def create(config: EnvConfig, x: VectorLike, y: VectorLike, z: VectorLike | None = None,
+               v: VectorLike | None = None, heading: VectorLike | None = None,
+               health: VectorLike | None = None, alive: VectorLike | None = None,
+               tracked: ArrayLike | Sequence[Sequence[int]] | None = None, map_idx: ArrayLike = 0,
+               waypoint: VectorLike | None = None, waypoint_time: ArrayLike = 0.0,
+               aux_rewards_factor: ArrayLike = 1.0, step: ArrayLike = 0) -> EnvState:  # fmt: skip
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
         Args:
@@ -476,7 +489,9 @@ class EnvState(PytreeData):
         """
         n = config.n_agents
 
-        def vec(value, default, dtype=jnp.float32):
+        def vec(
+            value: VectorLike | None, default: VectorLike, dtype: DTypeLike = jnp.float32
+        ) -> jax.Array:
             arr = jnp.broadcast_to(jnp.asarray(default if value is None else value, dtype), (n,))
             return jnp.array(arr)
 
@@ -526,9 +541,10 @@ class StepInfo(PytreeData):
 
     terminated: chex.Array  # () bool, a team was eliminated this step
     truncated: chex.Array  # () bool, the time limit ended the episode (and it did not terminate)
-    final_obs: Any  # observation of the last step of a finished episode (else of this step)
+    final_obs: Observation  # observation of the last step of a finished episode (else of this step)
     episode_return: chex.Array  # (n,) float32, the finished episode's return (else running sum)
     episode_length: chex.Array  # () int32, the finished episode's length (else running length)
     winner: chex.Array  # () int32, the team left alone at the end (0 or 1), else -1 (draw, or
     # the episode goes on); see `gigastep.env.episode_winner`
-    final_state: Any = None  # the EnvState the step ended in, before any reset (when asked)
+    final_state: EnvState | None = None  # the EnvState the step ended in, before any reset
+    # (when asked)

@@ -24,11 +24,20 @@ so a positive (counter-clockwise in the world) heading input turns right on the 
 from __future__ import annotations
 
 import os
+import types
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from gigastep.render import BACKGROUND, TEXT, FrameRenderer, _font
 from gigastep.replay import GameRunner, Replay
+
+if TYPE_CHECKING:
+    import pygame
+
+    from gigastep.types import EnvState
 
 __all__ = ["KEY_HELP", "Viewer"]
 
@@ -38,7 +47,7 @@ DEADZONE = 0.15
 MAX_FPS = 120
 
 
-def _pygame():
+def _pygame() -> types.ModuleType:
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     try:
         import pygame
@@ -60,9 +69,10 @@ class Viewer:
         title: the first line of the legend.
     """
 
-    def __init__(self, game: GameRunner, human: int | None = None, replay_actions=None,
-                 fps: float = 10.0, scale: int = 3, agents=None, title: str = "",
-                 names=None):  # fmt: skip
+    def __init__(self, game: GameRunner, human: int | None = None,
+                 replay_actions: npt.ArrayLike | None = None, fps: float = 10.0, scale: int = 3,
+                 agents: Iterable[int] | None = None, title: str = "",
+                 names: Sequence[str] | None = None) -> None:  # fmt: skip
         n = game.config.n_agents
         if human is not None and not (isinstance(human, int) and 0 <= human < n):
             raise ValueError(f"the human's agent must be one of 0..{n - 1}, got {human!r}")
@@ -80,12 +90,12 @@ class Viewer:
         self.fps, self.paused, self.running = float(fps), False, True
         self._held: set[int] = set()
         self._step_once = False
-        self._joystick = None
+        self._joystick: pygame.joystick.JoystickType | None = None
         self.frames_shown = 0
-        self.last_human_action = None
+        self.last_human_action: np.ndarray | np.int32 | None = None
 
     @classmethod
-    def for_replay(cls, replay: Replay, **kwargs) -> Viewer:
+    def for_replay(cls, replay: Replay, **kwargs: Any) -> Viewer:
         """Watch a recorded game (kwargs as for `Viewer`, without `human`)."""
         # The runner's players never act: every step takes the replay's actions.
         game = GameRunner(replay.env(), ("random", "random"), replay.seed)
@@ -113,7 +123,7 @@ class Viewer:
                 throttle -= dead[2]
         return np.clip(np.asarray([heading, dive, throttle], np.float32), -1.0, 1.0)
 
-    def _human_action(self):
+    def _human_action(self) -> np.ndarray | np.int32:
         controls = self.human_controls()
         if not self.game.config.discrete_actions:
             return controls
@@ -121,7 +131,7 @@ class Viewer:
 
         return np.int32(to_discrete(controls[None])[0])
 
-    def handle(self, event) -> None:
+    def handle(self, event: pygame.event.Event) -> None:
         """React to one pygame event."""
         pg = _pygame()
         if event.type == pg.QUIT:
@@ -136,7 +146,7 @@ class Viewer:
         elif event.type == pg.JOYBUTTONDOWN and event.button == 0:
             self.paused = not self.paused
 
-    def _key(self, key, char: str) -> None:
+    def _key(self, key: int, char: str) -> None:
         pg = _pygame()
         if key in (pg.K_q, pg.K_ESCAPE):
             self.running = False
@@ -189,7 +199,11 @@ class Viewer:
         draw.text((8, 3), f"{KEY_HELP}    [{status}]", fill=TEXT, font=_font())
         return np.concatenate([frame, np.asarray(strip)], axis=0)
 
-    def run(self, max_frames: int | None = None, on_frame=None) -> int:
+    def run(
+        self,
+        max_frames: int | None = None,
+        on_frame: Callable[[Viewer, int], object] | None = None,
+    ) -> int:
         """Open the window and play until the quit key (or `max_frames` frames).
 
         Args:
@@ -234,7 +248,7 @@ class Viewer:
         return self.frames_shown
 
 
-def _batch_of_one(state):
+def _batch_of_one(state: EnvState) -> EnvState:
     import jax
 
     return jax.tree_util.tree_map(lambda x: x[None], state)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from gigastep.types import AgentState, EnvConfig
 
@@ -24,12 +26,12 @@ _TWO_PI = np.float32(2.0 * math.pi)
 _PI = np.float32(math.pi)
 
 
-def wrap_angle(a):
+def wrap_angle(a: jax.Array) -> jax.Array:
     """Wrap angles into [-pi, pi) with a floor modulo (not C's truncated fmod)."""
     return a - _TWO_PI * jnp.floor((a + _PI) / _TWO_PI)
 
 
-def decode_actions(config: EnvConfig, actions):
+def decode_actions(config: EnvConfig, actions: ArrayLike) -> jax.Array:
     """Actions -> controls (n, 3) float32 in [-1, 1]: (heading, dive, throttle).
 
     Discrete actions (n,) int are clipped to 0..26 and looked up in `ACTION_TABLE`;
@@ -42,7 +44,7 @@ def decode_actions(config: EnvConfig, actions):
     return jnp.clip(jnp.where(jnp.isnan(controls), 0.0, controls), -1.0, 1.0)
 
 
-def move(config: EnvConfig, agents: AgentState, controls) -> AgentState:
+def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentState:
     """Integrate one step of every agent's motion; dead agents keep their position.
 
     heading' = wrap(h + dt u_h c_h), v1 = v + dt u_t c_t thrust, v2 = v1 - dt drag v1^2,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -39,7 +40,7 @@ def geometry(agents: AgentState) -> Geometry:
     return Geometry(dx=dx, dy=dy, d2=d2, dist=jnp.sqrt(d2), cos_bearing=forward)
 
 
-def in_cone(angle: float, geo: Geometry, heading):
+def in_cone(angle: float, geo: Geometry, heading: jax.Array) -> jax.Array:
     """[|theta_ij| < angle] for every pair, without atan2.
 
     For angle <= pi, |theta| < angle <=> cos(theta) > cos(angle) <=> forward > cos(angle) d;
@@ -63,7 +64,9 @@ class Hazards(PytreeData):
     alive: chex.Array  # (n,) bool, alive after these hazards
 
 
-def hazards(config: EnvConfig, agents: AgentState, geo: Geometry, boxes, box_valid) -> Hazards:
+def hazards(
+    config: EnvConfig, agents: AgentState, geo: Geometry, boxes: jax.Array, box_valid: jax.Array
+) -> Hazards:
     """Out of bounds, then collisions among the agents still alive, then boxes.
 
     Args:
@@ -99,7 +102,13 @@ class Combat(PytreeData):
     took_damage: chex.Array  # (n,) bool, positive damage taken this step
 
 
-def combat(config: EnvConfig, agents: AgentState, geo: Geometry, alive, detection_noise) -> Combat:
+def combat(
+    config: EnvConfig,
+    agents: AgentState,
+    geo: Geometry,
+    alive: jax.Array,
+    detection_noise: jax.Array,
+) -> Combat:
     """Who detects whom, who locks on whom, and the damage units of each lock.
 
     Detection score cs = d^2 / (cone_depth^2 range_j^2) and damage score

@@ -27,7 +27,9 @@ __all__ = [
 ]
 
 
-def placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid, margin):
+def placement_conflicts(
+    config: EnvConfig, agents: AgentState, boxes: jax.Array, box_valid: jax.Array, margin: float
+) -> jax.Array:
     """(n,) bool: an agent too close to a lower-index agent (radius and altitude enlarged by
     `margin`) or inside a box enlarged by `margin`. Only the later agent of a close pair is
     redrawn, so each round resolves more conflicts than redrawing both would."""
@@ -48,18 +50,18 @@ def placement_conflicts(config: EnvConfig, agents: AgentState, boxes, box_valid,
     return conflict | jnp.any(inside & box_valid[None, :], axis=1)
 
 
-def reset_state(config: EnvConfig, key) -> tuple[EnvState, jax.Array]:
+def reset_state(config: EnvConfig, key: jax.Array) -> tuple[EnvState, jax.Array]:
     """A fresh game and the communication noise of its first observation (see
     `reset_state_streamed`)."""
     return reset_state_streamed(config, key)[:2]
 
 
-def reset_keys(key):
+def reset_keys(key: jax.Array) -> jax.Array:
     """(k_map, k_place, k_comm): the three keys a reset splits its key into."""
     return jax.random.split(key, 3)
 
 
-def map_index(config: EnvConfig, k_map) -> jax.Array:
+def map_index(config: EnvConfig, k_map: jax.Array) -> jax.Array:
     """() int32: the map of a fresh game, uniform over `config.maps` (rules §15 row 4)."""
     n_maps = len(config.maps)
     if n_maps == 1:
@@ -67,13 +69,15 @@ def map_index(config: EnvConfig, k_map) -> jax.Array:
     return jax.random.randint(k_map, (), 0, n_maps)
 
 
-def placement_uniforms(config: EnvConfig, k_place, round_) -> jax.Array:
+def placement_uniforms(config: EnvConfig, k_place: jax.Array, round_: int | jax.Array) -> jax.Array:
     """(4, n) float32 uniforms in [0, 1) of placement round `round_` (0: the first draw,
     r >= 1: the r-th redraw): the fractions of x, y, z and heading across each agent's ranges."""
     return grandom.uniform(jax.random.fold_in(k_place, round_), (4, config.n_agents))
 
 
-def place_agents(config: EnvConfig, maps: MapArrays, map_idx, k_place) -> AgentState:
+def place_agents(
+    config: EnvConfig, maps: MapArrays, map_idx: jax.Array, k_place: jax.Array
+) -> AgentState:
     """The agents of a fresh game on map `map_idx`: placed, redrawn while in conflict (see
     `reset_state_streamed`), at full health, alive, at speed 1, with no locks."""
     n = config.n_agents
@@ -84,7 +88,7 @@ def place_agents(config: EnvConfig, maps: MapArrays, map_idx, k_place) -> AgentS
     boxes = jnp.asarray(maps.boxes)[map_idx]
     box_valid = jnp.asarray(maps.box_valid)[map_idx]
 
-    def draw(round_):
+    def draw(round_: int | jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         u = placement_uniforms(config, k_place, round_)
         return (
             region[:, 0] + u[0] * (region[:, 2] - region[:, 0]),
@@ -100,14 +104,16 @@ def place_agents(config: EnvConfig, maps: MapArrays, map_idx, k_place) -> AgentS
         health=max_health, alive=jnp.ones(n, bool), tracked=jnp.zeros((n, n), jnp.int32),
     )  # fmt: skip
 
-    def conflicts(a):
+    def conflicts(a: AgentState) -> jax.Array:
         return placement_conflicts(config, a, boxes, box_valid, 0.1)
 
-    def cond(carry):
+    def cond(carry: tuple[jax.Array, AgentState, jax.Array]) -> jax.Array:
         round_, a, need = carry
         return (round_ <= config.reset_max_rounds) & jnp.any(need)
 
-    def body(carry):
+    def body(
+        carry: tuple[jax.Array, AgentState, jax.Array],
+    ) -> tuple[jax.Array, AgentState, jax.Array]:
         round_, a, need = carry
         x, y, z, h = draw(round_)
         a = a.replace(x=jnp.where(need, x, a.x), y=jnp.where(need, y, a.y),
@@ -118,7 +124,9 @@ def place_agents(config: EnvConfig, maps: MapArrays, map_idx, k_place) -> AgentS
     return jax.lax.while_loop(cond, body, (jnp.int32(1), agents, conflicts(agents)))[1]
 
 
-def reset_state_streamed(config: EnvConfig, key):
+def reset_state_streamed(
+    config: EnvConfig, key: jax.Array
+) -> tuple[EnvState, jax.Array, jax.Array | None]:
     """(state, comm, stream): a fresh game, the communication noise of its first observation
     and that noise's counter stream (None when communication is deterministic).
 

@@ -7,6 +7,7 @@ added, penalties subtracted, so a negative weight turns a penalty into a bonus.
 from __future__ import annotations
 
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,7 +28,7 @@ class RewardInputs(PytreeData):
     damage: chex.Array  # (n, n) float32, damage units j deals to i
 
 
-def _team_counts(config: EnvConfig, alive):
+def _team_counts(config: EnvConfig, alive: jax.Array) -> tuple[jax.Array, jax.Array]:
     team1 = jnp.asarray(np.asarray(config.teams) == 1)
     a1 = jnp.sum(alive & team1)
     return jnp.sum(alive) - a1, a1
@@ -64,7 +65,7 @@ def reward_terms(config: EnvConfig, r: RewardInputs) -> dict[str, chex.Array]:
     }
 
 
-def total_reward(config: EnvConfig, r: RewardInputs, aux_factor) -> chex.Array:
+def total_reward(config: EnvConfig, r: RewardInputs, aux_factor: jax.Array) -> chex.Array:
     """The step reward (n,) float32.
 
     r_i = (aux * (sum_k w_k term_k + idle_reward_i) + w_won game_won_i) / team_size_i,

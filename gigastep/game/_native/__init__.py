@@ -33,6 +33,7 @@ import threading
 import warnings
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 __all__ = ["BuildError", "build_library", "enabled", "load", "status"]
 
@@ -166,7 +167,7 @@ def load() -> bool:
 _warned: list[bool] = []
 
 
-def status() -> dict:
+def status() -> dict[str, Any]:
     """What the native kernels are doing here (for benchmark records and bug reports)."""
     if not enabled():
         return {"native": False, "detail": "disabled by GIGASTEP_NATIVE"}

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from gigastep.game import interactions
+from gigastep.game.interactions import Geometry
 from gigastep.game.maps import background, map_arrays
 from gigastep.game.observations import rgb
 from gigastep.game.observations.vector import (
@@ -20,13 +21,14 @@ from gigastep.game.observations.vector import (
     vector_observations,
 )
 from gigastep.game.observations.visibility import finite_agents, visibility
-from gigastep.types import EnvConfig, EnvState
+from gigastep.types import EnvConfig, EnvState, Observation
 
 __all__ = ["first_observation", "global_view", "observe"]
 
 
-def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise,
-            comm_stream=None):  # fmt: skip
+def observe(config: EnvConfig, state: EnvState, geo: Geometry, detected: jax.Array,
+            took_damage: jax.Array, comm_noise: jax.Array,
+            comm_stream: jax.Array | None = None) -> Observation:  # fmt: skip
     """Observations of every agent of one game (rules §5).
 
     `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
@@ -49,26 +51,35 @@ def observe(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm
     return _observe_jax(config, state, geo, detected, took_damage, comm_noise)
 
 
-def _observe_jax(config: EnvConfig, state: EnvState, geo, detected, took_damage, comm_noise):
+def _observe_jax(
+    config: EnvConfig,
+    state: EnvState,
+    geo: Geometry,
+    detected: jax.Array,
+    took_damage: jax.Array,
+    comm_noise: jax.Array,
+) -> Observation:
     agents, episode = state.agents, state.episode
     finite = finite_agents(agents)
     seen = visibility(config, agents.alive, geo.dist, detected, comm_noise, finite)
-    out = []
+    out: list[jax.Array] = []
     if config.obs_type in ("rgb", "rgb_vector"):
         images = jnp.asarray(background(config))
         out.append(rgb.rgb_observations(config, images, agents, episode, seen, took_damage))
     if config.obs_type in ("vector", "rgb_vector"):
         boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
-    return out[0] if len(out) == 1 else tuple(out)
+    return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
 
 
-def global_view(config: EnvConfig, state: EnvState):
+def global_view(config: EnvConfig, state: EnvState) -> jax.Array:
     """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (rules §5.4)."""
     return rgb.global_view(config, jnp.asarray(background(config)), state.agents, state.episode)
 
 
-def first_observation(config: EnvConfig, state: EnvState, comm, comm_stream=None):
+def first_observation(
+    config: EnvConfig, state: EnvState, comm: jax.Array, comm_stream: jax.Array | None = None
+) -> Observation:
     """The observations of a fresh game: nobody detected, nobody damaged, `comm` (n, n) the
     communication noise of this observation (`comm_stream` its counter stream, or None)."""
     n = config.n_agents

@@ -42,7 +42,7 @@ centre is "set" to black, sprites are a "max".
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +56,9 @@ TAIL_INTENSITY = (204, 153, 102, 51)
 """Intensity ``255 - 51 k`` of the tail point k = 1..4 pixels behind an agent."""
 
 WAYPOINT_RGB = (127, 0, 127)
+
+_Box: TypeAlias = tuple[jax.Array, jax.Array, int, int, jax.Array]
+"""(x0, y0, nx, ny, active) of the waypoint square, `_waypoint_box`."""
 
 _SPRITE_BITS = (
     (1, ((0, 0),)),
@@ -73,7 +76,7 @@ def _scale(res: int, limit: float) -> np.float32:
     return np.float32(res / limit)
 
 
-def pixel_coords(config: EnvConfig, agents: AgentState):
+def pixel_coords(config: EnvConfig, agents: AgentState) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Pixel position and altitude shade of every agent.
 
     Returns:
@@ -88,7 +91,7 @@ def pixel_coords(config: EnvConfig, agents: AgentState):
     return jnp.round(fx).astype(jnp.int32), jnp.round(fy).astype(jnp.int32), pz.astype(jnp.int32)
 
 
-def _materialize(x):
+def _materialize(x: jax.Array) -> jax.Array:
     """x, computed once.
 
     XLA on CPU fuses element-wise producers (cos and sin included) into every element of
@@ -101,7 +104,9 @@ def _materialize(x):
     return out.reshape(x.shape)
 
 
-def _tail_points(config: EnvConfig, px, py, heading):
+def _tail_points(
+    config: EnvConfig, px: jax.Array, py: jax.Array, heading: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(4 n,) int32 x and y of the tail points, k-major: entry k n + j is agent j's (k+1)-th."""
     rx, ry = config.resolution
     k = jnp.arange(1, 5, dtype=jnp.float32)[:, None]
@@ -112,7 +117,9 @@ def _tail_points(config: EnvConfig, px, py, heading):
     return _materialize(tx.reshape(-1)), _materialize(ty.reshape(-1))
 
 
-def _sprite_points(config: EnvConfig, px, py):
+def _sprite_points(
+    config: EnvConfig, px: jax.Array, py: jax.Array
+) -> tuple[jax.Array, jax.Array, np.ndarray]:
     """Every lit sprite pixel: x, y (m,) int32 (pixels outside the image at the drop sentinel)
     and owner (m,), the static index of the agent each belongs to."""
     owners: list[int] = []
@@ -127,7 +134,9 @@ def _sprite_points(config: EnvConfig, px, py):
     return (*_drop_outside(config, sx, sy), owner)
 
 
-def _drop_outside(config: EnvConfig, x, y, keep=True):
+def _drop_outside(
+    config: EnvConfig, x: jax.Array, y: jax.Array, keep: bool | jax.Array = True
+) -> tuple[jax.Array, jax.Array]:
     """Move pixels outside the image (or not kept) to (res_x, res_y), which a "drop" scatter
     ignores (a negative index would otherwise wrap to the opposite edge)."""
     rx, ry = config.resolution
@@ -135,7 +144,7 @@ def _drop_outside(config: EnvConfig, x, y, keep=True):
     return jnp.where(inside, x, rx), jnp.where(inside, y, ry)
 
 
-def _waypoint_box(config: EnvConfig, episode: EpisodeState):
+def _waypoint_box(config: EnvConfig, episode: EpisodeState) -> _Box:
     """(x0, y0, nx, ny, active): the waypoint square [x0, x0 + nx) x [y0, y0 + ny), where
     n = max(trunc(size * res / limit), 1) (static) and x0 = round(W_x1 * res_x / limit_x)."""
     rx, ry = config.resolution
@@ -146,14 +155,14 @@ def _waypoint_box(config: EnvConfig, episode: EpisodeState):
     return x0, y0, nx, ny, episode.waypoint_time > 0
 
 
-def _on_waypoint(config: EnvConfig, box, x, y, bar: bool):
+def _on_waypoint(config: EnvConfig, box: _Box, x: jax.Array, y: jax.Array, bar: bool) -> jax.Array:
     """Whether pixels (x, y) are drawn by the waypoint (with `bar`, the bar edge is not)."""
     x0, y0, nx, ny, active = box
     on = active & (x >= x0) & (x < x0 + nx) & (y >= y0) & (y < y0 + ny)
     return on & (y != config.resolution_y - 1) if bar else on
 
 
-def _waypoint_pixels(config: EnvConfig, box, bar: bool):
+def _waypoint_pixels(config: EnvConfig, box: _Box, bar: bool) -> tuple[jax.Array, jax.Array]:
     """x, y (nx ny,) of the drawn waypoint pixels, the others at the drop sentinel."""
     x0, y0, nx, ny, _ = box
     x = x0 + np.repeat(np.arange(nx, dtype=np.int32), ny)
@@ -161,7 +170,7 @@ def _waypoint_pixels(config: EnvConfig, box, bar: bool):
     return _drop_outside(config, x, y, _on_waypoint(config, box, x, y, bar))
 
 
-def _templates(config: EnvConfig, background, ego: bool):
+def _templates(config: EnvConfig, background: jax.Array, ego: bool) -> jax.Array:
     """Per-map images with the border drawn: (K, 2, res_x * res_y * 3) uint8 for egos
     (undamaged: three white edges; damaged: the same edges red), (K, 1, ...) for the global
     view (four white edges)."""
@@ -191,7 +200,15 @@ class _Viewers(NamedTuple):
     ego: bool  # image v belongs to agent v: white ego tail, black centre
 
 
-def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Viewers):
+def _draw(
+    config: EnvConfig,
+    background: jax.Array,
+    episode: EpisodeState,
+    px: jax.Array,
+    py: jax.Array,
+    heading: jax.Array,
+    viewers: _Viewers,
+) -> jax.Array:
     """Draw V images: (V, res_x, res_y, 3) uint8 (rules §5.3 / §5.4 with §15)."""
     rx, ry = config.resolution
     v = viewers.visible.shape[0]
@@ -202,7 +219,9 @@ def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Vie
     if viewers.bar_cut is not None:
         img = img.at[:, :, ry - 1, :].set(_bar(viewers, jnp.arange(rx)) * visible[:, None, None])
 
-    def draw(img, x, y, values, combine="set"):
+    def draw(
+        img: jax.Array, x: jax.Array, y: jax.Array, values: jax.Array, combine: str = "set"
+    ) -> jax.Array:
         values = (values * visible[:, None, None]).astype(jnp.uint8)
         return getattr(img.at[:, x, y, :], combine)(values, mode="drop")
 
@@ -218,6 +237,7 @@ def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Vie
     summed, own = _tail_values(tx, ty, before, viewers)
     img = draw(img, tx, ty, jnp.swapaxes(summed, 0, 1))
     if viewers.ego:  # then each ego's own k-th tail point is raised in its own image
+        assert own is not None  # `_tail_values` gives it for ego images
         own = (own * visible[None, :, None]).astype(jnp.uint8)
         own_x, own_y = tx.reshape(4, -1)[:, :v], ty.reshape(4, -1)[:, :v]
         img = img.at[jnp.arange(v)[None, :], own_x, own_y, :].max(own, mode="drop")
@@ -229,14 +249,22 @@ def _draw(config: EnvConfig, background, episode, px, py, heading, viewers: _Vie
     return draw(img, sx, sy, viewers.colour[:, owner, :], "max")
 
 
-def _bar(viewers: _Viewers, x):
+def _bar(viewers: _Viewers, x: jax.Array) -> jax.Array:
     """(V, *x.shape, 3) uint8 health-bar colour at columns x: green below the cut, else white."""
     assert viewers.bar_cut is not None  # only views with a health bar draw one
     white = x[None] >= viewers.bar_cut.reshape((-1,) + (1,) * x.ndim)
     return jnp.where((jnp.arange(3) == 1) | white[..., None], jnp.uint8(255), jnp.uint8(0))
 
 
-def _pixels_before_tails(config: EnvConfig, templates, map_idx, box, viewers: _Viewers, x, y):
+def _pixels_before_tails(
+    config: EnvConfig,
+    templates: jax.Array,
+    map_idx: int | jax.Array,
+    box: _Box,
+    viewers: _Viewers,
+    x: jax.Array,
+    y: jax.Array,
+) -> jax.Array:
     """(m, V, 3) int32: the images at pixels (x, y) (inside) after the map, border, waypoint
     and health bar, before tails and agents (the drawing above, evaluated at a few pixels).
 
@@ -264,7 +292,9 @@ def _pixels_before_tails(config: EnvConfig, templates, map_idx, box, viewers: _V
     return value
 
 
-def _tail_values(tx, ty, before, viewers: _Viewers):
+def _tail_values(
+    tx: jax.Array, ty: jax.Array, before: jax.Array, viewers: _Viewers
+) -> tuple[jax.Array, jax.Array | None]:
     """Values of the tail points after the tail phase, in every image.
 
     rules §5.3 step 5 at one pixel and channel is, for k = 1..4: add a_k = I_k (number of

@@ -44,7 +44,7 @@ N_AGENT_FEATURES = 9
 _COUNTING_SORT_MAX_AGENTS = 16
 
 
-def nearest_first(rank, m: int):
+def nearest_first(rank: jax.Array, m: int) -> jax.Array:
     """(n, m) int32: per row of `rank` (n, n), the indices of its m smallest entries in
     increasing order, ties by index (a stable partial sort)."""
     n = rank.shape[-1]
@@ -61,8 +61,9 @@ def nearest_first(rank, m: int):
     return jnp.sum(jnp.where(slot, jnp.arange(n), 0), axis=-1, dtype=jnp.int32)
 
 
-def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist, seen,
-                        boxes):  # fmt: skip
+def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
+                        dist: jax.Array, seen: jax.Array,
+                        boxes: jax.Array) -> jax.Array:  # fmt: skip
     """(n, L) float32 vector observations of one game.
 
     Args:
@@ -125,8 +126,9 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     return jnp.where((agents.alive & finite_agents(agents))[:, None], obs, 0.0)
 
 
-def jax_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState, dist,
-                            detected, comm_noise, boxes):  # fmt: skip
+def jax_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
+                            dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
+                            boxes: jax.Array) -> jax.Array:  # fmt: skip
     """`visibility` followed by `vector_observations`: the JAX path, which every GPU runs, of
     what `native_vector_observations` computes on the CPU (same arguments but the stream).
     (n, L) float32."""
@@ -151,7 +153,9 @@ def native_supported(config: EnvConfig) -> bool:
 
 
 def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                               dist, detected, comm_noise, boxes, comm_stream=None):  # fmt: skip
+                               dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
+                               boxes: jax.Array,
+                               comm_stream: jax.Array | None = None) -> jax.Array:  # fmt: skip
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
     ``gigastep_vector_obs``, gigastep/game/_native/vector_obs.cc): the values of
     `jax_vector_observations` bit for bit (NaNs aside, module docstring). CPU only (callers
@@ -171,8 +175,9 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
     return _native_call(config, agents, episode, dist, detected, comm_noise, boxes, comm_stream)
 
 
-def _check_operands(config: EnvConfig, agents, episode, dist, detected, comm_noise, boxes,
-                    comm_stream):  # fmt: skip
+def _check_operands(config: EnvConfig, agents: AgentState, episode: EpisodeState,
+                    dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
+                    boxes: jax.Array, comm_stream: jax.Array | None) -> None:  # fmt: skip
     """ValueError naming the first operand whose (per-game) shape or dtype is wrong."""
     n, floating = config.n_agents, jnp.floating
     checks: list[tuple[str, Any, tuple[int, ...], Any]]
@@ -202,8 +207,9 @@ def _check_operands(config: EnvConfig, agents, episode, dist, detected, comm_noi
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise, boxes,
-                 comm_stream):  # fmt: skip
+def _native_call(config: EnvConfig, agents: AgentState, episode: EpisodeState,
+                 dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
+                 boxes: jax.Array, comm_stream: jax.Array | None) -> jax.Array:  # fmt: skip
     n = config.n_agents
     call = jax.ffi.ffi_call(
         "gigastep_vector_obs",
@@ -225,7 +231,7 @@ def _native_call(config: EnvConfig, agents, episode, dist, detected, comm_noise,
     ))  # fmt: skip
 
 
-def native_attributes(config: EnvConfig) -> dict:
+def native_attributes(config: EnvConfig) -> dict[str, Any]:
     """The FFI attributes of a ``gigastep_vector_obs`` call for `config` (its constants)."""
     lx, ly = config.limit_x, config.limit_y
     return dict(
@@ -241,26 +247,28 @@ def native_attributes(config: EnvConfig) -> dict:
 
 
 @_native_call.defjvp
-def _native_call_jvp(config: EnvConfig, primals, tangents):
+def _native_call_jvp(
+    config: EnvConfig, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[jax.Array, jax.Array]:
     """Derivatives come from the JAX path (same function, so the same derivatives): the
     kernel's value, the JAX code's tangent. Without differentiation this rule is never
     traced."""
 
-    def jax_path(*args):
+    def jax_path(*args: Any) -> jax.Array:
         return jax_vector_observations(config, *args)
 
     _, tangent = jax.jvp(jax_path, primals[:6], tangents[:6])
     return _native_call(config, *primals), tangent
 
 
-def _varying_like(inputs, out):
+def _varying_like(inputs: Any, out: jax.Array) -> jax.Array:
     """`out` marked as varying over the manual mesh axes its inputs vary over (inside
     `shard_map`), as JAX's own ops are; an FFI call's result carries no such type."""
     typeof, pcast = getattr(jax, "typeof", None), getattr(jax.lax, "pcast", None)
     if typeof is None or pcast is None:  # jax without varying-axis types
         return out
 
-    def varying(x):
+    def varying(x: Any) -> set[Any]:
         aval = typeof(x)
         manual = getattr(aval, "manual_axis_type", None)  # jax >= 0.9; before: aval.vma
         return set(manual.varying) if manual is not None else set(getattr(aval, "vma", ()))

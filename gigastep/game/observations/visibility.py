@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.types import EnvConfig
+from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["finite_agents", "visibility"]
 
 
-def finite_agents(agents):
+def finite_agents(agents: AgentState) -> jax.Array:
     """(n,) bool: agents whose x, y, z, heading and speed are all finite.
 
     The observations treat any other agent as seen by nobody, sharing nothing (not even its
@@ -27,7 +28,14 @@ def finite_agents(agents):
     return jnp.all(jnp.isfinite(fields), axis=0)
 
 
-def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None):
+def visibility(
+    config: EnvConfig,
+    alive: jax.Array,
+    dist: jax.Array,
+    detected: jax.Array,
+    comm_noise: jax.Array,
+    finite: jax.Array | None = None,
+) -> jax.Array:
     """seen[e, i]: ego e sees agent i. (n, n) bool.
 
     Stochastic communication: teammate j shares with ego e iff
@@ -79,7 +87,7 @@ def visibility(config: EnvConfig, alive, dist, detected, comm_noise, finite=None
     return seen if finite is None else seen & finite[None, :]
 
 
-def _bits(mask):
+def _bits(mask: jax.Array) -> jax.Array:
     """(n, m <= 32) bool -> (n,) uint32: row e as a bit set (bit j set iff mask[e, j])."""
     weight = jnp.left_shift(jnp.uint32(1), jnp.arange(mask.shape[1], dtype=jnp.uint32))
     return jnp.sum(jnp.where(mask, weight, jnp.uint32(0)), axis=1, dtype=jnp.uint32)
