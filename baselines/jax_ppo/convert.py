@@ -35,6 +35,8 @@ __all__ = [
     "load_jax_policy",
     "moments_from_torch",
     "moments_to_torch",
+    "value_norm_from_torch",
+    "value_norm_to_torch",
 ]
 
 
@@ -49,12 +51,35 @@ def moments_from_torch(state: dict) -> dict:
     return {k: jnp.asarray(state[k].cpu().numpy(), jnp.float32) for k in ("count", "mean", "m2")}
 
 
+def value_norm_to_torch(vn: dict) -> dict:
+    """The JAX value-normalisation statistics (`update.value_norm_merge`: weight, mean,
+    variance) as the float64 buffers of `baselines.valuenorm.ValueNorm` in a state dict:
+    ``value_norm.mean`` = w * mean, ``value_norm.mean_sq`` = w * (var + mean^2),
+    ``value_norm.weight`` = w (computed in float64)."""
+    w, mean, var = (float(np.asarray(vn[k], np.float64)) for k in ("weight", "mean", "var"))
+    values = {"mean": w * mean, "mean_sq": w * (var + mean * mean), "weight": w}
+    return {f"value_norm.{k}": torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
+
+
+def value_norm_from_torch(model: dict) -> dict:
+    """`ValueNorm`'s buffers in a state dict as the JAX statistics (float32; weight 0 and
+    moments (0, 1) before its first update, as `ValueNorm.moments`)."""
+    w = float(model["value_norm.weight"])
+    mean, var = 0.0, 1.0
+    if w > 0:
+        mean = float(model["value_norm.mean"]) / w
+        var = float(model["value_norm.mean_sq"]) / w - mean * mean
+    return {
+        k: jnp.asarray(v, jnp.float32) for k, v in (("weight", w), ("mean", mean), ("var", var))
+    }
+
+
 def adam_to_torch(spec: PolicySpec, params: policy.Params, opt_state, lr: float) -> dict:
     """The optax Adam state as the state dict of `torch.optim.Adam` on `ActorCritic(spec)`."""
     from baselines.policies import ActorCritic
 
     net = ActorCritic(spec)
-    net.load_state_dict(policy.params_to_torch(params))
+    net.load_state_dict(policy.params_to_torch(params), strict=False)  # value_norm: buffers
     adam = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
     out = adam.state_dict()
     adam_state = opt_state[1].inner_state[0]
@@ -115,6 +140,9 @@ class JaxPolicy:
     norm_obs: bool
     game: GameSpec
     """The game it was trained on."""
+    value_norm: dict | None = None
+    """team -> the value normalisation's statistics (`update.value_moments` reads them), with
+    `spec.value_norm`; else None."""
 
 
 def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
@@ -128,13 +156,16 @@ def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
     ckpt = load_checkpoint(path)
     spec = PolicySpec.from_dict(ckpt["policy_spec"])
     policy.check_spec(spec)
-    params, norms = {}, {}
+    params, norms, values = {}, {}, {}
     for learner in ckpt["learners"]:
         team = int(learner["team"])
         params[team] = policy.params_from_torch(learner["model"])
         norms[team] = moments_from_torch(learner["obs_norm"])
+        if spec.value_norm:
+            values[team] = value_norm_from_torch(learner["model"])
     norm_obs = bool(ckpt["config"]["norm_obs"])
-    return JaxPolicy(spec, params, norms, norm_obs, GameSpec(**ckpt["game"]))
+    game = GameSpec(**ckpt["game"])
+    return JaxPolicy(spec, params, norms, norm_obs, game, values if spec.value_norm else None)
 
 
 class JaxActor:
@@ -146,7 +177,7 @@ class JaxActor:
     """
 
     def __init__(self, loaded: JaxPolicy, team: int, num_envs: int, deterministic=True, seed=0):
-        from baselines.jax_ppo.update import _normalize
+        from baselines.jax_ppo.update import _normalize, value_moments
 
         if team not in loaded.params:
             team = next(iter(loaded.params))
@@ -159,13 +190,14 @@ class JaxActor:
         self.h = policy.initial_state(spec, num_envs * self.m)
         self.key = jax.random.PRNGKey(seed)
         params, moments, norm_obs = loaded.params[team], loaded.obs_norm[team], loaded.norm_obs
+        values = None if loaded.value_norm is None else value_moments(loaded.value_norm[team])
 
         def step(h, key, obs, first):
             flat = obs.reshape(num_envs * self.m, -1)
             first_rows = jnp.repeat(first, self.m)
             x = _normalize(moments, flat, norm_obs)
             actions, _, _, h = policy.act(
-                spec, params, x, types, first_rows, h, None, key, deterministic
+                spec, params, x, types, first_rows, h, None, key, deterministic, values
             )
             return actions.reshape(num_envs, self.m, *actions.shape[1:]), h
 

@@ -9,6 +9,14 @@ frameworks start from the same distributions (orthogonal weights, HiPPO eigenval
 Shapes: N agents, T steps, L vector size, K types, H hidden width. Recurrent states: S5
 complex64 ``[layers, N, P / 2]``, GRU float32 ``[N, H]``, MLP float32 ``[N, 0]`` (the agent
 axis is `state_axis`). Vector observations only (the CNN encoder is PyTorch-only).
+
+A separate critic (`PolicySpec.separate_critic`) has the PyTorch module's layout: its own
+``critic_encoder.*``, ``critic_core.*`` and ``critic_head.*`` parameters, ``heads`` holds the
+action outputs only, and the recurrent state is the actor's and the critic's concatenated on
+the last axis. With `PolicySpec.value_norm` the value outputs are standardised returns, and
+every value returned here is mapped back to the return scale with the `ValueMoments`
+passed in (the running statistics are training state, not parameters: see
+`baselines.jax_ppo.update`; the PyTorch buffers ``value_norm.*`` are not in `Params`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from baselines import s5_jax
 from baselines.policies import PolicySpec
 
 __all__ = [
+    "BUFFERS",
+    "ValueMoments",
     "act",
     "check_spec",
     "evaluate",
@@ -36,6 +46,10 @@ __all__ = [
 ]
 
 Params = dict[str, jax.Array]
+ValueMoments = tuple[jax.Array, jax.Array]
+"""(mean, std) float32 scalars of the returns: value = mean + std * value output."""
+BUFFERS = ("value_norm.mean", "value_norm.mean_sq", "value_norm.weight")
+"""The `ActorCritic.state_dict()` entries that are statistics, not parameters."""
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -66,12 +80,18 @@ def init_params(spec: PolicySpec, seed: int) -> Params:
 
 
 def params_from_torch(state_dict) -> Params:
-    """A PyTorch `ActorCritic.state_dict()` as JAX arrays (copies)."""
-    return {k: jnp.asarray(np.array(v.detach().cpu().numpy())) for k, v in state_dict.items()}
+    """The parameters of a PyTorch `ActorCritic.state_dict()` as JAX arrays (copies; the
+    `BUFFERS` are left out)."""
+    return {
+        k: jnp.asarray(np.array(v.detach().cpu().numpy()))
+        for k, v in state_dict.items()
+        if k not in BUFFERS
+    }
 
 
 def params_to_torch(params: Params) -> dict:
-    """JAX parameters as a PyTorch `state_dict` (float32 CPU tensors)."""
+    """JAX parameters as a PyTorch `state_dict` (float32 CPU tensors; a policy with
+    `value_norm` also needs its `BUFFERS`: `baselines.jax_ppo.convert.value_norm_to_torch`)."""
     import torch
 
     return {k: torch.from_numpy(np.array(v)) for k, v in params.items()}
@@ -84,9 +104,9 @@ def _linear(p: Params, name: str, x: jax.Array) -> jax.Array:
 _S5_LAYER_KEYS = ("lambda_re", "lambda_im", "b_tilde", "c_tilde", "d", "log_step")
 
 
-def _s5_params(spec: PolicySpec, p: Params) -> dict:
+def _s5_params(spec: PolicySpec, p: Params, prefix: str = "") -> dict:
     """The nested parameters of `baselines.s5_jax.s5_block` (traceable: no numpy)."""
-    pre = "core.block."
+    pre = prefix + "core.block."
     layers = range(spec.s5_layers)
     return {
         "norms": [{k: p[f"{pre}norms.{i}.{k}"] for k in ("weight", "bias")} for i in layers],
@@ -96,10 +116,18 @@ def _s5_params(spec: PolicySpec, p: Params) -> dict:
 
 
 def initial_state(spec: PolicySpec, n: int) -> jax.Array:
-    """The zero recurrent state of n agents."""
+    """The zero recurrent state of n agents (the actor's and the critic's, concatenated on
+    the last axis, with a separate critic)."""
+    cores = 2 if spec.separate_critic else 1
     if spec.core == "s5":
-        return jnp.zeros((spec.s5_layers, n, spec.s5_state_dim // 2), jnp.complex64)
-    return jnp.zeros((n, spec.hidden if spec.core == "gru" else 0), jnp.float32)
+        return jnp.zeros((spec.s5_layers, n, cores * spec.s5_state_dim // 2), jnp.complex64)
+    return jnp.zeros((n, cores * spec.hidden if spec.core == "gru" else 0), jnp.float32)
+
+
+def _split(h: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(actor state, critic state) of a separate critic's concatenated state."""
+    k = h.shape[-1] // 2
+    return h[..., :k], h[..., k:]
 
 
 def state_axis(spec: PolicySpec) -> int:
@@ -112,16 +140,19 @@ def state_rows(spec: PolicySpec, h: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take(h, index, axis=state_axis(spec))
 
 
-def _encode(p: Params, obs: jax.Array, types: jax.Array) -> jax.Array:
-    """[..., L] obs and [..., K] one-hot -> [..., H] features."""
-    return jax.nn.relu(_linear(p, "encoder.vector.0", jnp.concatenate([obs, types], -1)))
+def _encode(p: Params, obs: jax.Array, types: jax.Array, prefix: str = "") -> jax.Array:
+    """[..., L] obs and [..., K] one-hot -> [..., H] features (prefix "critic_": the
+    separate critic's encoder)."""
+    x = jnp.concatenate([obs, types], -1)
+    return jax.nn.relu(_linear(p, prefix + "encoder.vector.0", x))
 
 
-def _gru_step(p: Params, x: jax.Array, first: jax.Array, h: jax.Array) -> jax.Array:
+def _gru_step(p: Params, x: jax.Array, first: jax.Array, h: jax.Array, prefix: str = ""):
     """`torch.nn.GRUCell` (gates r, z, n) on the state restarted where `first`."""
     h = jnp.where(first[:, None], 0.0, h)
-    gi = x @ p["core.cell.weight_ih"].T + p["core.cell.bias_ih"]
-    gh = h @ p["core.cell.weight_hh"].T + p["core.cell.bias_hh"]
+    cell = prefix + "core.cell."
+    gi = x @ p[cell + "weight_ih"].T + p[cell + "bias_ih"]
+    gh = h @ p[cell + "weight_hh"].T + p[cell + "bias_hh"]
     i_r, i_z, i_n = jnp.split(gi, 3, axis=-1)
     h_r, h_z, h_n = jnp.split(gh, 3, axis=-1)
     r = jax.nn.sigmoid(i_r + h_r)
@@ -130,34 +161,61 @@ def _gru_step(p: Params, x: jax.Array, first: jax.Array, h: jax.Array) -> jax.Ar
     return (1.0 - z) * n + z * h
 
 
-def _core_sequence(spec: PolicySpec, p: Params, x, first, h0):
-    """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step)."""
+def _core_sequence(spec: PolicySpec, p: Params, x, first, h0, prefix: str = ""):
+    """x [T, N, H], first [T, N] bool, h0 -> (y [T, N, H], h after the last step) of one
+    core (prefix "critic_": the separate critic's)."""
     if spec.core == "s5":
-        return s5_jax.s5_block(_s5_params(spec, p), x, first, h0)
+        return s5_jax.s5_block(_s5_params(spec, p, prefix), x, first, h0)
     if spec.core == "gru":
 
         def body(h, xs):
-            h = _gru_step(p, xs[0], xs[1], h)
+            h = _gru_step(p, xs[0], xs[1], h, prefix)
             return h, h
 
         h, ys = jax.lax.scan(body, h0, (x, first))
         return ys, h
-    return jax.nn.relu(_linear(p, "core.layer.0", x)), h0
+    return jax.nn.relu(_linear(p, prefix + "core.layer.0", x)), h0
 
 
-def _core_step(spec: PolicySpec, p: Params, x, first, h):
-    """x [N, H], first [N] bool, h -> (y [N, H], h)."""
-    y, h = _core_sequence(spec, p, x[None], first[None], h)
+def _core_step(spec: PolicySpec, p: Params, x, first, h, prefix: str = ""):
+    """x [N, H], first [N] bool, h -> (y [N, H], h) of one core."""
+    y, h = _core_sequence(spec, p, x[None], first[None], h, prefix)
     return y[0], h
 
 
-def _outputs(spec: PolicySpec, p: Params, y, critic_in):
-    """(action outputs [..., A], values [...]) of core outputs y [..., H]."""
+def _step(spec: PolicySpec, p: Params, obs, types, first, h):
+    """(actor core output [N, H], the separate critic's core output or None, new state) of
+    one step (as `ActorCritic._step`)."""
+    x = _encode(p, obs, types)
+    if not spec.separate_critic:
+        y, h = _core_step(spec, p, x, first, h)
+        return y, None, h
+    ha, hc = _split(h)
+    y, ha = _core_step(spec, p, x, first, ha)
+    yc, hc = _core_step(spec, p, _encode(p, obs, types, "critic_"), first, hc, "critic_")
+    return y, yc, jnp.concatenate([ha, hc], -1)
+
+
+def _denormalize(spec: PolicySpec, v: jax.Array, moments: ValueMoments | None) -> jax.Array:
+    """Value outputs on the return scale (`value_norm`; unchanged without it)."""
+    if not spec.value_norm:
+        return v
+    if moments is None:
+        raise ValueError("a policy with value_norm needs the value moments (mean, std)")
+    mean, std = moments
+    return v * std + mean
+
+
+def _outputs(spec: PolicySpec, p: Params, y, critic_in, yc=None, moments=None):
+    """(action outputs [..., A], values [...] on the return scale) of core outputs y
+    [..., H] (and the separate critic's core outputs yc)."""
     out = _linear(p, "heads", y)
     a = spec.n_action_outputs
     if spec.central_critic:
-        return out, _critic(p, critic_in)
-    return out[..., :a], out[..., a]
+        return out, _denormalize(spec, _critic(p, critic_in), moments)
+    if spec.separate_critic:
+        return out, _denormalize(spec, _linear(p, "critic_head", yc)[..., 0], moments)
+    return out[..., :a], _denormalize(spec, out[..., a], moments)
 
 
 def _critic(p: Params, critic_in: jax.Array) -> jax.Array:
@@ -176,7 +234,18 @@ def _log_prob(spec: PolicySpec, p: Params, out, actions):
     return (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1), None
 
 
-def act(spec: PolicySpec, p: Params, obs, types, first, h, critic_in, key, deterministic=False):
+def act(
+    spec: PolicySpec,
+    p: Params,
+    obs,
+    types,
+    first,
+    h,
+    critic_in,
+    key,
+    deterministic=False,
+    moments: ValueMoments | None = None,
+):
     """One step of N agents (as `ActorCritic.act`).
 
     Args:
@@ -184,12 +253,13 @@ def act(spec: PolicySpec, p: Params, obs, types, first, h, critic_in, key, deter
         h: the recurrent state of the N agents. critic_in: [N, S + slots + K] or None.
         key: PRNG key of the sample (categorical; or the Gaussian's normals).
         deterministic: the mode (argmax, mean) instead of a sample.
+        moments: the returns' (mean, std) with `spec.value_norm` (required), else None.
 
     Returns:
         (actions int32 [N] or float32 [N, 3], log-prob [N], value [N], new state).
     """
-    y, h = _core_step(spec, p, _encode(p, obs, types), first, h)
-    out, v = _outputs(spec, p, y, critic_in)
+    y, yc, h = _step(spec, p, obs, types, first, h)
+    out, v = _outputs(spec, p, y, critic_in, yc, moments)
     if spec.discrete:
         actions = out.argmax(-1) if deterministic else jax.random.categorical(key, out)
         actions = actions.astype(jnp.int32)
@@ -200,27 +270,56 @@ def act(spec: PolicySpec, p: Params, obs, types, first, h, critic_in, key, deter
     return actions, _log_prob(spec, p, out, actions)[0], v, h
 
 
-def value(spec: PolicySpec, p: Params, obs, types, first, h, critic_in=None) -> jax.Array:
-    """[N] values of one step (as `act`, without sampling)."""
+def value(
+    spec: PolicySpec,
+    p: Params,
+    obs,
+    types,
+    first,
+    h,
+    critic_in=None,
+    moments: ValueMoments | None = None,
+) -> jax.Array:
+    """[N] values of one step (as `act`, without sampling; a separate critic runs its own
+    trunk only)."""
     if spec.central_critic:
-        return _critic(p, critic_in)
+        return _denormalize(spec, _critic(p, critic_in), moments)
+    if spec.separate_critic:
+        x = _encode(p, obs, types, "critic_")
+        yc, _ = _core_step(spec, p, x, first, _split(h)[1], "critic_")
+        return _denormalize(spec, _linear(p, "critic_head", yc)[..., 0], moments)
     y, _ = _core_step(spec, p, _encode(p, obs, types), first, h)
-    return _outputs(spec, p, y, None)[1]
+    return _outputs(spec, p, y, None, None, moments)[1]
 
 
-def evaluate(spec: PolicySpec, p: Params, obs, types, first, h0, actions, critic_in=None):
+def evaluate(
+    spec: PolicySpec,
+    p: Params,
+    obs,
+    types,
+    first,
+    h0,
+    actions,
+    critic_in=None,
+    moments: ValueMoments | None = None,
+):
     """A whole rollout of N agents at once (as `ActorCritic.evaluate`).
 
     Args:
         obs: float32 [T, N, L]. types: [N, K]. first: bool [T, N]. h0: state before step 0.
         actions: [T, N] or [T, N, 3]. critic_in: [T, N, S + slots + K] or None.
+        moments: the returns' (mean, std) with `spec.value_norm` (required), else None.
 
     Returns:
-        (log-prob [T, N], entropy [T, N], value [T, N]).
+        (log-prob [T, N], entropy [T, N], value [T, N]; values on the return scale).
     """
-    x = _encode(p, obs, jnp.broadcast_to(types, obs.shape[:2] + types.shape[-1:]))
-    y, _ = _core_sequence(spec, p, x, first, h0)
-    out, v = _outputs(spec, p, y, critic_in)
+    types = jnp.broadcast_to(types, obs.shape[:2] + types.shape[-1:])
+    yc = None
+    if spec.separate_critic:
+        h0, hc = _split(h0)
+        yc, _ = _core_sequence(spec, p, _encode(p, obs, types, "critic_"), first, hc, "critic_")
+    y, _ = _core_sequence(spec, p, _encode(p, obs, types), first, h0)
+    out, v = _outputs(spec, p, y, critic_in, yc, moments)
     logp, logp_all = _log_prob(spec, p, out, actions)
     if spec.discrete:
         entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)

@@ -7,9 +7,15 @@ runs cost one compile and one call per update. With one seed, the run folder is
 `out/seed_<s>` holding a complete single-seed run (config.json with `seeds=1`, metrics,
 checkpoints), resumable on its own, and `out/config.json` records the K-run config.
 
+The learning rate follows the PyTorch trainer's schedule (`baselines.schedule.LRSchedule`:
+over `--updates` and `--time-budget-s`, checkpointed, continued across a resume with another
+horizon). `--eval-every` evaluates each run as the PyTorch trainer does
+(`baselines.evaluator.Evaluator`: eval.csv/jsonl with Wilson intervals, best.pt): the run's
+policy, in the checkpoint format both frameworks read, plays as a PyTorch player in
+`gigastep.evaluation`.
+
 Options the JAX side does not support yet fail at start, naming the option
 (`unsupported`): --train-both, pool and checkpoint-file opponents, image observations,
---separate-critic, --value-norm, --eval-every,
 several processes. `--threads` is PyTorch's and is ignored. Metrics columns are the PyTorch
 trainer's; since the rollout and the learning are one program, `rollout_s`,
 `rollout_agent_steps_per_s` are empty and `update_s` is the whole update.
@@ -30,9 +36,11 @@ import numpy as np
 
 from baselines.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
+from baselines.evaluator import Evaluator
 from baselines.jax_ppo import convert, policy
 from baselines.jax_ppo.update import Setup, initial_state, make_update
 from baselines.metrics import current_rss_mb, peak_rss_mb
+from baselines.schedule import LRSchedule
 
 __all__ = ["JaxTrainer", "make_setup", "unsupported"]
 
@@ -45,14 +53,6 @@ def unsupported(config: PPOConfig) -> str | None:
         return "several processes (torchrun) are not supported by --framework jax"
     if config.encoder in ("cnn", "both"):
         return f"--encoder {config.encoder} is not supported by --framework jax (vector only)"
-    for flag, on in (("--separate-critic", config.separate_critic),
-                     ("--value-norm", config.value_norm)):  # fmt: skip
-        if on:
-            return f"{flag} is not supported by --framework jax yet (use --framework torch)"
-    if config.eval_every:
-        return (f"--eval-every {config.eval_every}: evaluation during training is not supported "
-                "by --framework jax yet; pass --eval-every 0 (the cpu and gpu presets evaluate) "
-                "and evaluate the run's checkpoint with `gigastep eval`")  # fmt: skip
     return None
 
 
@@ -125,6 +125,13 @@ class JaxTrainer:
         self.update = 0
         self.agent_steps = 0
         self.wall_s = 0.0
+        self.schedule = LRSchedule(
+            config.lr, config.anneal_lr, config.updates, config.time_budget_s
+        )
+        """The learning-rate schedule of every run (they share the config and the clock)."""
+        symmetric = self.setup.game.symmetric
+        self.evaluators = [Evaluator(self.run_config(i), symmetric) for i in range(config.seeds)]
+        """Each run's evaluations (`--eval-every`; idle when 0)."""
         fn = make_update(self.setup)
         if len(self.seeds) > 1:
             fn = jax.vmap(fn, in_axes=(0, None))
@@ -167,14 +174,19 @@ class JaxTrainer:
         return jax.tree_util.tree_map(lambda x: x[i], self.state)
 
     # --- checkpoints ------------------------------------------------------------------------
-    def payload(self, i: int) -> dict:
-        """Run i's checkpoint (the PyTorch trainer's layout, plus `jax_state`)."""
+    def policy_payload(self, i: int, state: dict | None = None) -> dict:
+        """Run i's policy as a policy file (as `Trainer.policy_payload`: `load_policy` and
+        the `ppo` player read it); `state`: run i's host `TrainState` when already fetched."""
         cfg, setup = self.run_config(i), self.setup
-        state = jax.device_get(self.run_state(i))
+        if state is None:
+            state = jax.device_get(self.run_state(i))
+        model = policy.params_to_torch(state["params"])
+        if setup.spec.value_norm:
+            model.update(convert.value_norm_to_torch(state["value_norm"]))
         learner = {
             "name": "learner0",
             "team": cfg.team,
-            "model": policy.params_to_torch(state["params"]),
+            "model": model,
             "optimizer": convert.adam_to_torch(setup.spec, state["params"], state["opt"], cfg.lr),
             "obs_norm": convert.moments_to_torch(state["obs_norm"]),
             "state_norm": convert.moments_to_torch(state["state_norm"]),
@@ -188,10 +200,20 @@ class JaxTrainer:
             "game": dataclasses.asdict(setup.game),
             "policy_spec": setup.spec.to_dict(),
             "update": self.update,
+            "learners": [learner],
+        }
+
+    def payload(self, i: int) -> dict:
+        """Run i's checkpoint (the PyTorch trainer's layout, plus `jax_state`)."""
+        cfg = self.run_config(i)
+        state = jax.device_get(self.run_state(i))
+        return {
+            **self.policy_payload(i, state),
             "agent_steps": self.agent_steps,
             "wall_s": self.wall_s,
+            "lr_schedule": self.schedule.state_dict(),
+            "evaluation": self.evaluators[i].state_dict(),
             "world_size": 1,
-            "learners": [learner],
             "frozen": [],
             "pool": {"capacity": cfg.pool_size, "snapshots": []},
             "jax_state": convert.leaves_to_torch(state),
@@ -205,8 +227,8 @@ class JaxTrainer:
         """Continue every run from its folder's latest checkpoint."""
         with jax.default_device(self.device):
             template = initial_state(self.setup, self.seeds[0])
-        states, counters = [], set()
-        for folder in self.run_dirs():
+        states, counters, schedules = [], set(), []
+        for folder, evaluator in zip(self.run_dirs(), self.evaluators, strict=True):
             ckpt = load_checkpoint(folder / "checkpoint.pt")
             if ckpt.get("framework") != "jax" or "jax_state" not in ckpt:
                 raise ValueError(
@@ -215,10 +237,23 @@ class JaxTrainer:
                 )
             states.append(convert.leaves_from_torch(template, ckpt["jax_state"]))
             counters.add((int(ckpt["update"]), int(ckpt["agent_steps"]), float(ckpt["wall_s"])))
+            if "lr_schedule" in ckpt:
+                schedules.append(LRSchedule.from_state_dict(ckpt["lr_schedule"]))
+            else:  # written before the schedule was saved: anchored at 0
+                old = ckpt["config"]
+                schedules.append(
+                    LRSchedule(old["lr"], old["anneal_lr"], old["updates"], old["time_budget_s"])
+                )
+            if "evaluation" in ckpt:
+                evaluator.load_state_dict(ckpt["evaluation"])
         if len(counters) != 1:
             raise ValueError(f"the runs' checkpoints are at different updates: {sorted(counters)}")
         self.update, self.agent_steps, self.wall_s = counters.pop()
         self.state = self._stack(states)
+        cfg = self.config
+        self.schedule = schedules[0].resumed(
+            cfg.updates, cfg.time_budget_s, self.update, self.wall_s
+        )
 
     # --- metrics ----------------------------------------------------------------------------
     def columns(self) -> list[str]:
@@ -275,7 +310,7 @@ class JaxTrainer:
 
         cfg = self.config
         self.update += 1
-        lr = cfg.lr * (1.0 - (self.update - 1) / cfg.updates) if cfg.anneal_lr else cfg.lr
+        lr = self.schedule.rate(self.update - 1, self.wall_s)
         t0 = time.perf_counter()
         update = self._compiled if self._compiled is not None else self._update
         self.state, stats = update(self.state, jnp.float32(lr))
@@ -318,6 +353,7 @@ class JaxTrainer:
                 (folder / "config.json").write_text(dumps(self.run_config(i), **extra))
             resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
             logs.append(_Log(folder, self.columns(), resumed, cfg, True))
+            self.evaluators[i].open(folder, resumed)
         t0 = time.perf_counter()
         self._compiled = self._update.lower(self.state, jnp.float32(cfg.lr)).compile()
         self.compile_s = time.perf_counter() - t0
@@ -335,6 +371,9 @@ class JaxTrainer:
                 last = self.update == cfg.updates or (
                     cfg.time_budget_s > 0 and self.wall_s >= cfg.time_budget_s
                 )
+                for i, (evaluator, folder) in enumerate(zip(self.evaluators, dirs, strict=True)):
+                    if evaluator.due(self.update, last):
+                        evaluator.evaluate(_EvalView(self, i), folder)
                 if self.update % cfg.checkpoint_every == 0 or last:
                     self.save()
                     for log in logs:
@@ -343,4 +382,25 @@ class JaxTrainer:
             bar.close()
             for log in logs:
                 log.close()
+            for evaluator in self.evaluators:
+                evaluator.close()
         return out
+
+
+class _EvalView:
+    """Run i of a `JaxTrainer` as `baselines.evaluator.Evaluator.evaluate` reads a trainer:
+    its policy file, counters and game, and the torch device its evaluation plays on
+    (`--device` when torch can use it, else the CPU)."""
+
+    def __init__(self, trainer: JaxTrainer, i: int):
+        import torch
+
+        self.trainer, self.i = trainer, i
+        self.update, self.agent_steps = trainer.update, trainer.agent_steps
+        self.wall_s, self.game = trainer.wall_s, trainer.setup.game
+        name = trainer.config.device
+        usable = name == "cpu" or (name.startswith("cuda") and torch.cuda.is_available())
+        self.device = torch.device(name if usable else "cpu")
+
+    def policy_payload(self) -> dict:
+        return self.trainer.policy_payload(self.i)

@@ -8,7 +8,9 @@ into one program (and `vmap` batches over runs for `--seeds`). The phases are th
        (`gigastep.env.batched_step_autoreset`, the step `TorchVecEnv` compiles, with the
        same keys and the scripted opponents played inside it); observation and reward
        statistics fixed during the rollout and merged at its end;
-    2. GAE (`algorithm.compute_gae`);
+    2. GAE (`algorithm.compute_gae`) on the values as acted (with `--value-norm`, mapped to
+       the return scale by the statistics before this update), then the value
+       normalisation's statistics take in the returns (`value_norm_merge`);
     3. `epochs` passes of `minibatches` clipped-PPO steps on whole sequences of a random
        subset of the learner's agents, replayed from the rollout's initial state;
        `target_kl` stops the later epochs (their steps are computed and discarded).
@@ -34,7 +36,18 @@ from baselines.jax_ppo import algorithm, policy
 from baselines.policies import PolicySpec
 from gigastep.types import EnvConfig
 
-__all__ = ["Setup", "initial_state", "make_optimizer", "make_update", "rollout", "learn"]
+__all__ = [
+    "Setup",
+    "initial_state",
+    "learn",
+    "make_optimizer",
+    "make_update",
+    "normalized_value_terms",
+    "rollout",
+    "value_moments",
+    "value_norm_init",
+    "value_norm_merge",
+]
 
 _STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
 
@@ -108,6 +121,56 @@ def _add_sums(a: tuple, b: tuple) -> tuple:
 
 
 # ------------------------------------------------------------------------------------------
+# Value normalisation (`--value-norm`, the twin of `baselines.valuenorm.ValueNorm`)
+# ------------------------------------------------------------------------------------------
+
+VALUE_NORM_BETA = 0.99
+"""`baselines.valuenorm.BETA`: the weight of the old statistics at each update."""
+_VALUE_NORM_EPS = 1e-5
+
+
+def value_norm_init() -> dict:
+    """The statistics before any update: weight 0, and moments (0, 1)."""
+    return {"weight": jnp.zeros(()), "mean": jnp.zeros(()), "var": jnp.ones(())}
+
+
+def value_norm_merge(vn: dict, returns: jax.Array, mask: jax.Array) -> dict:
+    """Fold the returns [T, N] where `mask` into the statistics (as `ValueNorm.update`).
+
+    `ValueNorm` keeps float64 exponential moving sums of the returns' first and second
+    moments and of the weights; the JAX side runs in float32, where E[x^2] - E[x]^2 would
+    lose the variance of returns whose mean is large against their spread. So it keeps the
+    same debiased statistics as (weight, mean, variance), merged like two weighted samples
+    (the batch's moments are taken about its own mean): mathematically the statistics of
+    `ValueNorm`, and `baselines.jax_ppo.convert.value_norm_to_torch` writes its buffers.
+    A rollout without any masked entry leaves them unchanged.
+    """
+    m = mask.astype(jnp.float32)
+    n = m.sum()
+    mean_b = (m * jnp.where(mask, returns, 0.0)).sum() / jnp.maximum(n, 1.0)
+    dev = jnp.where(mask, returns - mean_b, 0.0)
+    var_b = (dev * dev).sum() / jnp.maximum(n, 1.0)
+    beta = VALUE_NORM_BETA
+    old = beta * vn["weight"]
+    weight = old + (1.0 - beta)
+    mean = vn["mean"] + (1.0 - beta) / weight * (mean_b - vn["mean"])
+    var = (
+        old * (vn["var"] + (vn["mean"] - mean) ** 2) + (1.0 - beta) * (var_b + (mean_b - mean) ** 2)
+    ) / weight
+    new = {"weight": weight, "mean": mean, "var": var}
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(n >= 1, a, b), new, vn)
+
+
+def value_moments(vn: dict) -> policy.ValueMoments:
+    """(mean, std) of the statistics (as `ValueNorm.moments`: (0, 1) before any update)."""
+    return vn["mean"], jnp.sqrt(jnp.maximum(vn["var"], _VALUE_NORM_EPS))
+
+
+def _state_moments(setup: Setup, state: dict) -> policy.ValueMoments | None:
+    return value_moments(state["value_norm"]) if setup.spec.value_norm else None
+
+
+# ------------------------------------------------------------------------------------------
 # State
 # ------------------------------------------------------------------------------------------
 
@@ -146,7 +209,8 @@ def _state_vectors(setup: Setup, states) -> jax.Array:
 
 
 def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) -> dict:
-    """The `TrainState` of a fresh run with `seed` (params: torch-initialised when None).
+    """The `TrainState` of a fresh run with `seed` (params: torch-initialised when None;
+    with `--value-norm` it also holds the statistics, ``value_norm``).
 
     The environment's key is `PRNGKey(seed)`, as `TorchVecEnv(seed=seed)`'s; the trainer's
     own draws (actions, permutations) come from a key folded from it.
@@ -156,7 +220,7 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     key = jax.random.PRNGKey(seed)
     env_key, obs, states = _env_reset(setup)(key)
     b, n, rows = cfg.num_envs, setup.game.n_agents, len(setup.rows)
-    return {
+    out = {
         "params": params,
         "opt": make_optimizer(cfg).init(params),
         "obs_norm": _moments(spec.vector_size),
@@ -175,6 +239,9 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
         "key": jax.random.fold_in(key, 1),
         "update": jnp.zeros((), jnp.int32),
     }
+    if spec.value_norm:  # only then: the state of older checkpoints keeps its leaves
+        out["value_norm"] = value_norm_init()
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,6 +316,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
     rows, row_game = jnp.asarray(setup.rows), jnp.asarray(setup.row_game)
     types = _one_hot(setup.row_type, spec.n_types)
     rew_scale = jax.lax.rsqrt(_var(state["rew_norm"])[0] + 1e-8)
+    moments = _state_moments(setup, state)
     act_shape = () if game.discrete else (3,)
     act_dtype = jnp.int32 if game.discrete else jnp.float32
 
@@ -263,7 +331,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
         obs = norm(raw)
         critic_in = _critic_input(setup, state, env["sv"])
         actions, logp, value, h = policy.act(
-            spec, p, obs, types, first, h, critic_in, jax.random.fold_in(key, t)
+            spec, p, obs, types, first, h, critic_in, jax.random.fold_in(key, t), False, moments
         )
         full = jnp.zeros((b * n, *act_shape), act_dtype).at[rows].set(actions.astype(act_dtype))
         env_key, obs_next, states, rewards, dones, ended, info = _env_step(
@@ -278,7 +346,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
             fin_crit = None
             if spec.central_critic:
                 fin_crit = _critic_input(setup, state, _state_vectors(setup, info.final_state))
-            return policy.value(spec, p, final, types, jnp.zeros_like(first), h, fin_crit)
+            return policy.value(spec, p, final, types, jnp.zeros_like(first), h, fin_crit, moments)
 
         fin = jax.lax.cond(
             info.truncated.any(), final_values, lambda _: jnp.zeros(len(setup.rows)), None
@@ -337,7 +405,14 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
     (env, h, returns, sums), buf = jax.lax.scan(step, carry, jnp.arange(t_len))
     last = norm(env["obs"].reshape(b * n, -1)[rows])
     buf["next_values"] = policy.value(
-        spec, p, last, types, env["first"][row_game], h, _critic_input(setup, state, env["sv"])
+        spec,
+        p,
+        last,
+        types,
+        env["first"][row_game],
+        h,
+        _critic_input(setup, state, env["sv"]),
+        moments,
     )
     buf["h0"] = h0
     new = dict(state, env=env, h=h, returns=returns)
@@ -355,7 +430,9 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
 # ------------------------------------------------------------------------------------------
 
 
-def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid):
+def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid, moments=None):
+    """The PPO loss of the rows `idx` (`valid`: not padding); with `--value-norm` the value
+    terms are compared standardised by `moments` (as `normalized_value_terms`)."""
     cfg, spec = setup.config, setup.spec
     types = _one_hot(setup.row_type, spec.n_types)[idx]
     mask = buf["alive"][:, idx] & valid[None]
@@ -369,14 +446,18 @@ def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid):
         policy.state_rows(spec, buf["h0"], idx),
         buf["actions"][:, idx],
         critic_in,
+        moments,
     )
+    old, target = buf["values"][:, idx], ret[:, idx]
+    if spec.value_norm:
+        values, old, target = normalized_value_terms(moments, values, old, target)
     return algorithm.ppo_loss(
         logp,
         buf["logp"][:, idx],
         adv[:, idx],
         values,
-        buf["values"][:, idx],
-        ret[:, idx],
+        old,
+        target,
         entropy,
         mask,
         clip=cfg.clip,
@@ -385,6 +466,13 @@ def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid):
         clip_value=cfg.clip_value,
         norm_adv=cfg.norm_adv,
     )
+
+
+def normalized_value_terms(moments: policy.ValueMoments, values, old_values, returns):
+    """(values, old values, returns) standardised by the value moments (mean, std), in
+    `ValueNorm.normalize`'s operations."""
+    mean, std = moments
+    return tuple((x - mean) / std for x in (values, old_values, returns))
 
 
 def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
@@ -400,6 +488,10 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
         cfg.gamma,
         cfg.gae_lambda,
     )
+    moments = None
+    if setup.spec.value_norm:
+        state = dict(state, value_norm=value_norm_merge(state["value_norm"], ret, buf["alive"]))
+        moments = value_moments(state["value_norm"])
     total = len(setup.rows)
     size = math.ceil(total / cfg.minibatches)
     chunks = math.ceil(total / size)
@@ -412,7 +504,7 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
     def minibatch(carry, xs):
         params, opt, stopped, sums, steps, finite = carry
         idx, valid = xs
-        (_, parts), grads = grad_fn(params, buf, adv, ret, idx, valid)
+        (_, parts), grads = grad_fn(params, buf, adv, ret, idx, valid, moments)
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
         updates, new_opt = optimizer.update(grads, opt, params)
         new_params = optax.apply_updates(params, updates)

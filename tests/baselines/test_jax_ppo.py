@@ -1,9 +1,12 @@
 """The JAX PPO twin against the PyTorch trainer: the same GAE, loss terms, gradients and
-log-probabilities on the same parameters and batch; checkpoints that each framework reads;
-exact resumption; `--seeds K` equal to K separate runs; the command line's artefacts.
+log-probabilities on the same parameters and batch (also with `--value-norm` and
+`--separate-critic`); checkpoints that each framework reads; exact resumption; `--seeds K`
+equal to K separate runs; the learning-rate schedule; evaluation during training; the command
+line's artefacts.
 
 Float tolerances (float32 on both sides, different summation orders): GAE 1e-5 absolute,
-loss terms rtol 1e-5 / atol 1e-6, gradients atol 2e-5 + rtol 1e-4, log-probs atol 1e-4.
+loss terms rtol 1e-5 / atol 1e-6, gradients atol 2e-5 + rtol 1e-4, log-probs atol 1e-4,
+value-normalisation statistics rtol 1e-5 (float32 against PyTorch's float64).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import json
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -23,12 +28,13 @@ import torch
 
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.config import PPOConfig
-from baselines.jax_ppo import algorithm, convert, policy
+from baselines.jax_ppo import algorithm, convert, policy, update
 from baselines.jax_ppo.trainer import JaxTrainer, make_setup
 from baselines.jax_ppo.update import initial_state, rollout
 from baselines.loss import ppo_loss
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import compute_gae
+from baselines.valuenorm import ValueNorm, normalized_value_terms
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = PPOConfig(
@@ -55,7 +61,7 @@ def _tiny(tmp_path, **changes) -> PPOConfig:
     return dataclasses.replace(TINY, **changes)
 
 
-def _spec(core: str, discrete: bool, central: bool = False) -> PolicySpec:
+def _spec(core: str, discrete: bool, central: bool = False, **flags) -> PolicySpec:
     return PolicySpec(
         obs_type="vector",
         vector_size=7,
@@ -70,6 +76,7 @@ def _spec(core: str, discrete: bool, central: bool = False) -> PolicySpec:
         state_size=5 if central else 0,
         n_slots=3,
         critic_hidden=16,
+        **flags,
     )
 
 
@@ -77,11 +84,13 @@ def _batch(spec: PolicySpec, t: int = 6, n: int = 5, seed: int = 0) -> dict:
     """A random batch: observations, episode starts, a non-zero initial state, actions."""
     rng = np.random.default_rng(seed)
     first = rng.random((t, n)) < 0.25
+    cores = 2 if spec.separate_critic else 1  # the actor's and the critic's, concatenated
     if spec.core == "s5":
-        shape = (spec.s5_layers, n, spec.s5_state_dim // 2)
+        shape = (spec.s5_layers, n, cores * spec.s5_state_dim // 2)
         h0 = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
     else:
-        h0 = rng.normal(size=(n, spec.hidden if spec.core == "gru" else 0)).astype(np.float32)
+        width = cores * spec.hidden if spec.core == "gru" else 0
+        h0 = rng.normal(size=(n, width)).astype(np.float32)
     if spec.discrete:
         actions = rng.integers(0, 27, size=(t, n))
     else:
@@ -209,6 +218,138 @@ def test_one_step_acting_equals_the_sequence_replay(core):
 
 
 # ------------------------------------------------------------------------------------------
+# Value normalisation and a separate critic
+# ------------------------------------------------------------------------------------------
+
+
+def test_value_norm_statistics_match_pytorchs_and_convert_both_ways():
+    rng = np.random.default_rng(7)
+    ours, theirs = update.value_norm_init(), ValueNorm()
+    np.testing.assert_allclose(update.value_moments(ours), theirs.moments())  # (0, 1)
+    batches = []
+    for k in range(3):  # means far from 0 against their spread; masked entries hold NaN
+        r = rng.normal(20.0 + 5.0 * k, 0.5, size=(6, 5)).astype(np.float32)
+        m = rng.random((6, 5)) < 0.7
+        batches.append((np.where(m, r, np.nan).astype(np.float32), m))
+    batches.append((np.full((6, 5), np.nan, np.float32), np.zeros((6, 5), bool)))  # no-op
+    for r, m in batches:
+        ours = update.value_norm_merge(ours, jnp.asarray(r), jnp.asarray(m))
+        theirs.update(torch.from_numpy(r), torch.from_numpy(m), lambda x: x)
+        np.testing.assert_allclose(update.value_moments(ours), theirs.moments(), rtol=1e-5)
+    buffers = convert.value_norm_to_torch(ours)
+    for key in ("mean", "mean_sq", "weight"):
+        mine = buffers[f"value_norm.{key}"]
+        assert mine.dtype == torch.float64
+        np.testing.assert_allclose(float(mine), float(getattr(theirs, key)), rtol=1e-5)
+    back = convert.value_norm_from_torch(
+        {f"value_norm.{k}": getattr(theirs, k) for k in ("mean", "mean_sq", "weight")}
+    )
+    np.testing.assert_allclose(update.value_moments(back), theirs.moments(), rtol=1e-6)
+
+
+OPTIONS = [
+    ("s5", True, False, dict(value_norm=True)),
+    ("mlp", False, False, dict(value_norm=True)),
+    ("s5", True, True, dict(value_norm=True)),  # MAPPO's critic, normalised
+    ("s5", True, False, dict(separate_critic=True)),
+    ("gru", True, False, dict(separate_critic=True)),
+    ("mlp", False, False, dict(separate_critic=True)),
+    ("gru", False, False, dict(separate_critic=True, value_norm=True)),
+]
+
+
+def _options_net(spec: PolicySpec, seed: int) -> tuple[ActorCritic, policy.Params, tuple | None]:
+    """A PyTorch policy (its `ValueNorm` fed returns far from (0, 1)) and the JAX parameters
+    and value moments converted from its state dict."""
+    torch.manual_seed(seed)
+    net = ActorCritic(spec)
+    if net.value_norm is not None:
+        returns = torch.randn(4, 6) * 3.0 + 4.0
+        net.value_norm.update(returns, torch.ones(4, 6, dtype=torch.bool), lambda x: x)
+    state = net.state_dict()
+    moments = None
+    if spec.value_norm:
+        moments = update.value_moments(convert.value_norm_from_torch(state))
+    return net, policy.params_from_torch(state), moments
+
+
+@pytest.mark.parametrize("core, discrete, central, flags", OPTIONS)
+def test_value_norm_and_separate_critic_losses_and_gradients_match_pytorch(
+    core, discrete, central, flags
+):
+    """The trainer's minibatch loss (`update._minibatch_loss`) against `Trainer`'s: values on
+    the return scale, the value terms standardised, every gradient."""
+    spec = _spec(core, discrete, central, **flags)
+    net, params, moments = _options_net(spec, 2)
+    b = _batch(spec, seed=5)
+    kw = dict(clip=0.2, vf_coef=0.5, ent_coef=0.01, clip_value=True, norm_adv=True)
+
+    logp, entropy, value = net.evaluate(
+        *map(_torch, (b["obs"], b["types"], b["first"], b["h0"], b["actions"], b["critic_in"]))
+    )
+    terms = normalized_value_terms(net, value, *map(_torch, (b["old_values"], b["returns"])))
+    out = ppo_loss(
+        logp, *map(_torch, (b["old_logp"], b["adv"])), *terms, entropy, _torch(b["mask"]), **kw
+    )
+    out.loss.backward()
+    torch_grads = {k: p.grad.numpy() for k, p in net.named_parameters()}
+
+    n = b["mask"].shape[1]
+    setup = SimpleNamespace(config=PPOConfig(**kw), spec=spec, row_type=b["types"].argmax(-1))
+    buf = {k: b[k] for k in ("obs", "first", "h0", "actions", "critic_in")}
+    buf.update(alive=b["mask"], logp=b["old_logp"], values=b["old_values"])
+    loss_fn = partial(update._minibatch_loss, setup)
+    (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, buf, b["adv"], b["returns"], jnp.arange(n), jnp.ones(n, bool), moments
+    )
+    _, _, values = policy.evaluate(
+        spec, params, *(b[k] for k in ("obs", "types", "first", "h0", "actions", "critic_in")),
+        moments,
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(values), value.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(float(loss), float(out.loss.detach()), rtol=1e-5, atol=1e-6)
+    for name, theirs in (
+        ("policy_loss", out.policy),
+        ("value_loss", out.value),
+        ("entropy", out.entropy),
+        ("approx_kl", out.approx_kl),
+        ("clip_frac", out.clip_frac),
+    ):
+        np.testing.assert_allclose(float(parts[name]), float(theirs), rtol=1e-5, atol=1e-6)
+    assert set(grads) == set(torch_grads)
+    for name, g in torch_grads.items():
+        np.testing.assert_allclose(np.asarray(grads[name]), g, atol=2e-5, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_separate_critic_acts_as_pytorchs_with_the_same_state_layout(core):
+    """Step by step from the same state: the same actions, log-probs, values and recurrent
+    state (the actor's and the critic's concatenated) as `ActorCritic.act` and `.value`."""
+    spec = _spec(core, True, separate_critic=True, value_norm=True)
+    net, params, moments = _options_net(spec, 3)
+    b = _batch(spec, t=6, seed=6)
+    h_t, h_j = _torch(b["h0"]), jnp.asarray(b["h0"])
+    types = b["types"]
+    for t in range(6):
+        obs, first = b["obs"][t], b["first"][t]
+        with torch.no_grad():
+            v_t = net.value(_torch(obs), _torch(types), _torch(first), h_t)
+            a_t, logp_t, va_t, h_t = net.act(
+                _torch(obs), _torch(types), _torch(first), h_t, deterministic=True
+            )
+        v_j = policy.value(spec, params, obs, types, first, h_j, None, moments)
+        a_j, logp_j, va_j, h_j = policy.act(
+            spec, params, obs, types, first, h_j, None, jax.random.key(0), True, moments
+        )
+        np.testing.assert_array_equal(np.asarray(a_j), a_t.numpy())
+        np.testing.assert_allclose(np.asarray(logp_j), logp_t.numpy(), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(v_j), v_t.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(va_j), va_t.numpy(), rtol=1e-5, atol=1e-5)
+        assert h_j.shape == tuple(h_t.shape)
+        np.testing.assert_allclose(np.asarray(h_j), h_t.numpy(), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
 # A real rollout, replayed by PyTorch
 # ------------------------------------------------------------------------------------------
 
@@ -247,11 +388,22 @@ def test_pytorch_replays_a_jax_rollout_to_the_acting_log_probs(core, scenario, t
 
 
 @pytest.fixture(scope="module")
-def jax_run(tmp_path_factory) -> Path:
-    """4 updates of the tiny config in JAX (checkpoints at 2 and 4)."""
-    config = _tiny(tmp_path_factory.mktemp("jax"))
-    JaxTrainer(config).run()
-    return Path(config.out)
+def jax_trained(tmp_path_factory) -> JaxTrainer:
+    """4 updates of the tiny config in JAX (checkpoints at 2 and 4): the trainer, with its
+    compiled update."""
+    trainer = JaxTrainer(_tiny(tmp_path_factory.mktemp("jax")))
+    trainer.run()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def jax_run(jax_trained) -> Path:
+    """The run folder of `jax_trained`."""
+    return Path(jax_trained.config.out)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x]
 
 
 def _observations(scenario: str, steps: int, games: int):
@@ -289,6 +441,50 @@ def test_a_pytorch_checkpoint_loads_into_jax_with_the_same_actions(tmp_path):
     config = _tiny(tmp_path, framework="torch", updates=2)
     Trainer(config).run()
     _same_actions(Path(config.out) / "checkpoint.pt", TINY.scenario)
+
+
+def _same_values(path: Path, scenario: str):
+    """The PyTorch and the JAX reading of a checkpoint give the same values (on the return
+    scale: the value normalisation's statistics are read too) on the same observations."""
+    loaded, jax_policy = load_policy(path), convert.load_jax_policy(path)
+    net, spec = loaded.nets[0], loaded.spec
+    params = jax_policy.params[0]
+    moments = None
+    if spec.value_norm:
+        assert jax_policy.value_norm is not None
+        moments = update.value_moments(jax_policy.value_norm[0])
+    obs, first = _observations(scenario, 1, 4)[0]
+    flat = obs.reshape(-1, obs.shape[-1])
+    x = loaded.normalizers[0](flat)
+    types = torch.eye(spec.n_types)[torch.zeros(len(flat), dtype=torch.long)]
+    starts = torch.ones(len(flat), dtype=torch.bool)
+    with torch.no_grad():
+        want = net.value(x, types, starts, net.initial_state(len(flat))).numpy()
+    h = policy.initial_state(spec, len(flat))
+    got = policy.value(spec, params, x.numpy(), types.numpy(), starts.numpy(), h, None, moments)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_separate_critic_and_value_norm_checkpoints_are_read_by_both_frameworks(tmp_path):
+    from baselines.train import Trainer
+
+    options = dict(separate_critic=True, value_norm=True, updates=2, anneal_lr=False)
+    torch_cfg = _tiny(tmp_path, framework="torch", out=str(tmp_path / "torch"), **options)
+    Trainer(torch_cfg).run()
+    jax_cfg = _tiny(tmp_path, out=str(tmp_path / "jax"), **options)
+    JaxTrainer(jax_cfg).run()
+    names = None
+    for cfg in (torch_cfg, jax_cfg):
+        path = Path(cfg.out) / "checkpoint.pt"
+        model = load_checkpoint(path)["learners"][0]["model"]
+        assert names is None or set(model) == names  # the same state-dict names both ways
+        names = set(model)
+        assert any(k.startswith("critic_core.") for k in model) and "critic_head.weight" in model
+        assert model["value_norm.weight"].dtype == torch.float64
+        assert float(model["value_norm.weight"]) > 0  # two updates took in their returns
+        _same_actions(path, TINY.scenario)
+        _same_values(path, TINY.scenario)
 
 
 def test_a_resumed_jax_run_ends_exactly_where_the_uninterrupted_one_does(jax_run, tmp_path):
@@ -380,3 +576,103 @@ def test_pytorch_seeds_2_trains_one_run_per_seed_folder(tmp_path):
         assert ckpt["config"]["seed"] == seed and ckpt["config"]["seeds"] == 1
         models.append(ckpt["learners"][0]["model"]["heads.weight"])
     assert not torch.equal(*models)
+
+
+# ------------------------------------------------------------------------------------------
+# The learning-rate schedule and evaluation during training
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_learning_rate_is_pytorchs_across_a_resume_with_more_updates(jax_run, tmp_path):
+    from baselines.train import Trainer
+
+    # PyTorch: planned for 4 updates, stopped after 2, resumed with --updates 8
+    config = _tiny(tmp_path, framework="torch", out=str(tmp_path / "torch"))
+    interrupted = Trainer(config)
+    interrupted.start()
+    torch_rates = [interrupted.step()["lr"] for _ in range(2)]
+    Path(config.out).mkdir()
+    interrupted.save(Path(config.out))
+    run = Trainer(dataclasses.replace(config, updates=8, resume=True)).run()
+    torch_rates += [r["lr"] for r in _rows(run / "metrics.jsonl")]
+    # JAX: the same from the update-2 checkpoint of the 4-update run
+    out = tmp_path / "jax"
+    shutil.copytree(jax_run, out)
+    shutil.copyfile(out / "checkpoint_000002.pt", out / "checkpoint.pt")
+    JaxTrainer(_tiny(tmp_path, out=str(out), updates=8, resume=True)).run()
+    jax_rates = [r["lr"] for r in _rows(out / "metrics.jsonl")]
+    assert jax_rates == torch_rates
+    # 1, 0.75 of the 4-update schedule, then 0.5 decaying to 0 over the 6 updates left
+    expected = [1.0, 0.75] + [0.5 - 0.5 * j / 6 for j in range(6)]
+    assert jax_rates == pytest.approx([TINY.lr * e for e in expected])
+
+
+def test_with_a_time_budget_the_learning_rate_is_pytorchs_also_after_a_resume(
+    jax_trained, tmp_path
+):
+    """The same (update, training time) gives the same rate in both trainers: annealed over
+    the share of the budget used, and continued from there with a longer budget."""
+    from baselines.train import Trainer
+
+    jax_cfg = _tiny(tmp_path, out=str(tmp_path / "jax"), updates=10**6, time_budget_s=100.0)
+    torch_cfg = dataclasses.replace(jax_cfg, framework="torch", out=str(tmp_path / "torch"))
+    rates: dict[str, list[float]] = {"jax": [], "torch": []}
+
+    def borrow(trainer: JaxTrainer) -> JaxTrainer:  # the fixture's program: lr is its argument
+        trainer._compiled = jax_trained._compiled
+        return trainer
+
+    def steps(trainers: dict, clock: list[float]) -> None:
+        for wall in clock:  # the training time before each update
+            for name, trainer in trainers.items():
+                trainer.wall_s = wall
+                rates[name].append(trainer.step()["lr"])
+
+    jt = borrow(JaxTrainer(jax_cfg))
+    jt.state = jax.tree_util.tree_map(jnp.copy, jax_trained.state)
+    tt = Trainer(torch_cfg)
+    tt.start()
+    steps({"jax": jt, "torch": tt}, [0.0, 25.0, 40.0])
+    for trainer in (jt, tt):
+        trainer.wall_s = 50.0  # half the budget used when the checkpoints are written
+        Path(trainer.config.out).mkdir()
+    jt.save()
+    tt.save(Path(torch_cfg.out))
+    longer = dict(time_budget_s=200.0, resume=True)  # 150 s left for the rate 0.5 -> 0
+    jt = borrow(JaxTrainer(dataclasses.replace(jax_cfg, **longer)))
+    jt.load()
+    tt = Trainer(dataclasses.replace(torch_cfg, **longer))
+    tt.load_state_dict(load_checkpoint(Path(torch_cfg.out) / "checkpoint.pt"))
+    steps({"jax": jt, "torch": tt}, [50.0, 125.0])
+    assert rates["jax"] == rates["torch"]
+    shares = (0.0, 0.25, 0.4, 0.5, 0.75)  # the updates' share (3 in a million) is negligible
+    assert rates["jax"] == pytest.approx([TINY.lr * (1 - p) for p in shares], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_eval_every_logs_wilson_intervals_keeps_best_pt_and_leaves_training_alone(
+    jax_run, tmp_path
+):
+    config = _tiny(tmp_path, eval_every=2, eval_games=6, eval_opponents="random")
+    run = JaxTrainer(config).run()
+    rows = _rows(run / "eval.jsonl")
+    assert [r["update"] for r in rows] == [2, 4]  # every 2 updates and at the end
+    assert (run / "eval.csv").exists()
+    for r in rows:
+        n, p = r["games/random"], r["win_rate/random"]
+        assert n == 6
+        z = 1.959964  # Wilson score interval, 95%, by hand
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+        assert r["win_rate_lo/random"] == pytest.approx(centre - half, abs=1e-5)
+        assert r["win_rate_hi/random"] == pytest.approx(centre + half, abs=1e-5)
+        assert r["score"] == p and r["agent_steps"] == r["update"] * 8 * 12 * 4
+    best = max(rows, key=lambda r: (r["score"], -r["update"]))
+    ckpt = load_checkpoint(run / "checkpoint.pt")
+    assert ckpt["evaluation"]["update"] == best["update"]
+    assert ckpt["evaluation"]["score"] == pytest.approx(best["score"], rel=1e-6)
+    assert load_policy(run / "best.pt").update == best["update"]
+    # evaluating draws no training randomness: the same training rows as the run without it
+    train = [r["policy_loss"] for r in _rows(run / "metrics.jsonl")]
+    assert train == [r["policy_loss"] for r in _rows(jax_run / "metrics.jsonl")]
