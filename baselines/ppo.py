@@ -4,7 +4,7 @@
     python -m baselines.ppo --preset cpu --opponent random --out runs/a
     python -m baselines.ppo --resume --out runs/a                     # continue the run
     python -m baselines.ppo --resume --out runs/a --updates 400       # ... and extend it
-    python -m baselines.ppo --framework jax --preset cpu --eval-every 0 --out runs/j  # the JAX twin
+    python -m baselines.ppo --framework jax --preset cpu --out runs/j  # the JAX twin
     python -m baselines.ppo --framework jax --seeds 8 --out runs/j8    # 8 runs in one program
     python -m baselines.ppo --help                                    # every flag
 

@@ -53,6 +53,11 @@ def unsupported(config: PPOConfig) -> str | None:
         return "several processes (torchrun) are not supported by --framework jax"
     if config.encoder in ("cnn", "both"):
         return f"--encoder {config.encoder} is not supported by --framework jax (vector only)"
+    if config.compile:
+        return (
+            "--compile compiles the PyTorch trainer's acting step; --framework jax compiles "
+            "its whole update already (drop --compile)"
+        )
     return None
 
 

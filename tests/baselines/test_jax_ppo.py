@@ -550,6 +550,7 @@ def test_the_command_line_writes_the_pytorch_trainers_artefacts(tmp_path):
         (["--train-both"], "--train-both"),
         (["--opponent", "pool"], "pool"),
         (["--scenario", "identical_2_vs_2_fobs_rgb_void_disc"], "vector observations"),
+        (["--compile"], "--compile"),
     ],
 )
 def test_options_the_jax_side_lacks_fail_naming_them(flags, named, tmp_path, capsys):
