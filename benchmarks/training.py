@@ -258,7 +258,7 @@ COLUMNS = (
     Column("rollout_agent_steps_per_s", "rollout [agent-steps/s]", format_number),
     Column("_range", "rollout min-max [agent-steps/s]"),
     Column("_ratio", "vs JAX scan"),
-    Column("rollout_agent_steps_per_cpu_s", "rollout [agent-steps/CPU-s]", format_number),
+    Column("_rollout_cpu", "rollout [agent-steps/CPU-s]"),
     Column("_cpu_ratio", "vs JAX scan, CPU time"),
     Column("update_agent_steps_per_s", "update [agent-steps/s]", format_number),
     Column("_update_range", "update min-max [agent-steps/s]"),
@@ -282,7 +282,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         if r.get("kind") == "jax" and "error" not in r
     }
     jax_cpu = {
-        r["batch"]: r["rollout_agent_steps_per_cpu_s"]
+        r["batch"]: r.get("rollout_agent_steps_per_cpu_s")
         for r in rows
         if r.get("kind") == "jax" and "error" not in r
     }
@@ -296,10 +296,11 @@ def render(rows: list[dict[str, Any]]) -> str:
             if r["kind"] == "jax" or ref is None
             else f"{r['rollout_agent_steps_per_s'] / ref:.2f}"
         )
+        rollout_cpu = r.get("rollout_agent_steps_per_cpu_s")  # absent in rows of older files
         cpu_ratio = (
             "–"
-            if r["kind"] == "jax" or ref_cpu is None
-            else f"{r['rollout_agent_steps_per_cpu_s'] / ref_cpu:.2f}"
+            if r["kind"] == "jax" or ref_cpu is None or rollout_cpu is None
+            else f"{rollout_cpu / ref_cpu:.2f}"
         )
         update_cpu = r.get("update_agent_steps_per_cpu_s")
         shown.append(
@@ -308,6 +309,7 @@ def render(rows: list[dict[str, Any]]) -> str:
                 "_label": _label(r),
                 "_ratio": ratio,
                 "_cpu_ratio": cpu_ratio,
+                "_rollout_cpu": "–" if rollout_cpu is None else format_number(rollout_cpu),
                 "_update_cpu": "–" if update_cpu is None else format_number(update_cpu),
                 "_range": f"{format_number(r['rollout_min'])}–{format_number(r['rollout_max'])}",
                 "_update_range": _update_range(r),

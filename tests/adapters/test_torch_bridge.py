@@ -230,6 +230,7 @@ def versus_venv():
     return TorchVecEnv("identical_2_vs_2_fobs_vec_void_disc", 4, seed=1, opponent="pursuit")
 
 
+@pytest.mark.slow
 def test_with_an_opponent_the_learner_sees_only_its_team(versus_venv):
     obs = versus_venv.reset()
     length = versus_venv.config.vector_size
@@ -268,6 +269,7 @@ def test_step_before_reset_is_an_error():
         venv.step(torch.zeros(2, 3, 3))
 
 
+@pytest.mark.slow
 def test_states_are_the_batched_env_state_and_advance_with_each_step():
     venv = TorchVecEnv("identical_2_vs_2_fobs_vec_void_disc", 3, seed=2)
     venv.reset()

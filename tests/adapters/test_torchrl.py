@@ -50,6 +50,7 @@ def test_check_env_specs_passes(case):
     check_env_specs(env, break_when_any_done="both", seed=0)
 
 
+@pytest.mark.slow
 def test_each_team_is_a_group_with_its_own_agents():
     env = _env("special_5_vs_1_pobs_vec_maps_cont", obs_type="rgb_vector",
                resolution_x=12, resolution_y=12)  # fmt: skip

@@ -96,6 +96,7 @@ def test_state_vector_batched_equals_single_and_rejects_a_bad_team():
 GAME = "identical_2_vs_2_fobs_vec_void_disc"
 
 
+@pytest.mark.slow
 def test_a_scripted_team_plays_exactly_as_the_policy_would():
     """Games 0-2 with team 1 scripted by pursuit inside the step equal a plain batch whose
     team-1 actions are computed from the same states by pursuit (deterministic policy)."""
@@ -126,6 +127,7 @@ def test_scripted_teams_are_checked():
         TorchVecEnv(GAME, 4, opponent="random", scripted=[ScriptedTeam(0, 2, 1)])
 
 
+@pytest.mark.slow
 def test_state_vectors_of_the_next_and_the_finished_state():
     venv = TorchVecEnv(GAME, 3, seed=2, state_vectors=True)
     venv.reset()
@@ -167,6 +169,7 @@ def test_the_final_state_is_the_state_before_the_reset():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_a_restored_snapshot_continues_exactly():
     venv = TorchVecEnv(GAME, 4, seed=1, scripted=[ScriptedTeam(0, 2, 1, "random")])
     venv.reset()

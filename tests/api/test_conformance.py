@@ -113,7 +113,14 @@ def _rollout(name, seed):
     return jax.device_get(out)
 
 
-@pytest.fixture(scope="module", params=list(SCENARIOS))
+# The fast tier checks the vector game and the heterogeneous rgb_vector one; CI all five.
+FAST = ("identical_5_vs_5_fobs_vec_void_disc", "special_5_vs_1_pobs_rgb_maps_disc")
+
+
+@pytest.fixture(
+    scope="module",
+    params=[n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in SCENARIOS],
+)
 def scenario(request):
     name = request.param
     return name, _env(name), _rollout(name, SEED)

@@ -82,6 +82,7 @@ def test_wilson_interval_rejects_impossible_counts():
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pursuit_beats_random_clearly(pursuit_vs_random):
     r = pursuit_vs_random
     assert r.games == GAMES and r.unfinished == 0
@@ -233,6 +234,7 @@ def test_a_checkpoint_with_a_registered_loader_plays_like_the_policy_it_copies(c
     assert torch_player.mean_return_b == pytest.approx(scripted.mean_return_b)
 
 
+@pytest.mark.slow
 def test_two_torch_players_each_get_their_own_team(checkpoint):
     player = FixedAction(16)
     r = evaluate(player, FixedAction(16, "other"), SCENARIO, GAMES, seed=0, **LIMIT)

@@ -252,6 +252,7 @@ def test_versus_rejects_a_team_without_agents():
         VersusEnv(GigastepEnv(_config((0, 0))), "random", opponent_team=0)
 
 
+@pytest.mark.slow
 def test_pursuit_beats_random_in_most_games_of_identical_5_vs_5():
     # The learner seat (team 1) plays uniform random actions; the scripted opponent (team 0)
     # plays pursuit. A game is won by the team with more survivors when it ends (or after

@@ -66,6 +66,7 @@ def circle_frames():
                           scale=2, overrides=SMALL)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_rendered_gif_has_a_frame_per_state_and_the_renderers_size(circle_frames, tmp_path):
     from gigastep.render import FrameRenderer
     from gigastep.scenarios import make

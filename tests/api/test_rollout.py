@@ -147,6 +147,7 @@ def main_loop(main_rollout):
     return loop_rollout(MAIN, GAMES, STEPS, key, MATCH)
 
 
+@pytest.mark.slow
 def test_rollout_totals_equal_a_python_loop_of_step_autoreset(main_rollout, main_loop):
     _, out = main_rollout
     totals, _, _ = main_loop
@@ -203,6 +204,7 @@ def test_wins_pay_the_winning_survivors_their_share_of_the_game_won_reward(win_r
     np.testing.assert_array_equal(out.episode_return_sum, out.total_reward)
 
 
+@pytest.mark.slow
 def test_episodes_ending_at_the_time_limit_are_draws_and_unfinished_steps_do_not_count():
     out = gigastep.rollout(DRAW, 4, 10, jax.random.key(2), policy=circle)
     np.testing.assert_array_equal(out.episodes, 2)  # steps 4 and 8 end an episode
@@ -236,6 +238,7 @@ def test_joint_policy_takes_team0_rows_from_the_first_and_team1_rows_from_the_se
     assert repr(joint_policy(circle, None)) == "joint_policy(circle, random)"
 
 
+@pytest.mark.slow
 def test_the_gpu_form_of_the_step_gives_the_same_games(main_rollout):
     # On GPU the rollout steps with the vmapped step_autoreset (no host-side conditional);
     # run that form here on the CPU and compare.

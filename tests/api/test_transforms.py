@@ -177,10 +177,12 @@ def _check_jit_matches_eager_step(config):
     assert_trees_within_ulp(_jit_step(config)(state, actions, key), eager, maxulp=2)
 
 
+@pytest.mark.slow
 def test_jit_reset_is_bit_identical_to_eager_reset():
     _check_jit_matches_eager_reset(VEC)
 
 
+@pytest.mark.slow
 def test_jit_step_matches_eager_step_up_to_fma_rounding():
     _check_jit_matches_eager_step(VEC)
 
@@ -334,6 +336,7 @@ def _scan_rollout(config):
     return jax.jit(lambda state, actions, keys: jax.lax.scan(body, state, (actions, keys)))
 
 
+@pytest.mark.slow
 def test_scan_of_ten_steps_equals_ten_loop_steps():
     state = crowded_state(VEC)
     actions = jax.random.uniform(jax.random.key(1), (SCAN_STEPS, N, 3), jnp.float32, -1, 1)

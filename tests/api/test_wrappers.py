@@ -41,6 +41,7 @@ def test_each_step_drops_the_oldest_frame_and_appends_the_newest(stacked):
         np.testing.assert_array_equal(frames, np.stack(history[-K:], axis=1))
 
 
+@pytest.mark.slow
 def test_batched_forms_equal_the_single_game_ones(stacked):
     keys = jax.random.split(jax.random.key(1), 2)
     frames, states = stacked.v_reset(keys)
@@ -53,6 +54,7 @@ def test_batched_forms_equal_the_single_game_ones(stacked):
         np.testing.assert_allclose(frames[b], f1, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_reset_done_episodes_restarts_only_the_masked_games_with_their_first_frame(stacked):
     keys = jax.random.split(jax.random.key(2), 2)
     frames, states = stacked.v_reset(keys)

@@ -153,6 +153,7 @@ def test_gae_is_the_same_in_both_frameworks_and_matches_a_hand_computed_case():
     "core, discrete, central",
     [(c, d, False) for c in CORES for d in (True, False)] + [("s5", True, True)],
 )
+@pytest.mark.slow
 def test_loss_terms_and_gradients_match_pytorch(core, discrete, central):
     spec = _spec(core, discrete, central)
     torch.manual_seed(1)
@@ -200,6 +201,7 @@ def test_loss_terms_and_gradients_match_pytorch(core, discrete, central):
 
 
 @pytest.mark.parametrize("core", CORES)
+@pytest.mark.slow
 def test_one_step_acting_equals_the_sequence_replay(core):
     """`act` step by step gives the states and log-probs `evaluate` replays (resets included)."""
     spec = _spec(core, True)
@@ -274,6 +276,7 @@ def _options_net(spec: PolicySpec, seed: int) -> tuple[ActorCritic, policy.Param
 
 
 @pytest.mark.parametrize("core, discrete, central, flags", OPTIONS)
+@pytest.mark.slow
 def test_value_norm_and_separate_critic_losses_and_gradients_match_pytorch(
     core, discrete, central, flags
 ):
@@ -322,6 +325,7 @@ def test_value_norm_and_separate_critic_losses_and_gradients_match_pytorch(
 
 
 @pytest.mark.parametrize("core", CORES)
+@pytest.mark.slow
 def test_a_separate_critic_acts_as_pytorchs_with_the_same_state_layout(core):
     """Step by step from the same state: the same actions, log-probs, values and recurrent
     state (the actor's and the critic's concatenated) as `ActorCritic.act` and `.value`."""
@@ -363,6 +367,7 @@ def test_a_separate_critic_acts_as_pytorchs_with_the_same_state_layout(core):
         ("mlp", "identical_2_vs_2_fobs_vec_void_cont"),
     ],
 )
+@pytest.mark.slow
 def test_pytorch_replays_a_jax_rollout_to_the_acting_log_probs(core, scenario, tmp_path):
     config = _tiny(tmp_path, policy=core, scenario=scenario, rollout_steps=40, num_envs=4)
     setup = make_setup(config)
@@ -429,6 +434,7 @@ def _same_actions(path: Path, scenario: str):
         np.testing.assert_array_equal(a_jax, a_torch)
 
 
+@pytest.mark.slow
 def test_a_jax_checkpoint_plays_as_a_pytorch_player_with_the_same_actions(jax_run):
     ckpt = load_checkpoint(jax_run / "checkpoint.pt")
     assert ckpt["framework"] == "jax" and ckpt["update"] == 4
@@ -487,6 +493,7 @@ def test_separate_critic_and_value_norm_checkpoints_are_read_by_both_frameworks(
         _same_values(path, TINY.scenario)
 
 
+@pytest.mark.slow
 def test_a_resumed_jax_run_ends_exactly_where_the_uninterrupted_one_does(jax_run, tmp_path):
     out = tmp_path / "resumed"
     shutil.copytree(jax_run, out)
@@ -506,6 +513,7 @@ def test_a_resumed_jax_run_ends_exactly_where_the_uninterrupted_one_does(jax_run
         }
 
 
+@pytest.mark.slow
 def test_seeds_2_gives_each_seed_the_result_of_its_own_run(jax_run, tmp_path):
     JaxTrainer(_tiny(tmp_path, out=str(tmp_path / "two"), seeds=2)).run()
     JaxTrainer(_tiny(tmp_path, out=str(tmp_path / "one"), seed=1)).run()
@@ -526,6 +534,7 @@ def test_seeds_2_gives_each_seed_the_result_of_its_own_run(jax_run, tmp_path):
     assert not torch.equal(a["heads.weight"], b["heads.weight"])
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_pytorch_trainers_artefacts(tmp_path):
     out = tmp_path / "cli"
     args = [
@@ -609,6 +618,7 @@ def test_the_learning_rate_is_pytorchs_across_a_resume_with_more_updates(jax_run
     assert jax_rates == pytest.approx([TINY.lr * e for e in expected])
 
 
+@pytest.mark.slow
 def test_with_a_time_budget_the_learning_rate_is_pytorchs_also_after_a_resume(
     jax_trained, tmp_path
 ):

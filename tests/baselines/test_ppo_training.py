@@ -89,6 +89,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(tmp_path):
     assert load_checkpoint(tmp_path / "run")["update"] == 1  # the last good one, intact
 
 
+@pytest.mark.slow
 def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
     config = _tiny(
         tmp_path,
@@ -120,6 +121,7 @@ def test_mappo_and_two_learners_train_and_log_per_team(tmp_path):
         ),
     ],
 )
+@pytest.mark.slow
 def test_continuous_actions_and_images_train(scenario, env, tmp_path):
     trainer = Trainer(_tiny(tmp_path, scenario=scenario, env=env, updates=1, rollout_steps=6))
     trainer.run()

@@ -100,6 +100,7 @@ def test_a_new_horizon_continues_from_the_progress_reached():
     assert LRSchedule.from_state_dict(s.state_dict()) == s
 
 
+@pytest.mark.slow
 def test_resuming_with_more_updates_does_not_make_the_rate_jump(tmp_path):
     config = _tiny(tmp_path, updates=4)
     interrupted = Trainer(config)  # planned for 4 updates, stopped after 2
@@ -258,6 +259,7 @@ def test_evaluations_log_wilson_intervals_keep_the_best_policy_and_leave_trainin
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
     tmp_path, monkeypatch
 ):

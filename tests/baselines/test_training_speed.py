@@ -126,6 +126,7 @@ def _no_host_reads(monkeypatch):
     [("s5", "max_episode_length=8"), ("gru", "max_episode_length=5")],
     ids=["s5-one-truncation-per-rollout", "gru-several-truncations"],
 )
+@pytest.mark.slow
 def test_nothing_on_the_acting_path_reads_a_tensor_on_the_host(policy, env, tmp_path, monkeypatch):
     trainer = Trainer(dataclasses.replace(TINY, policy=policy, env=env, out=str(tmp_path)))
     trainer.start()
@@ -140,6 +141,7 @@ def test_nothing_on_the_acting_path_reads_a_tensor_on_the_host(policy, env, tmp_
     assert (boot | boot_before).any(), "episodes should be truncated during these rollouts"
 
 
+@pytest.mark.slow
 def test_target_kl_stops_on_the_mean_kl_of_the_epoch_just_done(tmp_path):
     """Epoch 1's minibatches have KL 0.1, epoch 2's 1.0: epoch 2's mean (1.0) exceeds 0.6, so
     the update stops after 2 epochs; the mean over both epochs' steps (0.55) would not."""

@@ -233,6 +233,7 @@ def test_plot_refuses_input_without_throughput_rows(tmp_path):
         plot_throughput([{"impl": "jax", "T": 32}], tmp_path / "plot.png")
 
 
+@pytest.mark.slow
 def test_devices_shard_the_batch_in_a_worker_with_that_many_host_devices():
     case = throughput.dataclasses.replace(TINY, devices=2)
     rows = throughput.run_sweep([case], isolate=True, timeout=300, log=io.StringIO())
@@ -241,6 +242,7 @@ def test_devices_shard_the_batch_in_a_worker_with_that_many_host_devices():
     assert rows[0]["machine"]["device"]["backend"] == jax.default_backend()
 
 
+@pytest.mark.slow
 def test_more_devices_than_the_process_has_is_a_clear_error_before_compiling():
     case = throughput.dataclasses.replace(TINY, devices=jax.device_count() + 1)
     with pytest.raises(ValueError, match="xla_force_host_platform_device_count"):

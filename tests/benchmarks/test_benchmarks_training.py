@@ -83,6 +83,7 @@ def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
             "rollout_agent_steps_per_s": 2e6,
             "rollout_min": 1.8e6,
             "rollout_max": 2.2e6,
+            "rollout_agent_steps_per_cpu_s": 1e6,  # two XLA threads: twice the CPU time
             "compile_s": 3.21,
             "peak_rss_mb": 500.0,
         },
@@ -94,22 +95,39 @@ def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
             "rollout_min": 1.4e6,
             "rollout_max": 1.6e6,
             "update_agent_steps_per_s": 4e5,
+            "rollout_agent_steps_per_cpu_s": 1.5e6,
+            "update_agent_steps_per_cpu_s": 5e5,
             "agent_steps": 800_000,
             "update_s": [2.0, 1.6, 4.0],
             "warmup_s": 12.34,
             "peak_rss_mb": 900.0,
         },
         {"kind": "ppo", "policy": "mlp", "batch": 128, "error": "timed out"},
+        {  # a row of a file written before the CPU-time rates: shown without them
+            "kind": "ppo",
+            "policy": "gru",
+            "batch": 64,
+            "rollout_agent_steps_per_s": 5e5,
+            "rollout_min": 4e5,
+            "rollout_max": 6e5,
+            "update_agent_steps_per_s": 1e5,
+            "agent_steps": 800_000,
+            "update_s": [8.0],
+            "warmup_s": 20.0,
+            "peak_rss_mb": 800.0,
+        },
     ]
     table = training.render(rows).splitlines()
-    assert len(table) == 4  # header, rule, two rows (the failed one is left out)
-    # update range: 800 k agent-steps in 4.0 s (200 k) to 1.6 s (500 k)
+    assert len(table) == 5  # header, rule, three rows (the failed one is left out)
+    # wall: 1.5 M / 2.0 M = 0.75; CPU: 1.5 M / 1.0 M = 1.50; update range: 800 k agent-steps
+    # in 4.0 s (200 k) to 1.6 s (500 k)
     assert (
-        "| PyTorch PPO rollout, s5 | 64 | 1.50 M | 1.40 M–1.60 M | 0.75 | 400 k | 200 k–500 k "
-        "| 12.3 |" in table[3]
+        "| PyTorch PPO rollout, s5 | 64 | 1.50 M | 1.40 M–1.60 M | 0.75 | 1.50 M | 1.50 | 400 k "
+        "| 200 k–500 k | 500 k | 12.3 |" in table[3]
     )
     assert "| JAX scan, same per-step work (mlp) | 64 | 2.00 M |" in table[2]
-    assert "| – | 3.2 |" in table[2]
+    assert "| – | 1.00 M | – | – | – | – | 3.2 |" in table[2]
+    assert "| PyTorch PPO rollout, gru | 64 | 500 k | 400 k–600 k | 0.25 | – | – | 100 k" in table[4]
 
 
 FINAL = {"opponent": "random", "games": 4, "win_rate": 0.5, "ci_low": 0.2, "ci_high": 0.8}

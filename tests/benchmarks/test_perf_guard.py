@@ -63,6 +63,7 @@ def _cuda() -> bool:
 
 
 @pytest.mark.skipif(_cuda(), reason="a CUDA device is present: the script would run for real")
+@pytest.mark.slow
 def test_the_gpu_script_stops_at_once_without_cuda(tmp_path):
     out = tmp_path / "gpu"
     env = {**os.environ, "PYTHON": sys.executable}

@@ -245,7 +245,12 @@ def full_reset():
     return env, keys, jax.jit(jax.vmap(env.reset))(keys)
 
 
-@pytest.mark.parametrize("games", [[], [5], [0, 39], [1, 2, 3], list(range(BATCH))],
+# the fast tier runs the case past the capacity; CI every case
+@pytest.mark.parametrize("games", [pytest.param([], marks=pytest.mark.slow),
+                                   pytest.param([5], marks=pytest.mark.slow),
+                                   pytest.param([0, 39], marks=pytest.mark.slow),
+                                   [1, 2, 3],
+                                   pytest.param(list(range(BATCH)), marks=pytest.mark.slow)],
                          ids=["none", "one", "capacity", "capacity+1", "all"])  # fmt: skip
 def test_reset_where_resets_exactly_the_masked_games(full_reset, games):
     """`reset_where` (behind the auto-reset steps and Gymnasium's NEXT_STEP mode) gives

@@ -182,6 +182,7 @@ def test_kernel_matches_the_jax_path_on_non_finite_states(native, name):
     assert (~np.isfinite(obs)).any()  # overflowing features do reach the observations
 
 
+@pytest.mark.slow
 def test_a_non_finite_state_steps_the_same_with_the_kernel_and_without(native, monkeypatch):
     """Whole steps from states made non-finite with `replace` (EnvState.create refuses them):
     every output equal, kernel or not."""
@@ -250,6 +251,7 @@ def test_rgb_and_oversized_configs_use_the_jax_path(native):
     assert not native_supported(big)
 
 
+@pytest.mark.slow
 def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native, monkeypatch):
     """Whole steps (noise, dynamics, combat, then observations; the kernel hashing the
     communication noise itself) agree bit for bit, through resets and auto-resets (episodes
@@ -391,6 +393,7 @@ def test_an_unavailable_kernel_warns_once_and_falls_back(monkeypatch):
     assert not native_supported(_config("5v5"))
 
 
+@pytest.mark.slow
 def test_the_build_is_cached_by_content(native, tmp_path, monkeypatch):
     monkeypatch.setenv("GIGASTEP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_native, "_FLAGS", [*_native._FLAGS, "-O2"])  # a different key

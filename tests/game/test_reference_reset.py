@@ -146,8 +146,15 @@ def compare(name: str):
     return config, np.asarray(redraw_rounds), map_idx
 
 
-@pytest.mark.parametrize("name", ["all_special_20x15", "empty_20", "user_crowded",
-                                  "no_collisions", "rgb_four_rooms"])  # fmt: skip
+# the fast tier compares one layout (every special rule, a non-square world); CI all five
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", ["all_special_20x15",
+                                  pytest.param("empty_20", marks=_SLOW),
+                                  pytest.param("user_crowded", marks=_SLOW),
+                                  pytest.param("no_collisions", marks=_SLOW),
+                                  pytest.param("rgb_four_rooms", marks=_SLOW)])  # fmt: skip
 def test_reset_equals_reference(name):
     config, rounds, map_idx = compare(name)
     assert rounds.max() >= 2, "no game needed a second redraw: the redraws were not exercised"
