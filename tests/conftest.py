@@ -13,6 +13,7 @@ this file (pytest imports it under its own name).
 from __future__ import annotations
 
 import functools
+import os
 from typing import NamedTuple
 
 import jax
@@ -21,6 +22,21 @@ import numpy as np
 import pytest
 
 from gigastep.types import EnvConfig, EnvState, StepNoise
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep JAX's compiled programs on disk (`.pytest_cache/jax`, at most 2 GiB): most of a
+    test run's time is XLA compiling the games, so a rerun of the tests loads them instead.
+    The cache key is the program, the JAX version and the compiler flags, so an edit of the
+    library compiles anew. GIGASTEP_TEST_JAX_CACHE=0 turns it off; processes that the tests
+    start get the same folder through JAX_COMPILATION_CACHE_DIR."""
+    if os.environ.get("GIGASTEP_TEST_JAX_CACHE") == "0":
+        return
+    folder = str(config.rootpath / ".pytest_cache" / "jax")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", folder)
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
 
 
 def _cuda_available() -> bool:

@@ -127,7 +127,8 @@ def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
     )
     assert "| JAX scan, same per-step work (mlp) | 64 | 2.00 M |" in table[2]
     assert "| – | 1.00 M | – | – | – | – | 3.2 |" in table[2]
-    assert "| PyTorch PPO rollout, gru | 64 | 500 k | 400 k–600 k | 0.25 | – | – | 100 k" in table[4]
+    gru = "| PyTorch PPO rollout, gru | 64 | 500 k | 400 k–600 k | 0.25 | – | – | 100 k"
+    assert gru in table[4]
 
 
 FINAL = {"opponent": "random", "games": 4, "win_rate": 0.5, "ci_low": 0.2, "ci_high": 0.8}
