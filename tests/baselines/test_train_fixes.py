@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines.checkpoint import load_checkpoint, load_policy
+from baselines.checkpoint import load_checkpoint
 from baselines.config import PPOConfig, validate
 from baselines.evaluator import eval_opponents
 from baselines.metrics import MetricsLogger
@@ -23,6 +23,7 @@ from baselines.probes import MemoryProbe
 from baselines.schedule import LRSchedule
 from baselines.train import Trainer
 from baselines.valuenorm import BETA, ValueNorm, normalized_value_terms
+from tests.baselines.eval_checks import check_evaluations
 
 LR = 3e-4
 TINY = PPOConfig(
@@ -233,25 +234,8 @@ def test_evaluations_log_wilson_intervals_keep_the_best_policy_and_leave_trainin
     config = _tiny(tmp_path, updates=3, eval_games=6, eval_opponents="random", anneal_lr=False)
     plain = Trainer(dataclasses.replace(config, out=str(tmp_path / "plain"))).run()
     run = Trainer(dataclasses.replace(config, eval_every=2)).run()
-    rows = _rows(run / "eval.jsonl")
-    assert [r["update"] for r in rows] == [2, 3]  # every 2 updates and at the end
-    for r in rows:
-        n, p = r["games/random"], r["win_rate/random"]
-        assert n == 6
-        z = 1.959964  # Wilson score interval, 95%, by hand
-        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-        half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
-        assert r["win_rate_lo/random"] == pytest.approx(centre - half, abs=1e-5)
-        assert r["win_rate_hi/random"] == pytest.approx(centre + half, abs=1e-5)
-        assert r["score"] == p and r["agent_steps"] == r["update"] * 6 * 8 * 4
-    best = max(rows, key=lambda r: (r["score"], -r["update"]))
-    ckpt = load_checkpoint(run / "checkpoint.pt")
-    assert ckpt["evaluation"]["update"] == best["update"]
-    assert ckpt["evaluation"]["score"] == pytest.approx(best["score"], rel=1e-6)
-    assert load_policy(run / "best.pt").update == best["update"]
-    # evaluating draws no training randomness: the same training rows as without it
-    train = [r["policy_loss"] for r in _rows(run / "metrics.jsonl")]
-    assert train == [r["policy_loss"] for r in _rows(plain / "metrics.jsonl")]
+    # every 2 updates and at the end; 6 games x 8 steps x 4 agents per update
+    check_evaluations(run, plain, [2, 3], games=6, per_update=6 * 8 * 4)
 
 
 # ------------------------------------------------------------------------------------------
