@@ -150,6 +150,23 @@ def test_gae_is_the_same_in_both_frameworks_and_matches_a_hand_computed_case():
     np.testing.assert_allclose(np.asarray(adv)[:, 0], [2.633, 2.65], atol=1e-5)
 
 
+def _assert_loss_and_gradients_match(loss, parts, grads, out, torch_grads) -> None:
+    """JAX's loss, its terms and gradients equal PyTorch's (`out`, `torch_grads`) within the
+    float32 tolerances of these tests."""
+    np.testing.assert_allclose(float(loss), float(out.loss.detach()), rtol=1e-5, atol=1e-6)
+    for name, theirs in (
+        ("policy_loss", out.policy),
+        ("value_loss", out.value),
+        ("entropy", out.entropy),
+        ("approx_kl", out.approx_kl),
+        ("clip_frac", out.clip_frac),
+    ):
+        np.testing.assert_allclose(float(parts[name]), float(theirs), rtol=1e-5, atol=1e-6)
+    assert set(grads) == set(torch_grads)
+    for name, g in torch_grads.items():
+        np.testing.assert_allclose(np.asarray(grads[name]), g, atol=2e-5, rtol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize(
     "core, discrete, central",
     [(c, d, False) for c in CORES for d in (True, False)] + [("s5", True, True)],
@@ -187,18 +204,7 @@ def test_loss_terms_and_gradients_match_pytorch(core, discrete, central):
         )
 
     (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    np.testing.assert_allclose(float(loss), float(out.loss.detach()), rtol=1e-5, atol=1e-6)
-    for name, theirs in (
-        ("policy_loss", out.policy),
-        ("value_loss", out.value),
-        ("entropy", out.entropy),
-        ("approx_kl", out.approx_kl),
-        ("clip_frac", out.clip_frac),
-    ):
-        np.testing.assert_allclose(float(parts[name]), float(theirs), rtol=1e-5, atol=1e-6)
-    assert set(grads) == set(torch_grads)
-    for name, g in torch_grads.items():
-        np.testing.assert_allclose(np.asarray(grads[name]), g, atol=2e-5, rtol=1e-4, err_msg=name)
+    _assert_loss_and_gradients_match(loss, parts, grads, out, torch_grads)
 
 
 @pytest.mark.parametrize("core", CORES)
@@ -311,18 +317,7 @@ def test_value_norm_and_separate_critic_losses_and_gradients_match_pytorch(
         moments,
     )  # fmt: skip
     np.testing.assert_allclose(np.asarray(values), value.detach().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(float(loss), float(out.loss.detach()), rtol=1e-5, atol=1e-6)
-    for name, theirs in (
-        ("policy_loss", out.policy),
-        ("value_loss", out.value),
-        ("entropy", out.entropy),
-        ("approx_kl", out.approx_kl),
-        ("clip_frac", out.clip_frac),
-    ):
-        np.testing.assert_allclose(float(parts[name]), float(theirs), rtol=1e-5, atol=1e-6)
-    assert set(grads) == set(torch_grads)
-    for name, g in torch_grads.items():
-        np.testing.assert_allclose(np.asarray(grads[name]), g, atol=2e-5, rtol=1e-4, err_msg=name)
+    _assert_loss_and_gradients_match(loss, parts, grads, out, torch_grads)
 
 
 @pytest.mark.parametrize("core", CORES)
