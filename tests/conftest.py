@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -24,19 +26,49 @@ import pytest
 from gigastep.types import EnvConfig, EnvState, StepNoise
 
 
+def _jax_cache_folder(root: Path) -> str | None:
+    """The first writable folder of: $GIGASTEP_TEST_JAX_CACHE_DIR, the user's cache
+    ($XDG_CACHE_HOME or ~/.cache, then gigastep/jax-tests: shared by every clone of the
+    project on the machine), the run's .pytest_cache/jax."""
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    candidates = [user / "gigastep" / "jax-tests", root / ".pytest_cache" / "jax"]
+    if os.environ.get("GIGASTEP_TEST_JAX_CACHE_DIR"):
+        candidates.insert(0, Path(os.environ["GIGASTEP_TEST_JAX_CACHE_DIR"]))
+    for folder in candidates:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder):
+                return str(folder)
+        except OSError:
+            continue
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep JAX's compiled programs on disk (`.pytest_cache/jax`, at most 2 GiB): most of a
-    test run's time is XLA compiling the games, so a rerun of the tests loads them instead.
-    The cache key is the program, the JAX version and the compiler flags, so an edit of the
-    library compiles anew. GIGASTEP_TEST_JAX_CACHE=0 turns it off; processes that the tests
-    start get the same folder through JAX_COMPILATION_CACHE_DIR."""
+    """Keep JAX's compiled programs on disk (at most 2 GiB, least recently used first out):
+    most of a test run's time is XLA compiling the games, so a later run, in this clone or
+    another, loads them instead. The folder is the user's cache (`_jax_cache_folder`).
+    The cache key is the program (without source locations), the JAX version and the
+    compiler flags, so an edit of the library compiles anew. GIGASTEP_TEST_JAX_CACHE=0 turns
+    it off; processes that the tests start get the same folder and settings through the
+    environment.
+
+    Every process sharing the folder must use the same size limit: a process without one
+    (JAX's default) writes entries without the access-time files that a process with one
+    reads when it evicts, and that process then fails with FileNotFoundError."""
     if os.environ.get("GIGASTEP_TEST_JAX_CACHE") == "0":
         return
-    folder = str(config.rootpath / ".pytest_cache" / "jax")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", folder)
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+    folder = _jax_cache_folder(config.rootpath)
+    if folder is None:
+        return
+    settings = {  # name: (value, type); set over any of the user's own
+        "jax_compilation_cache_dir": (folder, str),
+        "jax_persistent_cache_min_compile_time_secs": ("0.2", float),
+        "jax_compilation_cache_max_size": (str(2 * 1024**3), int),
+    }
+    for name, (value, kind) in settings.items():
+        os.environ[name.upper()] = value
+        jax.config.update(name, kind(value))
 
 
 def _cuda_available() -> bool:
