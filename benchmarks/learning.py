@@ -38,6 +38,7 @@ from benchmarks._common import run_info, write_json
 __all__ = [
     "PRESETS",
     "Run",
+    "evaluate_checkpoint",
     "interquartile_mean",
     "main",
     "probability_of_improvement",
@@ -142,12 +143,20 @@ def _curve(out: Path) -> list[dict]:
 
 
 def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
+    return evaluate_checkpoint(checkpoint, run.scenario, run.opponents, games, seed)
+
+
+def evaluate_checkpoint(
+    checkpoint: Path, scenario: str, opponents, games: int, seed: int
+) -> list[dict]:
+    """One row per scripted opponent: `games` fresh games of the checkpoint against it (both
+    sides), wins, draws, losses, the win rate with its Wilson interval, and the seconds taken."""
     from gigastep.evaluation import evaluate
 
     final = []
-    for opponent in run.opponents:
+    for opponent in opponents:
         t0 = time.perf_counter()
-        result = evaluate(str(checkpoint), opponent, run.scenario, games=games, seed=seed)
+        result = evaluate(str(checkpoint), opponent, scenario, games=games, seed=seed)
         low, high = result.win_rate_ci
         final.append(
             {

@@ -90,28 +90,12 @@ def _train(framework: str, seed: int, recipe: Recipe, folder: Path) -> None:
         )
 
 
-def _row(result, opponent: str, seed: int) -> dict:
-    low, high = result.win_rate_ci
-    return {
-        "opponent": opponent,
-        "games": result.games,
-        "wins": result.wins,
-        "draws": result.draws,
-        "losses": result.losses,
-        "win_rate": result.win_rate,
-        "ci_low": low,
-        "ci_high": high,
-        "eval_seed": seed,
-    }
-
-
 def train_and_evaluate(
     framework: str, seed: int, recipe: Recipe, out: Path, games: int, log=sys.stderr
 ) -> dict:
     """One run: trained unless its result file exists, then evaluated on `games` games per
     scripted opponent (evaluation seed 10,000 + seed, never a training seed)."""
-    from benchmarks.learning import json_checkpoint_info
-    from gigastep.evaluation import evaluate
+    from benchmarks.learning import evaluate_checkpoint, json_checkpoint_info
 
     folder = out / f"{framework}_seed{seed}"
     done = folder / "result.json"
@@ -124,16 +108,13 @@ def train_and_evaluate(
     _train(framework, seed, recipe, folder)
     process_s = time.perf_counter() - t0
     ckpt = json_checkpoint_info(folder)
-    final = []
-    for opponent in recipe.opponents:
-        result = evaluate(
-            str(folder / "checkpoint.pt"), opponent, recipe.scenario, games=games,
-            seed=10_000 + seed,
-        )  # fmt: skip
-        final.append(_row(result, opponent, 10_000 + seed))
+    final = evaluate_checkpoint(
+        folder / "checkpoint.pt", recipe.scenario, recipe.opponents, games, 10_000 + seed
+    )
+    for f in final:
         print(
-            f"[parity]   vs {opponent}: {result.win_rate:.3f} "
-            f"[{final[-1]['ci_low']:.3f}, {final[-1]['ci_high']:.3f}] over {result.games} games",
+            f"[parity]   vs {f['opponent']}: {f['win_rate']:.3f} "
+            f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}] over {f['games']} games",
             file=log,
             flush=True,
         )
