@@ -31,6 +31,7 @@ from baselines.policies import ActorCritic, PolicySpec
 
 __all__ = [
     "FrozenPlayer",
+    "check_file_opponent",
     "MatchPlan",
     "OpponentPool",
     "PoolPlayer",
@@ -238,6 +239,25 @@ def make_plan(config: PPOConfig, game: GameSpec) -> MatchPlan:
             )
         start += c
     return MatchPlan(slices, frozen, b)
+
+
+def check_file_opponent(path, theirs: PolicySpec, mine: PolicySpec) -> None:
+    """Raise unless the policy of checkpoint `path` (`theirs`) can play in a run of policy
+    `mine`: the same observations, actions and architecture (a central critic may differ:
+    an opponent only acts).
+
+    Raises:
+        ValueError: naming each differing field, with the file's and the run's values.
+    """
+    a = {k: v for k, v in mine.to_dict().items() if k != "central_critic"}
+    b = {k: v for k, v in theirs.to_dict().items() if k != "central_critic"}
+    if a != b:
+        diff = {k: (b.get(k), a[k]) for k in a if b.get(k) != a[k]}
+        raise ValueError(
+            f"opponent {path} cannot play here: its policy differs from this run's in {diff} "
+            "(file vs run; the opponent must have this run's observations, actions and "
+            "architecture flags)"
+        )
 
 
 def _pair(team: int, mine: str, theirs: str) -> tuple[str, str]:

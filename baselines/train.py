@@ -39,7 +39,14 @@ from baselines.evaluator import Evaluator
 from baselines.loss import ppo_loss
 from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
 from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.opponents import FrozenPlayer, OpponentPool, PoolPlayer, Rows, make_plan
+from baselines.opponents import (
+    FrozenPlayer,
+    OpponentPool,
+    PoolPlayer,
+    Rows,
+    check_file_opponent,
+    make_plan,
+)
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.rollout import RolloutBuffer
 from baselines.schedule import LRSchedule
@@ -394,15 +401,7 @@ class Trainer:
         player = FrozenPlayer(*args)
         if opponent.kind == "file":
             policy = load_policy(opponent.path, self.device)
-            mine = {k: v for k, v in self.spec.to_dict().items() if k != "central_critic"}
-            theirs = {k: v for k, v in policy.spec.to_dict().items() if k != "central_critic"}
-            if mine != theirs:
-                diff = {k: (theirs.get(k), mine[k]) for k in mine if theirs.get(k) != mine[k]}
-                raise ValueError(
-                    f"opponent {opponent.path} cannot play here: its policy differs from this "
-                    f"run's in {diff} (file vs run; the opponent must have this run's "
-                    "observations, actions and architecture flags)"
-                )
+            check_file_opponent(opponent.path, policy.spec, self.spec)
             team = next(iter(policy.teams))
             model, norm = policy.nets[team].state_dict(), policy.normalizers[team].state_dict()
             player.load(model, norm, opponent.path)

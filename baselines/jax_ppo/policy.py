@@ -40,6 +40,7 @@ __all__ = [
     "initial_state",
     "params_from_torch",
     "params_to_torch",
+    "sample",
     "state_axis",
     "state_rows",
     "value",
@@ -268,6 +269,17 @@ def act(
     else:
         actions = out + jnp.exp(p["log_std"]) * jax.random.normal(key, out.shape)
     return actions, _log_prob(spec, p, out, actions)[0], v, h
+
+
+def sample(spec: PolicySpec, p: Params, obs, types, first, h, key):
+    """(actions, new state) of one step of N agents that only play (a frozen opponent):
+    `act` without the values or log-probs, so no critic input or value moments are needed.
+    The same draws as `act` with the same key."""
+    y, _, h = _step(spec, p, obs, types, first, h)
+    out = _linear(p, "heads", y)[..., : spec.n_action_outputs]
+    if spec.discrete:
+        return jax.random.categorical(key, out).astype(jnp.int32), h
+    return out + jnp.exp(p["log_std"]) * jax.random.normal(key, out.shape), h
 
 
 def value(

@@ -37,7 +37,7 @@ import numpy as np
 from baselines.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
 from baselines.evaluator import Evaluator
-from baselines.jax_ppo import convert, policy
+from baselines.jax_ppo import convert, frozen, policy
 from baselines.jax_ppo.update import Setup, initial_state, make_update
 from baselines.metrics import current_rss_mb, peak_rss_mb
 from baselines.schedule import LRSchedule
@@ -81,14 +81,14 @@ def make_setup(config: PPOConfig) -> Setup:
     spec = policy_spec(config, game)
     policy.check_spec(spec)
     plan = make_plan(config, game)
-    if plan.frozen:
-        kinds = sorted({s.label for _, s in plan.frozen})
-        raise ValueError(
-            f"--opponent {config.opponent!r}: the {kinds} opponents (pool snapshots, "
-            "checkpoint files) are not supported by --framework jax yet; use self and the "
-            "scripted ones (random, circle, pursuit, evade)"
-        )
     rows = Rows.of(plan.blocks("learner0"), game, game.type_vocab, "cpu")
+    seats = frozen.seat_count(env.config.max_episode_length, config.rollout_steps)
+    players = tuple(
+        _frozen_player(
+            name, opponent, spec, Rows.of(plan.blocks(name), game, game.type_vocab, "cpu"), seats
+        )
+        for name, opponent in plan.frozen
+    )
     return Setup(
         config=config,
         game=game,
@@ -103,6 +103,29 @@ def make_setup(config: PPOConfig) -> Setup:
         game_label=plan.game_label,
         game_team=plan.game_team,
         labels=tuple(plan.labels),
+        frozen=players,
+    )
+
+
+def _frozen_player(name: str, opponent, spec, rows, seats: int) -> frozen.Frozen:
+    """The `Frozen` player `name` of the plan: a pool part, or a checkpoint file's policy
+    (loaded and checked against the run's policy, as the PyTorch trainer checks it)."""
+    from baselines.opponents import check_file_opponent
+
+    where = dict(rows=rows.index.numpy(), row_game=rows.game.numpy(), row_type=rows.type_id.numpy())
+    if opponent.kind == "pool":
+        return frozen.Frozen(name, "pool", spec, seats=seats, **where)
+    loaded = convert.load_jax_policy(opponent.path)
+    check_file_opponent(opponent.path, loaded.spec, spec)
+    team = next(iter(loaded.params))
+    return frozen.Frozen(
+        name,
+        "file",
+        loaded.spec,
+        source=str(opponent.path),
+        params={k: np.asarray(v) for k, v in loaded.params[team].items()},
+        obs_norm={k: np.asarray(v) for k, v in loaded.obs_norm[team].items()},
+        **where,
     )
 
 

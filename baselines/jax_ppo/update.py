@@ -32,7 +32,7 @@ import optax
 
 from baselines.config import PPOConfig
 from baselines.envs import GameSpec
-from baselines.jax_ppo import algorithm, policy
+from baselines.jax_ppo import algorithm, frozen, policy
 from baselines.policies import PolicySpec
 from gigastep.types import EnvConfig
 
@@ -75,6 +75,12 @@ class Setup:
     game_team: np.ndarray
     """[B] int: the learner's team in each game (whose result counts)."""
     labels: tuple[str, ...]
+    frozen: tuple[frozen.Frozen, ...] = ()
+    """The frozen players of the plan (pool parts and checkpoint files), in its order."""
+
+    @property
+    def uses_pool(self) -> bool:
+        return any(f.kind == "pool" for f in self.frozen)
 
 
 # ------------------------------------------------------------------------------------------
@@ -241,6 +247,12 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     }
     if spec.value_norm:  # only then: the state of older checkpoints keeps its leaves
         out["value_norm"] = value_norm_init()
+    if setup.frozen:  # likewise: only with frozen opponents
+        first = None
+        if setup.uses_pool:
+            out["pool"] = frozen.pool_init(params, out["obs_norm"], cfg.pool_size)
+            first = {"params": params, "obs_norm": out["obs_norm"]}
+        out["frozen"] = [frozen.initial(f, first) for f in setup.frozen]
     return out
 
 
@@ -291,6 +303,24 @@ def _env_step(setup: Setup, env: dict, actions: jax.Array):
     return key, obs, states, rewards, dones, ended, info
 
 
+_FROZEN_STREAM = 2**31 - 1
+"""`fold_in` of the rollout key that gives the frozen players' draws (the learner's are
+`fold_in(key, t)`, t < rollout_steps)."""
+_DYNAMIC = ("h", "seat")
+"""The parts of a frozen player's state that change during a rollout."""
+
+
+def _begin_frozen(setup: Setup, state: dict, key: jax.Array) -> list[dict]:
+    """The frozen players at the rollout's start: each pool part draws its member."""
+    players = list(state.get("frozen", []))
+    first = state["env"]["first"]
+    for j, f in enumerate(setup.frozen):
+        if f.kind == "pool":
+            member = frozen.draw(state["pool"], jax.random.fold_in(key, j))
+            players[j] = frozen.begin_rollout(players[j], member, first[f.row_game])
+    return players
+
+
 def _outcomes(setup: Setup, ended, info) -> tuple:
     """(counts [4, labels]: wins, draws, losses, games; episode sums [4]) of one step."""
     e = ended.astype(jnp.float32)
@@ -323,8 +353,11 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
     def norm(raw):
         return _normalize(state["obs_norm"], raw, cfg.norm_obs)
 
+    draw_key, frozen_key = jax.random.split(jax.random.fold_in(key, _FROZEN_STREAM))
+    players = _begin_frozen(setup, state, draw_key)
+
     def step(carry, t):
-        env, h, returns, sums = carry
+        env, h, returns, sums, dynamic = carry
         raw = env["obs"].reshape(b * n, -1)[rows]
         first = env["first"][row_game]
         alive = first | ~env["dead"].reshape(-1)[rows]
@@ -334,6 +367,14 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
             spec, p, obs, types, first, h, critic_in, jax.random.fold_in(key, t), False, moments
         )
         full = jnp.zeros((b * n, *act_shape), act_dtype).at[rows].set(actions.astype(act_dtype))
+        moved = []
+        for j, f in enumerate(setup.frozen):
+            player = {**players[j], **dynamic[j]}
+            kj = jax.random.fold_in(jax.random.fold_in(frozen_key, j), t)
+            raw_j = env["obs"].reshape(b * n, -1)[jnp.asarray(f.rows)]
+            a, player = frozen.act(f, player, raw_j, env["first"][f.row_game], kj, cfg.norm_obs)
+            full = full.at[jnp.asarray(f.rows)].set(a.astype(act_dtype))
+            moved.append({k: v for k, v in player.items() if k in _DYNAMIC})
         env_key, obs_next, states, rewards, dones, ended, info = _env_step(
             setup, env, full.reshape(b, n, *act_shape)
         )
@@ -391,7 +432,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
             "boot": boot,
             "final_values": fin,
         }
-        return (env, h, returns, sums), record
+        return (env, h, returns, sums, moved), record
 
     zero: dict[str, Any] = {
         "obs": (jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
@@ -401,8 +442,9 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
         "episode": jnp.zeros(4),
     }
     h0 = state["h"]
-    carry = (state["env"], h0, state["returns"], zero)
-    (env, h, returns, sums), buf = jax.lax.scan(step, carry, jnp.arange(t_len))
+    dynamic = [{k: v for k, v in p.items() if k in _DYNAMIC} for p in players]
+    carry = (state["env"], h0, state["returns"], zero, dynamic)
+    (env, h, returns, sums, dynamic), buf = jax.lax.scan(step, carry, jnp.arange(t_len))
     last = norm(env["obs"].reshape(b * n, -1)[rows])
     buf["next_values"] = policy.value(
         spec,
@@ -416,6 +458,8 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
     )
     buf["h0"] = h0
     new = dict(state, env=env, h=h, returns=returns)
+    if setup.frozen:
+        new["frozen"] = [{**p, **d} for p, d in zip(players, dynamic, strict=True)]
     if cfg.norm_obs:
         new["obs_norm"] = _merge(state["obs_norm"], sums["obs"])
         if spec.central_critic:
@@ -577,6 +621,11 @@ def make_update(setup: Setup):
         key, k_roll, k_learn = jax.random.split(state["key"], 3)
         state, buf, stats = rollout(setup, dict(state, key=key), k_roll)
         state, learned = learn(setup, state, buf, lr, k_learn)
-        return dict(state, update=state["update"] + 1), {**stats, **learned}
+        done = state["update"] + 1
+        if setup.uses_pool:  # the learner after every pool_every-th update joins the pool
+            add = done % setup.config.pool_every == 0
+            pool = frozen.pool_add(state["pool"], state["params"], state["obs_norm"], done, add)
+            state = dict(state, pool=pool)
+        return dict(state, update=done), {**stats, **learned}
 
     return update
