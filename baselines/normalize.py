@@ -135,7 +135,8 @@ class RewardScaler(_RunningStatistic):
     Per agent, G <- gamma G + r along its trajectory (G restarts where the trajectory ends:
     the agent died or its episode ended); the variance of G over alive agents is tracked,
     and r / sqrt(var(G) + 1e-8) is returned (no mean is subtracted: the sign of a reward
-    stays). Disabled: identity.
+    stays); while every G seen so far is equal (no spread yet), the scale is 1. Disabled:
+    identity.
     """
 
     def __init__(self, n: int, gamma: float, device=None, enabled: bool = True):
@@ -146,8 +147,13 @@ class RewardScaler(_RunningStatistic):
         self._refresh()
 
     def _refresh(self) -> None:
+        # Returns that were all equal so far (typically: no reward yet) say nothing about
+        # their scale; dividing by sqrt(0 + 1e-8) would multiply the first rewards by 1e4.
+        # Until the returns have a spread, the scale stays 1.
+        var = self.stats.var[0]
+        var = torch.where(self.stats.m2[0] > 0, var, torch.ones_like(var))
         # a float32 scalar tensor, not a Python float: no host read when a rollout ends
-        self._scale = torch.rsqrt(self.stats.var[0] + 1e-8).float()
+        self._scale = torch.rsqrt(var + 1e-8).float()
 
     def __call__(self, rewards: torch.Tensor, alive: torch.Tensor, cont: torch.Tensor):
         """rewards [N] float32 of agents that acted (`alive`); `cont` [N]: the trajectory goes

@@ -222,19 +222,26 @@ class _OutcomeCounts:
     def summary(self, labels, reduce) -> dict:
         """Rates and means over every process's games (`reduce` sums over processes)."""
         counts = reduce(self.counts.clone()).cpu().numpy()
-        n, length, r0, r1 = reduce(self.episode.clone()).cpu().tolist()
-        out = {
-            "episodes": n,
-            "episode_length": length / n if n else None,
-            "return_team0": r0 / n if n else None,
-            "return_team1": r1 / n if n else None,
-        }
-        for i, label in enumerate(labels):
-            games = counts[3, i]
-            for j, what in enumerate(OUTCOME_COLUMNS):
-                out[f"{what}/{label}"] = counts[j, i] / games if games else None
-            out[f"games/{label}"] = games  # the count itself
-        return out
+        return outcome_row(counts, reduce(self.episode.clone()).cpu().tolist(), labels)
+
+
+def outcome_row(counts, episode, labels) -> dict:
+    """The outcome columns of a rollout from its sums: `counts` [6, kinds] (wins, draws,
+    losses, games, lengths and learner-team returns of the games that ended, per opponent
+    kind of `labels`) and `episode` [4] (games, lengths, team 0's and team 1's returns)."""
+    n, length, r0, r1 = (float(x) for x in episode)
+    out: dict = {
+        "episodes": n,
+        "episode_length": length / n if n else None,
+        "return_team0": r0 / n if n else None,
+        "return_team1": r1 / n if n else None,
+    }
+    for i, label in enumerate(labels):
+        games = float(counts[3, i])
+        for j, what in enumerate(OUTCOME_COLUMNS):
+            out[f"{what}/{label}"] = float(counts[j, i]) / games if games else None
+        out[f"games/{label}"] = games  # the count itself
+    return out
 
 
 OUTCOME_COLUMNS = ("win_rate", "draw_rate", "loss_rate", "games", "episode_length", "return")

@@ -158,8 +158,9 @@ def _jax_case(case: Case) -> dict[str, Any]:
     if case.kind == "jax-phases":
         key = jax.random.key(0)
         t0 = time.perf_counter()
+        # one learner: its buffer is the first (and only) one
         roll = jax.jit(lambda s, key: rollout(setup, s, key)).lower(state, key).compile()
-        _, buf, _ = _block(roll(state, key))
+        _, (buf,), _ = _block(roll(state, key))
         fit_fn = jax.jit(lambda s, b, key: learn(setup, s, b, lr, key))
         fit = fit_fn.lower(state, buf, key).compile()
         _block(fit(state, buf, key))
@@ -167,7 +168,7 @@ def _jax_case(case: Case) -> dict[str, Any]:
         r_times, u_times = [], []
         for _ in range(case.repeats):
             t0 = time.perf_counter()
-            new, buf, _ = _block(roll(state, key))
+            new, (buf,), _ = _block(roll(state, key))
             t1 = time.perf_counter()
             _block(fit(new, buf, key))
             u_times.append(time.perf_counter() - t1)

@@ -7,8 +7,10 @@ Modules:
     policy     the `ActorCritic` forward pass as pure functions of a parameter pytree keyed
                by the PyTorch `state_dict` names (so checkpoints convert name for name);
     algorithm  GAE and the clipped PPO loss, pure and shape-documented;
-    trainer    one update (rollout scan, GAE, epochs of minibatch steps) as one jitted
-               function of a `TrainState` pytree, vmapped over runs for `--seeds`;
+    frozen     pool snapshots and checkpoint-file opponents inside the compiled update;
+    update     one update (rollout scan, GAE, epochs of minibatch steps) as a pure function
+               of a `TrainState` pytree, jitted, and vmapped over runs for `--seeds`;
+    trainer    the run loop: metrics, checkpoints, evaluation, resume;
     convert    checkpoints: JAX runs write the PyTorch trainer's format (`load_policy`, the
                `ppo` player and `gigastep eval` read them) and read PyTorch ones.
 """

@@ -67,8 +67,9 @@ def check_spec(spec: PolicySpec) -> None:
         )
 
 
-def init_params(spec: PolicySpec, seed: int) -> Params:
-    """Fresh parameters drawn by `baselines.policies.ActorCritic` after torch.manual_seed."""
+def init_params(spec: PolicySpec, seed: int, skip: int = 0) -> Params:
+    """Fresh parameters drawn by `baselines.policies.ActorCritic` after torch.manual_seed
+    (`skip`: networks drawn first and dropped; 1 gives a second learner's)."""
     import torch
 
     from baselines.policies import ActorCritic
@@ -76,6 +77,8 @@ def init_params(spec: PolicySpec, seed: int) -> Params:
     check_spec(spec)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
+        for _ in range(skip):
+            ActorCritic(spec)
         net = ActorCritic(spec)
     return params_from_torch(net.state_dict())
 

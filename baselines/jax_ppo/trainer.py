@@ -14,11 +14,13 @@ horizon). `--eval-every` evaluates each run as the PyTorch trainer does
 policy, in the checkpoint format both frameworks read, plays as a PyTorch player in
 `gigastep.evaluation`.
 
-Options the JAX side does not support yet fail at start, naming the option
-(`unsupported`): --train-both, pool and checkpoint-file opponents, image observations,
-several processes. `--threads` is PyTorch's and is ignored. Metrics columns are the PyTorch
-trainer's; since the rollout and the learning are one program, `rollout_s`,
-`rollout_agent_steps_per_s` are empty and `update_s` is the whole update.
+Pool and checkpoint-file opponents play inside the update (`baselines.jax_ppo.frozen`);
+with `--train-both` the state holds a second learner (`update.learner_state`). Options the
+JAX side does not support fail at start, naming the option (`unsupported`): image
+observations, several processes, --compile. `--threads` is PyTorch's and is ignored.
+Metrics columns are the PyTorch trainer's; since the rollout and the learning are one
+program, `rollout_s` and `rollout_agent_steps_per_s` are empty and `update_s` is the whole
+update.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from baselines.checkpoint import FORMAT, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
 from baselines.evaluator import Evaluator
 from baselines.jax_ppo import convert, frozen, policy
-from baselines.jax_ppo.update import Setup, initial_state, make_update
+from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_update
 from baselines.metrics import current_rss_mb, peak_rss_mb
 from baselines.schedule import LRSchedule
 
@@ -47,8 +49,6 @@ __all__ = ["JaxTrainer", "make_setup", "unsupported"]
 
 def unsupported(config: PPOConfig) -> str | None:
     """Why `--framework jax` cannot run `config` (None: it can)."""
-    if config.train_both:
-        return "--train-both is not supported by --framework jax yet (use --framework torch)"
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "several processes (torchrun) are not supported by --framework jax"
     if config.encoder in ("cnn", "both"):
@@ -89,6 +89,12 @@ def make_setup(config: PPOConfig) -> Setup:
         )
         for name, opponent in plan.frozen
     )
+    second = None
+    if config.train_both:
+        other = Rows.of(plan.blocks("learner1"), game, game.type_vocab, "cpu")
+        second = tuple(
+            x.numpy() for x in (other.index, other.game, other.team, other.slot, other.type_id)
+        )
     return Setup(
         config=config,
         game=game,
@@ -104,6 +110,7 @@ def make_setup(config: PPOConfig) -> Setup:
         game_team=plan.game_team,
         labels=tuple(plan.labels),
         frozen=players,
+        second=second,
     )
 
 
@@ -208,18 +215,24 @@ class JaxTrainer:
         cfg, setup = self.run_config(i), self.setup
         if state is None:
             state = jax.device_get(self.run_state(i))
-        model = policy.params_to_torch(state["params"])
-        if setup.spec.value_norm:
-            model.update(convert.value_norm_to_torch(state["value_norm"]))
-        learner = {
-            "name": "learner0",
-            "team": cfg.team,
-            "model": model,
-            "optimizer": convert.adam_to_torch(setup.spec, state["params"], state["opt"], cfg.lr),
-            "obs_norm": convert.moments_to_torch(state["obs_norm"]),
-            "state_norm": convert.moments_to_torch(state["state_norm"]),
-            "rewards": convert.moments_to_torch(state["rew_norm"]),
-        }
+        learners = []
+        for k in range(len(setup.learners)):
+            part = learner_state(state, k)
+            model = policy.params_to_torch(part["params"])
+            if setup.spec.value_norm:
+                model.update(convert.value_norm_to_torch(part["value_norm"]))
+            adam = convert.adam_to_torch(setup.spec, part["params"], part["opt"], cfg.lr)
+            learners.append(
+                {
+                    "name": f"learner{k}",
+                    "team": k if cfg.train_both else cfg.team,
+                    "model": model,
+                    "optimizer": adam,
+                    "obs_norm": convert.moments_to_torch(part["obs_norm"]),
+                    "state_norm": convert.moments_to_torch(part["state_norm"]),
+                    "rewards": convert.moments_to_torch(part["rew_norm"]),
+                }
+            )
         return {
             "format": FORMAT,
             "gigastep_player": "ppo",
@@ -228,7 +241,7 @@ class JaxTrainer:
             "game": dataclasses.asdict(setup.game),
             "policy_spec": setup.spec.to_dict(),
             "update": self.update,
-            "learners": [learner],
+            "learners": learners,
         }
 
     def payload(self, i: int) -> dict:
@@ -285,20 +298,23 @@ class JaxTrainer:
 
     # --- metrics ----------------------------------------------------------------------------
     def columns(self) -> list[str]:
-        """The PyTorch trainer's metrics columns for this run (one learner)."""
+        """The PyTorch trainer's metrics columns for this run."""
         from baselines.train import Trainer
 
         plan = SimpleNamespace(labels=list(self.setup.labels))
-        return Trainer.columns(cast(Trainer, SimpleNamespace(plan=plan, learners=[None])))
+        learners = [None] * len(self.setup.learners)
+        return Trainer.columns(cast(Trainer, SimpleNamespace(plan=plan, learners=learners)))
 
     def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
         """One metrics row per run from the update's stats (host numpy)."""
+        from baselines.train import LEARN_COLUMNS, outcome_row
+
         cfg, labels = self.config, self.setup.labels
         steps = cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
+        suffixes = ["", "_team1"][: len(self.setup.learners)]
         out = []
         for i in range(len(self.seeds)):
             s = jax.tree_util.tree_map(lambda x, i=i: x[i] if len(self.seeds) > 1 else x, stats)
-            n, length, r0, r1 = (float(v) for v in s["episode"])
             row = {
                 "update": self.update,
                 "agent_steps": self.agent_steps,
@@ -309,25 +325,20 @@ class JaxTrainer:
                 "rollout_agent_steps_per_s": None,
                 "update_agent_steps_per_s": steps * len(self.seeds) / seconds,
                 "lr": lr,
-                "episodes": n,
-                "episode_length": length / n if n else None,
-                "return_team0": r0 / n if n else None,
-                "return_team1": r1 / n if n else None,
+                **outcome_row(np.asarray(s["counts"], np.float64), s["episode"], labels),
                 "rss_mb": current_rss_mb(),
                 "peak_rss_mb": peak_rss_mb(),
             }
-            counts = np.asarray(s["counts"], np.float64)
-            for k, label in enumerate(labels):
-                games = counts[3, k]
-                for j, what in enumerate(("win_rate", "draw_rate", "loss_rate")):
-                    row[f"{what}/{label}"] = counts[j, k] / games if games else None
-                row[f"games/{label}"] = games
-            for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"):
-                row[name] = float(s[name])
-            row["grad_norm"] = float(s["grad_norm"])
-            ev = float(s["explained_variance"])
-            row["explained_variance"] = ev if np.isfinite(ev) else None
-            row["epochs"] = int(s["epochs"])
+            for suffix in suffixes:
+                for name in LEARN_COLUMNS:
+                    value = s[name + suffix]
+                    if name == "epochs":
+                        row[name + suffix] = int(value)
+                    elif name == "explained_variance":
+                        ev = float(value)
+                        row[name + suffix] = ev if np.isfinite(ev) else None
+                    else:
+                        row[name + suffix] = float(value)
             out.append(row)
         return out
 
@@ -345,6 +356,8 @@ class JaxTrainer:
         stats = jax.device_get(stats)
         seconds = time.perf_counter() - t0
         finite = np.atleast_1d(stats["finite"])
+        if "finite_team1" in stats:
+            finite = finite & np.atleast_1d(stats["finite_team1"])
         if not finite.all():
             bad = [s for s, ok in zip(self.seeds, finite, strict=True) if not ok]
             raise TrainingDiverged(

@@ -20,9 +20,10 @@ Rows: agent a of game g is row g * n + a of the flattened batch; the learner own
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 from typing import Any
 
 import jax
@@ -43,6 +44,7 @@ __all__ = [
     "make_optimizer",
     "make_update",
     "normalized_value_terms",
+    "reward_scale",
     "rollout",
     "value_moments",
     "value_norm_init",
@@ -77,10 +79,25 @@ class Setup:
     labels: tuple[str, ...]
     frozen: tuple[frozen.Frozen, ...] = ()
     """The frozen players of the plan (pool parts and checkpoint files), in its order."""
+    second: tuple[np.ndarray, ...] | None = None
+    """With `--train-both`: learner 1's (rows, row_game, row_team, row_slot, row_type)."""
 
     @property
     def uses_pool(self) -> bool:
         return any(f.kind == "pool" for f in self.frozen)
+
+    @cached_property
+    def learners(self) -> tuple[Setup, ...]:
+        """One view of the setup per learner: itself, then (with `--train-both`) the same
+        setup with learner 1's rows."""
+        if self.second is None:
+            return (self,)
+        rows, game, team, slot, type_id = self.second
+        other = dataclasses.replace(
+            self, rows=rows, row_game=game, row_team=team, row_slot=slot, row_type=type_id
+        )
+        object.__setattr__(other, "second", None)
+        return (self, other)
 
 
 # ------------------------------------------------------------------------------------------
@@ -100,6 +117,13 @@ def _normalize(m: dict, x: jax.Array, enabled: bool) -> jax.Array:
     if not enabled or x.shape[-1] == 0:
         return x
     return jnp.clip((x - m["mean"]) * jax.lax.rsqrt(_var(m) + 1e-8), -10.0, 10.0)
+
+
+def reward_scale(m: dict) -> jax.Array:
+    """1 / sqrt(var + 1e-8) of the discounted returns' moments `m`; 1 while they have no
+    spread (as `baselines.normalize.RewardScaler`)."""
+    var = jnp.where(m["m2"][0] > 0, _var(m)[0], 1.0)
+    return jax.lax.rsqrt(var + 1e-8)
 
 
 def _sums(x: jax.Array, mask: jax.Array) -> tuple:
@@ -223,6 +247,8 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     """
     cfg, spec = setup.config, setup.spec
     params = policy.init_params(spec, seed) if params is None else params
+    # learner 1 (--train-both): the next network the PyTorch trainer draws
+    second = None if setup.second is None else policy.init_params(spec, seed, skip=1)
     key = jax.random.PRNGKey(seed)
     env_key, obs, states = _env_reset(setup)(key)
     b, n, rows = cfg.num_envs, setup.game.n_agents, len(setup.rows)
@@ -247,6 +273,15 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     }
     if spec.value_norm:  # only then: the state of older checkpoints keeps its leaves
         out["value_norm"] = value_norm_init()
+    if setup.second is not None and second is not None:
+        shared = {k: out[k] for k in LEARNER_KEYS if k in out}
+        out["learner1"] = dict(
+            jax.tree_util.tree_map(jnp.copy, shared),  # own buffers (the update donates)
+            params=second,
+            opt=make_optimizer(cfg).init(second),
+            returns=jnp.zeros(len(setup.second[0])),
+            h=policy.initial_state(spec, len(setup.second[0])),
+        )
     if setup.frozen:  # likewise: only with frozen opponents
         first = None
         if setup.uses_pool:
@@ -322,151 +357,229 @@ def _begin_frozen(setup: Setup, state: dict, key: jax.Array) -> list[dict]:
 
 
 def _outcomes(setup: Setup, ended, info) -> tuple:
-    """(counts [4, labels]: wins, draws, losses, games; episode sums [4]) of one step."""
+    """(counts [6, labels]: wins, draws, losses, games, summed lengths and summed learner-team
+    returns of the games that ended, per opponent kind; episode sums [4]: games, lengths,
+    team 0's and team 1's returns) of one step (as the PyTorch trainer's outcome counts)."""
     e = ended.astype(jnp.float32)
     team = jnp.asarray(setup.game_team)
     winner = info.winner
-    outcome = jnp.stack([winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended)])
-    counts = (outcome.astype(jnp.float32) * e) @ _one_hot(setup.game_label, len(setup.labels))
     teams = np.asarray(setup.game.teams)
     sizes = np.maximum([np.sum(teams == 0), np.sum(teams == 1)], 1)
     team_mean = jnp.asarray(np.eye(2)[teams] / sizes, jnp.float32)  # [n, 2]
-    returns = info.episode_return.astype(jnp.float32) @ team_mean
+    returns = info.episode_return.astype(jnp.float32) @ team_mean  # [B, 2]
+    mine = jnp.take_along_axis(returns, team[:, None], axis=1)[:, 0]
+    length = info.episode_length.astype(jnp.float32)
+    per_game = jnp.stack(
+        [winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended), length, mine]
+    )
+    counts = (per_game.astype(jnp.float32) * e) @ _one_hot(setup.game_label, len(setup.labels))
     episode = jnp.concatenate(
-        [e.sum()[None], (info.episode_length * e).sum()[None], (returns * e[:, None]).sum(0)]
+        [e.sum()[None], (length * e).sum()[None], (returns * e[:, None]).sum(0)]
     )
     return counts, episode
 
 
+LEARNER_KEYS = ("params", "opt", "obs_norm", "state_norm", "rew_norm", "returns", "h", "value_norm")
+"""A learner's part of the `TrainState`: learner 0's at the top level, learner 1's (with
+`--train-both`) under ``learner1``."""
+_LEARNER1_STREAM = 2**31 - 2
+"""`fold_in` of the rollout key that gives learner 1's draws."""
+
+
+def learner_state(state: dict, i: int) -> dict:
+    """Learner i's part of the `TrainState` (`LEARNER_KEYS`)."""
+    if i == 0:
+        return {k: state[k] for k in LEARNER_KEYS if k in state}
+    return state["learner1"]
+
+
+def with_learner(state: dict, i: int, part: dict) -> dict:
+    """`state` with learner i's part replaced by `part`."""
+    return dict(state, **part) if i == 0 else dict(state, learner1=part)
+
+
+def _zero_sums(spec: PolicySpec) -> dict:
+    return {
+        "obs": (jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
+        "state": (jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
+        "rew": (jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
+    }
+
+
+class _Acting:
+    """One learner's constants during a rollout: its rows, statistics and parameters."""
+
+    def __init__(self, view: Setup, part: dict, key: jax.Array):
+        cfg, spec = view.config, view.spec
+        self.view, self.part, self.key = view, part, key
+        self.rows, self.row_game = jnp.asarray(view.rows), jnp.asarray(view.row_game)
+        self.types = _one_hot(view.row_type, spec.n_types)
+        self.rew_scale = reward_scale(part["rew_norm"])
+        self.moments = _state_moments(view, part)
+        self.norm_obs = cfg.norm_obs
+
+    def norm(self, raw):
+        return _normalize(self.part["obs_norm"], raw, self.norm_obs)
+
+    def critic_input(self, sv):
+        return _critic_input(self.view, self.part, sv)
+
+
 def rollout(setup: Setup, state: dict, key: jax.Array):
-    """One rollout from `state` (see the module doc): (state, buffer, stats)."""
+    """One rollout from `state` (see the module doc): (state, buffers, stats), one buffer per
+    learner."""
     cfg, spec, game = setup.config, setup.spec, setup.game
-    p = state["params"]
     b, n, t_len = cfg.num_envs, game.n_agents, cfg.rollout_steps
-    rows, row_game = jnp.asarray(setup.rows), jnp.asarray(setup.row_game)
-    types = _one_hot(setup.row_type, spec.n_types)
-    rew_scale = jax.lax.rsqrt(_var(state["rew_norm"])[0] + 1e-8)
-    moments = _state_moments(setup, state)
     act_shape = () if game.discrete else (3,)
     act_dtype = jnp.int32 if game.discrete else jnp.float32
-
-    def norm(raw):
-        return _normalize(state["obs_norm"], raw, cfg.norm_obs)
-
+    learners = [
+        _Acting(
+            view,
+            learner_state(state, i),
+            key if i == 0 else jax.random.fold_in(key, _LEARNER1_STREAM),
+        )
+        for i, view in enumerate(setup.learners)
+    ]
     draw_key, frozen_key = jax.random.split(jax.random.fold_in(key, _FROZEN_STREAM))
     players = _begin_frozen(setup, state, draw_key)
 
-    def step(carry, t):
-        env, h, returns, sums, dynamic = carry
-        raw = env["obs"].reshape(b * n, -1)[rows]
-        first = env["first"][row_game]
-        alive = first | ~env["dead"].reshape(-1)[rows]
-        obs = norm(raw)
-        critic_in = _critic_input(setup, state, env["sv"])
+    def learner_step(a: _Acting, env, h, t):
+        raw = env["obs"].reshape(b * n, -1)[a.rows]
+        first = env["first"][a.row_game]
+        alive = first | ~env["dead"].reshape(-1)[a.rows]
+        obs = a.norm(raw)
+        critic_in = a.critic_input(env["sv"])
         actions, logp, value, h = policy.act(
-            spec, p, obs, types, first, h, critic_in, jax.random.fold_in(key, t), False, moments
+            spec, a.part["params"], obs, a.types, first, h, critic_in,
+            jax.random.fold_in(a.key, t), False, a.moments,
+        )  # fmt: skip
+        record = {
+            "obs": obs,
+            "critic_in": critic_in if critic_in is not None else jnp.zeros((len(a.rows), 0)),
+            "first": first,
+            "alive": alive,
+            "actions": actions,
+            "logp": logp,
+            "values": value,
+        }
+        return raw, actions, h, record
+
+    def learner_outcome(a: _Acting, env, raw, record, h, returns, sums, after):
+        """The step's rewards, continuation flags and final values of learner a's rows, and
+        its statistics' sums."""
+        states, rewards, dones, ended, info = after
+        alive = record["alive"]
+        alive_after = ~dones.reshape(-1)[a.rows]
+        cont = alive_after & ~ended[a.row_game]
+        boot = alive_after & info.truncated[a.row_game]
+
+        def final_values(_):
+            final = a.norm(info.final_obs.reshape(b * n, -1)[a.rows])
+            fin_crit = None
+            if spec.central_critic:
+                fin_crit = a.critic_input(_state_vectors(setup, info.final_state))
+            starts = jnp.zeros_like(record["first"])
+            return policy.value(
+                spec, a.part["params"], final, a.types, starts, h, fin_crit, a.moments
+            )
+
+        fin = jax.lax.cond(
+            info.truncated.any(), final_values, lambda _: jnp.zeros(len(a.rows)), None
         )
-        full = jnp.zeros((b * n, *act_shape), act_dtype).at[rows].set(actions.astype(act_dtype))
+        r = jnp.where(alive, rewards.reshape(-1)[a.rows], 0.0)
+        if cfg.scale_rewards:
+            returns = cfg.gamma * returns + r
+            rew_sums = _sums(returns[:, None], alive)
+            returns = returns * cont
+            r = r * a.rew_scale
+        else:
+            rew_sums = (jnp.zeros(1), jnp.zeros(1), jnp.zeros(()))
+        sums = {
+            "obs": _add_sums(sums["obs"], _sums(raw, alive)),
+            "state": _add_sums(
+                sums["state"], _sums(env["sv"][a.view.row_game, a.view.row_team], alive)
+            ),
+            "rew": _add_sums(sums["rew"], rew_sums),
+        }
+        record = dict(record, rewards=r, cont=cont, boot=boot, final_values=fin)
+        return record, returns, sums
+
+    def step(carry, t):
+        env, hs, returns, sums, totals, dynamic = carry
+        full = jnp.zeros((b * n, *act_shape), act_dtype)
+        acted = []
+        for a, h in zip(learners, hs, strict=True):
+            raw, actions, h, record = learner_step(a, env, h, t)
+            full = full.at[a.rows].set(actions.astype(act_dtype))
+            acted.append((raw, record, h))
         moved = []
         for j, f in enumerate(setup.frozen):
             player = {**players[j], **dynamic[j]}
             kj = jax.random.fold_in(jax.random.fold_in(frozen_key, j), t)
             raw_j = env["obs"].reshape(b * n, -1)[jnp.asarray(f.rows)]
-            a, player = frozen.act(f, player, raw_j, env["first"][f.row_game], kj, cfg.norm_obs)
-            full = full.at[jnp.asarray(f.rows)].set(a.astype(act_dtype))
+            a_j, player = frozen.act(f, player, raw_j, env["first"][f.row_game], kj, cfg.norm_obs)
+            full = full.at[jnp.asarray(f.rows)].set(a_j.astype(act_dtype))
             moved.append({k: v for k, v in player.items() if k in _DYNAMIC})
         env_key, obs_next, states, rewards, dones, ended, info = _env_step(
             setup, env, full.reshape(b, n, *act_shape)
         )
-        alive_after = ~dones.reshape(-1)[rows]
-        cont = alive_after & ~ended[row_game]
-        boot = alive_after & info.truncated[row_game]
-
-        def final_values(_):
-            final = norm(info.final_obs.reshape(b * n, -1)[rows])
-            fin_crit = None
-            if spec.central_critic:
-                fin_crit = _critic_input(setup, state, _state_vectors(setup, info.final_state))
-            return policy.value(spec, p, final, types, jnp.zeros_like(first), h, fin_crit, moments)
-
-        fin = jax.lax.cond(
-            info.truncated.any(), final_values, lambda _: jnp.zeros(len(setup.rows)), None
-        )
-        r = jnp.where(alive, rewards.reshape(-1)[rows], 0.0)
-        if cfg.scale_rewards:
-            returns = cfg.gamma * returns + r
-            rew_sums = _sums(returns[:, None], alive)
-            returns = returns * cont
-            r = r * rew_scale
-        else:
-            rew_sums = (jnp.zeros(1), jnp.zeros(1), jnp.zeros(()))
-        obs_sums = _sums(raw, alive)
-        sv_next = _state_vectors(setup, states)
-        state_sums = _sums(env["sv"][setup.row_game, setup.row_team], alive)
+        after = (states, rewards, dones, ended, info)
+        records, new_h, new_returns, new_sums = [], [], [], []
+        for a, (raw, record, h), ret, sm in zip(learners, acted, returns, sums, strict=True):
+            record, ret, sm = learner_outcome(a, env, raw, record, h, ret, sm, after)
+            records.append(record)
+            new_h.append(h)
+            new_returns.append(ret)
+            new_sums.append(sm)
         counts, episode = _outcomes(setup, ended, info)
-        sums = {
-            "obs": _add_sums(sums["obs"], obs_sums),
-            "state": _add_sums(sums["state"], state_sums),
-            "rew": _add_sums(sums["rew"], rew_sums),
-            "counts": sums["counts"] + counts,
-            "episode": sums["episode"] + episode,
-        }
+        totals = {"counts": totals["counts"] + counts, "episode": totals["episode"] + episode}
         env = {
             "states": states,
             "key": env_key,
             "obs": obs_next,
             "first": ended,
             "dead": dones,
-            "sv": sv_next,
+            "sv": _state_vectors(setup, states),
         }
-        record = {
-            "obs": obs,
-            "critic_in": critic_in if critic_in is not None else jnp.zeros((len(setup.rows), 0)),
-            "first": first,
-            "alive": alive,
-            "actions": actions,
-            "logp": logp,
-            "values": value,
-            "rewards": r,
-            "cont": cont,
-            "boot": boot,
-            "final_values": fin,
-        }
-        return (env, h, returns, sums, moved), record
+        return (env, new_h, new_returns, new_sums, totals, moved), records
 
-    zero: dict[str, Any] = {
-        "obs": (jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
-        "state": (jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
-        "rew": (jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
-        "counts": jnp.zeros((4, len(setup.labels))),
-        "episode": jnp.zeros(4),
-    }
-    h0 = state["h"]
+    totals = {"counts": jnp.zeros((6, len(setup.labels))), "episode": jnp.zeros(4)}
     dynamic = [{k: v for k, v in p.items() if k in _DYNAMIC} for p in players]
-    carry = (state["env"], h0, state["returns"], zero, dynamic)
-    (env, h, returns, sums, dynamic), buf = jax.lax.scan(step, carry, jnp.arange(t_len))
-    last = norm(env["obs"].reshape(b * n, -1)[rows])
-    buf["next_values"] = policy.value(
-        spec,
-        p,
-        last,
-        types,
-        env["first"][row_game],
-        h,
-        _critic_input(setup, state, env["sv"]),
-        moments,
+    h0 = [a.part["h"] for a in learners]
+    carry = (
+        state["env"],
+        h0,
+        [a.part["returns"] for a in learners],
+        [_zero_sums(spec) for _ in learners],
+        totals,
+        dynamic,
     )
-    buf["h0"] = h0
-    new = dict(state, env=env, h=h, returns=returns)
+    (env, hs, returns, sums, totals, dynamic), bufs = jax.lax.scan(step, carry, jnp.arange(t_len))
+    new = dict(state, env=env)
     if setup.frozen:
         new["frozen"] = [{**p, **d} for p, d in zip(players, dynamic, strict=True)]
-    if cfg.norm_obs:
-        new["obs_norm"] = _merge(state["obs_norm"], sums["obs"])
-        if spec.central_critic:
-            new["state_norm"] = _merge(state["state_norm"], sums["state"])
-    if cfg.scale_rewards:
-        new["rew_norm"] = _merge(state["rew_norm"], sums["rew"])
-    return new, buf, {"counts": sums["counts"], "episode": sums["episode"]}
+    for i, a in enumerate(learners):
+        buf = bufs[i]
+        buf["next_values"] = policy.value(
+            spec,
+            a.part["params"],
+            a.norm(env["obs"].reshape(b * n, -1)[a.rows]),
+            a.types,
+            env["first"][a.row_game],
+            hs[i],
+            a.critic_input(env["sv"]),
+            a.moments,
+        )
+        buf["h0"] = h0[i]
+        part = dict(a.part, h=hs[i], returns=returns[i])
+        if cfg.norm_obs:
+            part["obs_norm"] = _merge(a.part["obs_norm"], sums[i]["obs"])
+            if spec.central_critic:
+                part["state_norm"] = _merge(a.part["state_norm"], sums[i]["state"])
+        if cfg.scale_rewards:
+            part["rew_norm"] = _merge(a.part["rew_norm"], sums[i]["rew"])
+        new = with_learner(new, i, part)
+    return new, bufs, totals
 
 
 # ------------------------------------------------------------------------------------------
@@ -619,8 +732,13 @@ def make_update(setup: Setup):
 
     def update(state: dict, lr):
         key, k_roll, k_learn = jax.random.split(state["key"], 3)
-        state, buf, stats = rollout(setup, dict(state, key=key), k_roll)
-        state, learned = learn(setup, state, buf, lr, k_learn)
+        state, bufs, stats = rollout(setup, dict(state, key=key), k_roll)
+        learned: dict[str, Any] = {}
+        for i, view in enumerate(setup.learners):
+            k_i = k_learn if i == 0 else jax.random.fold_in(k_learn, _LEARNER1_STREAM)
+            part, out = learn(view, learner_state(state, i), bufs[i], lr, k_i)
+            state = with_learner(state, i, part)
+            learned.update(out if i == 0 else {f"{k}_team1": v for k, v in out.items()})
         done = state["update"] + 1
         if setup.uses_pool:  # the learner after every pool_every-th update joins the pool
             add = done % setup.config.pool_every == 0

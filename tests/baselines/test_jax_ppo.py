@@ -231,6 +231,22 @@ def test_one_step_acting_equals_the_sequence_replay(core):
 # ------------------------------------------------------------------------------------------
 
 
+def test_the_reward_scale_is_pytorchs_also_before_the_returns_have_a_spread():
+    from baselines.normalize import RewardScaler
+
+    for returns in ([0.0] * 6, [0.0, 0.0, 5.0, 0.0, 1.0, 2.0]):
+        scaler = RewardScaler(1, gamma=0.5)
+        x = torch.tensor(returns, dtype=torch.float64)[:, None]
+        scaler.stats.add(x)
+        scaler.commit()
+        m = update._merge(
+            update._moments(1), update._sums(jnp.asarray(returns)[:, None], jnp.ones(6, bool))
+        )
+        want = float(scaler._scale)
+        assert float(update.reward_scale(m)) == pytest.approx(want, rel=1e-5)
+    assert want == pytest.approx(1 / np.sqrt(np.var(returns) + 1e-8), rel=1e-6)
+
+
 def test_value_norm_statistics_match_pytorchs_and_convert_both_ways():
     rng = np.random.default_rng(7)
     ours, theirs = update.value_norm_init(), ValueNorm()
@@ -368,7 +384,7 @@ def test_pytorch_replays_a_jax_rollout_to_the_acting_log_probs(core, scenario, t
     config = _tiny(tmp_path, policy=core, scenario=scenario, rollout_steps=40, num_envs=4)
     setup = make_setup(config)
     state = initial_state(setup, 0)
-    _, buf, _ = jax.jit(lambda s, k: rollout(setup, s, k))(state, jax.random.key(5))
+    _, (buf,), _ = jax.jit(lambda s, k: rollout(setup, s, k))(state, jax.random.key(5))
     buf = jax.device_get(buf)
     assert buf["first"][1:].any(), "the rollout should cross an episode boundary"
     net = ActorCritic(setup.spec)
@@ -552,8 +568,6 @@ def test_the_command_line_writes_the_pytorch_trainers_artefacts(tmp_path):
 @pytest.mark.parametrize(
     "flags, named",
     [
-        (["--train-both"], "--train-both"),
-        (["--opponent", "pool"], "pool"),
         (["--scenario", "identical_2_vs_2_fobs_rgb_void_disc"], "vector observations"),
         (["--compile"], "--compile"),
     ],

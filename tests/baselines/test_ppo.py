@@ -326,6 +326,21 @@ def test_reward_scaling_divides_by_the_std_of_discounted_returns_and_restarts_th
     assert float(scaler(torch.tensor([1.0]), one, one)[0]) == pytest.approx(2.0, rel=1e-6)
 
 
+def test_reward_scaling_keeps_scale_1_until_the_returns_have_a_spread():
+    scaler = RewardScaler(3, gamma=0.5)
+    alive = torch.ones(3, dtype=torch.bool)
+    for _ in range(4):  # no reward yet: every return seen is 0
+        scaler(torch.zeros(3), alive, alive)
+    scaler.commit()
+    assert float(scaler.stats.count) == 12 and float(scaler.stats.m2[0]) == 0.0
+    # 1/sqrt(0 + 1e-8) would be 1e4; the scale stays 1/sqrt(1 + 1e-8)
+    assert float(scaler(torch.tensor([5.0, 0.0, 0.0]), alive, alive)[0]) == pytest.approx(5.0)
+    scaler.commit()  # returns seen: twelve 0s, then 5, 0, 0 -> population variance 25*14/225
+    var = 25 * 14 / 225
+    got = float(scaler(torch.tensor([1.0, 0.0, 0.0]), alive, alive)[0])
+    assert got == pytest.approx(1 / np.sqrt(var + 1e-8), rel=1e-6)
+
+
 # ------------------------------------------------------------------------------------------
 # The opponent mix and the plan of the batch
 # ------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
-"""Frozen opponents of the JAX trainer (`baselines.jax_ppo.frozen`): the pool's ring and
-draws, the seats that keep an episode with the snapshot it started with (checked against
-the PyTorch trainer's `PoolPlayer`, episode by episode), checkpoint-file opponents, and
-runs that resume exactly with both.
+"""Who the JAX trainer's learner plays: frozen opponents (`baselines.jax_ppo.frozen`: the
+pool's ring and draws, the seats that keep an episode with the snapshot it started with,
+checked against the PyTorch trainer's `PoolPlayer` episode by episode, checkpoint-file
+opponents) and `--train-both` (two learners, one per team); runs with each resume exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -16,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from baselines.checkpoint import load_checkpoint
+from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.jax_ppo import convert, frozen, policy
 from baselines.jax_ppo.trainer import JaxTrainer
 from baselines.normalize import ObsNormalizer
 from baselines.opponents import PoolPlayer
-from baselines.policies import ActorCritic
+from baselines.policies import ActorCritic, PolicySpec
 from tests.baselines.test_jax_ppo import TINY, _spec, _tiny
 
 # ------------------------------------------------------------------------------------------
@@ -228,3 +229,82 @@ def test_a_file_opponent_of_another_architecture_fails_naming_the_difference(tmp
     with pytest.raises(ValueError, match=r"hidden.*\(8, 16\)"):
         JaxTrainer(_tiny(tmp_path, opponent=str(path), out=str(tmp_path / "x")))
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# --train-both: one learner per team
+# ------------------------------------------------------------------------------------------
+
+ASYMMETRIC = "identical_5_vs_1_fobs_vec_void_disc"
+
+
+def test_train_both_starts_from_pytorchs_two_initial_networks(tmp_path):
+    from baselines.train import Trainer
+
+    config = _tiny(tmp_path, scenario=ASYMMETRIC, num_envs=4, train_both=True, opponent="auto")
+    trainer = Trainer(dataclasses.replace(config, framework="torch"))
+    spec = trainer.spec
+    for i, learner in enumerate(trainer.learners):
+        got = policy.init_params(spec, config.seed, skip=i)
+        for k, v in learner.net.state_dict().items():
+            if k not in policy.BUFFERS:
+                np.testing.assert_array_equal(got[k], v.numpy(), err_msg=f"learner{i} {k}")
+
+
+@pytest.fixture(scope="module")
+def both_run(tmp_path_factory) -> Path:
+    """4 updates of --train-both in a 5 vs 1 game (checkpoints at 2 and 4)."""
+    out = tmp_path_factory.mktemp("both") / "run"
+    config = dataclasses.replace(
+        TINY, out=str(out), scenario=ASYMMETRIC, num_envs=4, train_both=True, opponent="auto"
+    )
+    JaxTrainer(config).run()
+    return out
+
+
+@pytest.mark.slow
+def test_train_both_trains_one_learner_per_team_and_logs_both(both_run):
+    ckpt = load_checkpoint(both_run / "checkpoint.pt")
+    learners = ckpt["learners"]
+    assert [(x["name"], x["team"]) for x in learners] == [("learner0", 0), ("learner1", 1)]
+    for i, learner in enumerate(learners):
+        start = policy.init_params(PolicySpec.from_dict(ckpt["policy_spec"]), 0, skip=i)
+        moved = [
+            k
+            for k, v in learner["model"].items()
+            if k in start and not np.array_equal(start[k], v.numpy())
+        ]
+        assert moved, f"learner{i} did not train"
+        # the optimiser state is its own: Adam's step count is the number of minibatch steps
+        steps = {int(s["step"]) for s in learner["optimizer"]["state"].values()}
+        assert steps == {4 * TINY.epochs * TINY.minibatches}
+    rows = [json.loads(x) for x in (both_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        for name in ("policy_loss", "value_loss", "entropy", "grad_norm", "epochs"):
+            assert r[name] is not None and r[f"{name}_team1"] is not None
+        assert r["games/learner"] is not None
+    # the file plays either team as a PyTorch player
+    loaded = load_policy(both_run / "checkpoint.pt")
+    assert sorted(loaded.teams) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_train_both_run_resumes_exactly(both_run, tmp_path):
+    out = tmp_path / "resumed"
+    shutil.copytree(both_run, out)
+    shutil.copyfile(out / "checkpoint_000002.pt", out / "checkpoint.pt")
+    config = dataclasses.replace(
+        TINY,
+        out=str(out),
+        resume=True,
+        scenario=ASYMMETRIC,
+        num_envs=4,
+        train_both=True,
+        opponent="auto",
+    )
+    JaxTrainer(config).run()
+    mine, ref = load_checkpoint(out / "checkpoint.pt"), load_checkpoint(both_run / "checkpoint.pt")
+    assert mine["update"] == ref["update"] == 4
+    for a, b in zip(mine["jax_state"], ref["jax_state"], strict=True):
+        assert torch.equal(a, b)
