@@ -142,7 +142,7 @@ def _jax_case(case: Case) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from baselines.jax_ppo.trainer import make_setup
+    from baselines.jax_ppo.trainer import RUNS, make_setup
     from baselines.jax_ppo.update import initial_state, learn, make_update, rollout
 
     config = _config(case, "unused")
@@ -174,9 +174,10 @@ def _jax_case(case: Case) -> dict[str, Any]:
             u_times.append(time.perf_counter() - t1)
             r_times.append(t1 - t0)
         return {**out, **_rates(steps, r_times, u_times)}
-    update = make_update(setup)
     if k > 1:
-        update = jax.vmap(update, in_axes=(0, None))
+        update = jax.vmap(make_update(setup, RUNS), in_axes=(0, None), axis_name=RUNS)
+    else:
+        update = make_update(setup)
     t0 = time.perf_counter()
     whole = jax.jit(update).lower(state, lr).compile()
     out["warmup_s"] = time.perf_counter() - t0

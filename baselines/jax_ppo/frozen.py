@@ -20,8 +20,7 @@ order they are kept in differs, which a uniform draw does not see). Each of the
 recurrent state: a part holds `seats` (copies of members); at a rollout's start the drawn
 member is copied into a seat that no unfinished episode uses, and every episode that starts
 during the rollout is played from that seat. Each step runs only the seats in use (a
-`lax.cond` per seat; under `vmap`, i.e. `--seeds` > 1, every seat runs and the rows keep
-their own seat's outputs).
+`lax.cond` per seat; with `--seeds` > 1, the seats that any of the vmapped runs uses).
 
 How many seats: an episode of at most L steps that starts in rollout r has ended before
 rollout r + ceil(L / T) + 1 starts (T: `rollout_steps`), so ceil(L / T) + 1 seats always
@@ -55,8 +54,9 @@ __all__ = [
     "seat_count",
 ]
 
-MAX_SEATS = 16
-"""The most seats a pool part holds (see the module doc)."""
+MAX_SEATS = 32
+"""The most seats a pool part holds (see the module doc): enough for the default time limit
+(500 steps) down to rollouts of 17 steps."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,9 +184,13 @@ def _normalize(moments: dict, raw: jax.Array, enabled: bool) -> jax.Array:
     return normalize(moments, raw, enabled)
 
 
-def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool):
+def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool, runs: str | None = None):
     """(actions, player) of one step of frozen player `f` on its rows' raw observations
-    `raw` [N, L] (`first` [N] bool: the rows whose episode starts at this step)."""
+    `raw` [N, L] (`first` [N] bool: the rows whose episode starts at this step).
+
+    `runs`: the name of the `vmap` axis over runs (`--seeds`), if any. A seat then runs when
+    any run uses it (one predicate for all runs, so `lax.cond` stays a branch instead of
+    becoming a select that runs every seat)."""
     types = jax.nn.one_hot(jnp.asarray(f.row_type), f.spec.n_types, dtype=jnp.float32)
     h = player["h"]
     if f.kind == "file":
@@ -211,7 +215,10 @@ def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool):
         def idle(_):
             return jnp.zeros((len(f.rows), *shape), dtype), h
 
-        a, h_s = jax.lax.cond(mine.any(), run, idle, None)
+        used = mine.any()
+        if runs is not None:
+            used = jax.lax.psum(used.astype(jnp.int32), runs) > 0
+        a, h_s = jax.lax.cond(used, run, idle, None)
         keep = mine.reshape((-1,) + (1,) * (a.ndim - 1))
         actions = jnp.where(keep, a.astype(dtype), actions)
         rows = [1] * h.ndim

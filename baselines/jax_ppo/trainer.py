@@ -44,7 +44,10 @@ from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_u
 from baselines.metrics import current_rss_mb, peak_rss_mb
 from baselines.schedule import LRSchedule
 
-__all__ = ["JaxTrainer", "make_setup", "unsupported"]
+__all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
+
+RUNS = "runs"
+"""The name of the vmap axis over the runs of `--seeds`."""
 
 
 def unsupported(config: PPOConfig) -> str | None:
@@ -167,9 +170,10 @@ class JaxTrainer:
         symmetric = self.setup.game.symmetric
         self.evaluators = [Evaluator(self.run_config(i), symmetric) for i in range(config.seeds)]
         """Each run's evaluations (`--eval-every`; idle when 0)."""
-        fn = make_update(self.setup)
         if len(self.seeds) > 1:
-            fn = jax.vmap(fn, in_axes=(0, None))
+            fn = jax.vmap(make_update(self.setup, RUNS), in_axes=(0, None), axis_name=RUNS)
+        else:
+            fn = make_update(self.setup)
         self._update = jax.jit(fn, donate_argnums=0)
         self.state: dict[str, Any] = {}
         self._compiled: Any = None

@@ -425,9 +425,9 @@ class _Acting:
         return _critic_input(self.view, self.part, sv)
 
 
-def rollout(setup: Setup, state: dict, key: jax.Array):
+def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
     """One rollout from `state` (see the module doc): (state, buffers, stats), one buffer per
-    learner."""
+    learner (`runs`: the vmap axis name over runs, see `make_update`)."""
     cfg, spec, game = setup.config, setup.spec, setup.game
     b, n, t_len = cfg.num_envs, game.n_agents, cfg.rollout_steps
     act_shape = () if game.discrete else (3,)
@@ -517,7 +517,8 @@ def rollout(setup: Setup, state: dict, key: jax.Array):
             player = {**players[j], **dynamic[j]}
             kj = jax.random.fold_in(jax.random.fold_in(frozen_key, j), t)
             raw_j = env["obs"].reshape(b * n, -1)[jnp.asarray(f.rows)]
-            a_j, player = frozen.act(f, player, raw_j, env["first"][f.row_game], kj, cfg.norm_obs)
+            first_j = env["first"][f.row_game]
+            a_j, player = frozen.act(f, player, raw_j, first_j, kj, cfg.norm_obs, runs)
             full = full.at[jnp.asarray(f.rows)].set(a_j.astype(act_dtype))
             moved.append({k: v for k, v in player.items() if k in _DYNAMIC})
         env_key, obs_next, states, rewards, dones, ended, info = _env_step(
@@ -727,12 +728,15 @@ def _explained_variance(returns, values, mask):
     return jnp.where((n >= 2) & (var_r > 0), 1.0 - var(d) / var_r, jnp.nan)
 
 
-def make_update(setup: Setup):
-    """``update(state, lr) -> (state, stats)``: one rollout and its learning (pure)."""
+def make_update(setup: Setup, runs: str | None = None):
+    """``update(state, lr) -> (state, stats)``: one rollout and its learning (pure).
+
+    `runs`: when the update is vmapped over runs (`--seeds`), that vmap's `axis_name` (the
+    frozen opponents use it to run a pool seat only when some run needs it)."""
 
     def update(state: dict, lr):
         key, k_roll, k_learn = jax.random.split(state["key"], 3)
-        state, bufs, stats = rollout(setup, dict(state, key=key), k_roll)
+        state, bufs, stats = rollout(setup, dict(state, key=key), k_roll, runs)
         learned: dict[str, Any] = {}
         for i, view in enumerate(setup.learners):
             k_i = k_learn if i == 0 else jax.random.fold_in(k_learn, _LEARNER1_STREAM)

@@ -147,6 +147,44 @@ def test_a_pool_part_with_one_member_in_every_seat_acts_as_that_policy():
         np.testing.assert_allclose(np.asarray(part["h"]), np.asarray(h), rtol=1e-6, atol=1e-6)
 
 
+def test_vmapped_runs_act_as_each_run_alone_with_one_branch_per_seat():
+    spec = _spec("gru", discrete=True)
+    n = 4
+    members = [_snapshot(spec, s)[1] for s in (1, 2, 3)]
+    f = frozen.Frozen(
+        "frozen0", "pool", spec, np.arange(n), np.arange(n), np.zeros(n, int), seats=3
+    )
+    rng = np.random.default_rng(2)
+    parts, inputs = [], []
+    for run in range(2):
+        part = frozen.initial(f, members[0])
+        if run == 1:  # its rows 0 and 2 play on in seat 0, so its new episodes get seat 1
+            part = dict(part, seat=jnp.zeros(n, jnp.int32))
+        part = frozen.begin_rollout(part, members[run + 1], jnp.asarray([False, True] * 2))
+        assert int(part["incoming"]) == run
+        parts.append(part)
+        raw = jnp.asarray(rng.normal(size=(n, spec.vector_size)), jnp.float32)
+        first = jnp.asarray([True] * n if run == 0 else [False, True] * 2)
+        inputs.append((raw, first, jax.random.PRNGKey(run)))
+    alone = [frozen.act(f, p, *x, True) for p, x in zip(parts, inputs, strict=True)]
+    stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *parts)
+    xs = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *inputs)
+
+    def one(part, raw, first, key):
+        return frozen.act(f, part, raw, first, key, True, runs="runs")
+
+    together = jax.vmap(one, axis_name="runs")(stacked, *xs)
+    assert np.asarray(together[1]["seat"]).tolist() == [[0] * 4, [0, 1, 0, 1]]
+    for run, (actions, part) in enumerate(alone):
+        np.testing.assert_array_equal(np.asarray(together[0][run]), np.asarray(actions))
+        np.testing.assert_allclose(
+            np.asarray(together[1]["h"][run]), np.asarray(part["h"]), atol=1e-6
+        )
+        np.testing.assert_array_equal(
+            np.asarray(together[1]["seat"][run]), np.asarray(part["seat"])
+        )
+
+
 # ------------------------------------------------------------------------------------------
 # Runs with pool and checkpoint-file opponents
 # ------------------------------------------------------------------------------------------
