@@ -316,9 +316,48 @@ def _critic_input(setup: Setup, state: dict, sv: jax.Array) -> jax.Array | None:
     )
 
 
+@lru_cache(maxsize=16)
+def _game_step(setup: Setup):
+    """`gigastep.env.batched_step_autoreset(states, actions, keys)` of the setup's game, for
+    a leading game axis, that stays one batched step under `vmap` (`--seeds`).
+
+    A plain `vmap` over runs would turn the step's branches (resetting only the finished
+    games, observing only their last state) into selects that reset and observe every game
+    at every step. Its batching rule instead lays the K runs' B games side by side as one
+    batch of K * B games (each game is computed on its own, so the results are the same) and
+    splits the outputs back into runs.
+    """
+    from gigastep import env as genv
+
+    config, central = setup.env_config, setup.spec.central_critic
+
+    @jax.custom_batching.custom_vmap
+    def step(states, actions, keys):
+        return genv.batched_step_autoreset(
+            config, states, actions, keys, final_obs=True, final_state=central
+        )
+
+    @step.def_vmap
+    def _runs_as_games(k, in_batched, states, actions, keys):
+        def widen(tree, batched):
+            return jax.tree_util.tree_map(
+                lambda x, b: (x if b else jnp.broadcast_to(x, (k, *x.shape))).reshape(
+                    (k * x.shape[int(b)], *x.shape[1 + int(b) :])
+                ),
+                tree,
+                batched,
+            )
+
+        args = [widen(a, b) for a, b in zip((states, actions, keys), in_batched, strict=True)]
+        out = step(*args)
+        split = jax.tree_util.tree_map(lambda x: x.reshape((k, -1, *x.shape[1:])), out)
+        return split, jax.tree_util.tree_map(lambda _: True, out)
+
+    return step
+
+
 def _env_step(setup: Setup, env: dict, actions: jax.Array):
     """`TorchVecEnv.step`'s compiled body: key split, scripted teams, auto-resetting step."""
-    from gigastep import env as genv
     from gigastep.torch import _apply_scripted
 
     key, sub = jax.random.split(env["key"])
@@ -327,14 +366,8 @@ def _env_step(setup: Setup, env: dict, actions: jax.Array):
         actions = _apply_scripted(
             setup.env_config, setup.scripted, states, actions, jax.random.fold_in(sub, 1)
         )
-    obs, states, rewards, dones, ended, info = genv.batched_step_autoreset(
-        setup.env_config,
-        states,
-        actions,
-        jax.random.split(sub, actions.shape[0]),
-        final_obs=True,
-        final_state=setup.spec.central_critic,
-    )
+    keys = jax.random.split(sub, actions.shape[0])
+    obs, states, rewards, dones, ended, info = _game_step(setup)(states, actions, keys)
     return key, obs, states, rewards, dones, ended, info
 
 
@@ -483,9 +516,10 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
                 spec, a.part["params"], final, a.types, starts, h, fin_crit, a.moments
             )
 
-        fin = jax.lax.cond(
-            info.truncated.any(), final_values, lambda _: jnp.zeros(len(a.rows)), None
-        )
+        truncated = info.truncated.any()
+        if runs is not None:  # one branch for every run (under vmap, not a select of both)
+            truncated = jax.lax.psum(truncated.astype(jnp.int32), runs) > 0
+        fin = jax.lax.cond(truncated, final_values, lambda _: jnp.zeros(len(a.rows)), None)
         r = jnp.where(alive, rewards.reshape(-1)[a.rows], 0.0)
         if cfg.scale_rewards:
             returns = cfg.gamma * returns + r
