@@ -57,6 +57,7 @@ class Options:
     batch: int = option(0, "games per rollout (0: the preset's)")
     repeats: int = option(3, "timed updates per row")
     seeds: int = option(8, "runs vmapped together in the jax-seeds row")
+    opponent: str = option("", "the opponent mix, e.g. auto (empty: the preset's)")
     timeout: float = option(900.0, "seconds allowed per row")
     json: str = option(None, "write the rows as a JSON list to this path")
 
@@ -70,6 +71,8 @@ class Case:
     batch: int
     repeats: int
     seeds: int = 1
+    opponent: str = ""
+    """The opponent mix (empty: the preset's)."""
 
 
 def _config(case: Case, out: str):
@@ -81,6 +84,8 @@ def _config(case: Case, out: str):
     )  # timed phases only; the JAX side has none
     if case.batch:
         changes["num_envs"] = case.batch
+    if case.opponent:
+        changes["opponent"] = case.opponent
     return dataclasses.replace(config, **changes)
 
 
@@ -251,7 +256,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if unknown:
         parser.error(f"unknown --kinds {unknown}; expected some of {list(KINDS)}")
     cases = [
-        Case(k, opts.preset, opts.batch, opts.repeats, opts.seeds if k == "jax-seeds" else 1)
+        Case(
+            k,
+            opts.preset,
+            opts.batch,
+            opts.repeats,
+            opts.seeds if k == "jax-seeds" else 1,
+            opts.opponent,
+        )
         for k in opts.kinds
     ]
     rows = run_cases("benchmarks.frameworks", cases, opts.timeout, lambda c: c.kind)

@@ -16,6 +16,10 @@ into one program (and `vmap` batches over runs for `--seeds`). The phases are th
        `target_kl` stops the later epochs (their steps are computed and discarded).
 
 Rows: agent a of game g is row g * n + a of the flattened batch; the learner owns `rows`.
+With `--train-both` a second learner owns `Setup.second`'s rows: its part of the state is
+under ``learner1`` (`learner_state`), and it acts, records and learns on its own. Frozen
+opponents (pool parts, checkpoint files: `baselines.jax_ppo.frozen`) act on their rows in
+the same scan, before the step.
 """
 
 from __future__ import annotations
@@ -94,9 +98,14 @@ class Setup:
             return (self,)
         rows, game, team, slot, type_id = self.second
         other = dataclasses.replace(
-            self, rows=rows, row_game=game, row_team=team, row_slot=slot, row_type=type_id
+            self,
+            rows=rows,
+            row_game=game,
+            row_team=team,
+            row_slot=slot,
+            row_type=type_id,
+            second=None,
         )
-        object.__setattr__(other, "second", None)
         return (self, other)
 
 
