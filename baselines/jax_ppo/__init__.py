@@ -7,6 +7,7 @@ Modules:
     policy     the `ActorCritic` forward pass as pure functions of a parameter pytree keyed
                by the PyTorch `state_dict` names (so checkpoints convert name for name);
     algorithm  GAE and the clipped PPO loss, pure and shape-documented;
+    running    running moments (observation normalisation, reward scale), merged per rollout;
     frozen     pool snapshots and checkpoint-file opponents inside the compiled update;
     update     one update (rollout scan, GAE, epochs of minibatch steps) as a pure function
                of a `TrainState` pytree, jitted, and vmapped over runs for `--seeds`;

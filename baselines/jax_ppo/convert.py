@@ -177,7 +177,8 @@ class JaxActor:
     """
 
     def __init__(self, loaded: JaxPolicy, team: int, num_envs: int, deterministic=True, seed=0):
-        from baselines.jax_ppo.update import _normalize, value_moments
+        from baselines.jax_ppo.running import normalize
+        from baselines.jax_ppo.update import value_moments
 
         if team not in loaded.params:
             team = next(iter(loaded.params))
@@ -195,7 +196,7 @@ class JaxActor:
         def step(h, key, obs, first):
             flat = obs.reshape(num_envs * self.m, -1)
             first_rows = jnp.repeat(first, self.m)
-            x = _normalize(moments, flat, norm_obs)
+            x = normalize(moments, flat, norm_obs)
             actions, _, _, h = policy.act(
                 spec, params, x, types, first_rows, h, None, key, deterministic, values
             )

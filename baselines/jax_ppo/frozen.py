@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines.jax_ppo import policy
+from baselines.jax_ppo import policy, running
 from baselines.policies import PolicySpec
 
 __all__ = [
@@ -178,12 +178,6 @@ def begin_rollout(part: dict, member: dict, first: jax.Array) -> dict:
     return dict(part, seats=loaded, incoming=incoming)
 
 
-def _normalize(moments: dict, raw: jax.Array, enabled: bool) -> jax.Array:
-    from baselines.jax_ppo.update import _normalize as normalize
-
-    return normalize(moments, raw, enabled)
-
-
 def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool, runs: str | None = None):
     """(actions, player) of one step of frozen player `f` on its rows' raw observations
     `raw` [N, L] (`first` [N] bool: the rows whose episode starts at this step).
@@ -194,7 +188,7 @@ def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool, runs: str | No
     types = jax.nn.one_hot(jnp.asarray(f.row_type), f.spec.n_types, dtype=jnp.float32)
     h = player["h"]
     if f.kind == "file":
-        obs = _normalize(player["obs_norm"], raw, norm_obs)
+        obs = running.normalize(player["obs_norm"], raw, norm_obs)
         actions, h = policy.sample(f.spec, player["params"], obs, types, first, h, key)
         return actions, dict(player, h=h)
     seat = jnp.where(first, player["incoming"], player["seat"])
@@ -209,7 +203,7 @@ def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool, runs: str | No
 
         def run(_):
             member = _index(player["seats"], s)
-            obs = _normalize(member["obs_norm"], raw, norm_obs)
+            obs = running.normalize(member["obs_norm"], raw, norm_obs)
             return policy.sample(f.spec, member["params"], obs, types, first, h, key)
 
         def idle(_):

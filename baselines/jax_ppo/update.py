@@ -37,7 +37,7 @@ import optax
 
 from baselines.config import PPOConfig
 from baselines.envs import GameSpec
-from baselines.jax_ppo import algorithm, frozen, policy
+from baselines.jax_ppo import algorithm, frozen, policy, running
 from baselines.policies import PolicySpec
 from gigastep.types import EnvConfig
 
@@ -48,7 +48,6 @@ __all__ = [
     "make_optimizer",
     "make_update",
     "normalized_value_terms",
-    "reward_scale",
     "rollout",
     "value_moments",
     "value_norm_init",
@@ -107,56 +106,6 @@ class Setup:
             second=None,
         )
         return (self, other)
-
-
-# ------------------------------------------------------------------------------------------
-# Normalisers (float32 running moments, merged once per rollout as in baselines.normalize)
-# ------------------------------------------------------------------------------------------
-
-
-def _moments(size: int) -> dict:
-    return {"count": jnp.zeros(()), "mean": jnp.zeros(size), "m2": jnp.zeros(size)}
-
-
-def _var(m: dict) -> jax.Array:
-    return jnp.where(m["count"] > 0, m["m2"] / jnp.maximum(m["count"], 1.0), 1.0)
-
-
-def _normalize(m: dict, x: jax.Array, enabled: bool) -> jax.Array:
-    if not enabled or x.shape[-1] == 0:
-        return x
-    return jnp.clip((x - m["mean"]) * jax.lax.rsqrt(_var(m) + 1e-8), -10.0, 10.0)
-
-
-def reward_scale(m: dict) -> jax.Array:
-    """1 / sqrt(var + 1e-8) of the discounted returns' moments `m`; 1 while they have no
-    spread (as `baselines.normalize.RewardScaler`)."""
-    var = jnp.where(m["m2"][0] > 0, _var(m)[0], 1.0)
-    return jax.lax.rsqrt(var + 1e-8)
-
-
-def _sums(x: jax.Array, mask: jax.Array) -> tuple:
-    w = mask.astype(x.dtype)
-    return (w @ x, w @ (x * x), w.sum())
-
-
-def _merge(m: dict, sums: tuple) -> dict:
-    """Chan et al.'s parallel update of `m` with the (sum, sum of squares, count) `sums`."""
-    s, ss, n_b = sums
-    mean_b = s / jnp.maximum(n_b, 1.0)
-    m2_b = jnp.maximum(ss - n_b * mean_b * mean_b, 0.0)
-    n = m["count"] + n_b
-    delta = mean_b - m["mean"]
-    w = jnp.where(n > 0, n_b / jnp.maximum(n, 1.0), 0.0)
-    return {
-        "count": n,
-        "mean": m["mean"] + delta * w,
-        "m2": m["m2"] + m2_b + delta * delta * m["count"] * w,
-    }
-
-
-def _add_sums(a: tuple, b: tuple) -> tuple:
-    return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
 # ------------------------------------------------------------------------------------------
@@ -264,9 +213,9 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     out = {
         "params": params,
         "opt": make_optimizer(cfg).init(params),
-        "obs_norm": _moments(spec.vector_size),
-        "state_norm": _moments(spec.state_size),
-        "rew_norm": _moments(1),
+        "obs_norm": running.moments(spec.vector_size),
+        "state_norm": running.moments(spec.state_size),
+        "rew_norm": running.moments(1),
         "returns": jnp.zeros(rows),
         "h": policy.initial_state(spec, rows),
         "env": {
@@ -317,7 +266,7 @@ def _critic_input(setup: Setup, state: dict, sv: jax.Array) -> jax.Array | None:
     own = sv[setup.row_game, setup.row_team]
     return jnp.concatenate(
         [
-            _normalize(state["state_norm"], own, setup.config.norm_obs),
+            running.normalize(state["state_norm"], own, setup.config.norm_obs),
             _one_hot(setup.row_slot, spec.n_slots),
             _one_hot(setup.row_type, spec.n_types),
         ],
@@ -456,12 +405,12 @@ class _Acting:
         self.view, self.part, self.key = view, part, key
         self.rows, self.row_game = jnp.asarray(view.rows), jnp.asarray(view.row_game)
         self.types = _one_hot(view.row_type, spec.n_types)
-        self.rew_scale = reward_scale(part["rew_norm"])
+        self.rew_scale = running.reward_scale(part["rew_norm"])
         self.moments = _state_moments(view, part)
         self.norm_obs = cfg.norm_obs
 
     def norm(self, raw):
-        return _normalize(self.part["obs_norm"], raw, self.norm_obs)
+        return running.normalize(self.part["obs_norm"], raw, self.norm_obs)
 
     def critic_input(self, sv):
         return _critic_input(self.view, self.part, sv)
@@ -532,17 +481,17 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         r = jnp.where(alive, rewards.reshape(-1)[a.rows], 0.0)
         if cfg.scale_rewards:
             returns = cfg.gamma * returns + r
-            rew_sums = _sums(returns[:, None], alive)
+            rew_sums = running.sums(returns[:, None], alive)
             returns = returns * cont
             r = r * a.rew_scale
         else:
             rew_sums = (jnp.zeros(1), jnp.zeros(1), jnp.zeros(()))
         sums = {
-            "obs": _add_sums(sums["obs"], _sums(raw, alive)),
-            "state": _add_sums(
-                sums["state"], _sums(env["sv"][a.view.row_game, a.view.row_team], alive)
+            "obs": running.add_sums(sums["obs"], running.sums(raw, alive)),
+            "state": running.add_sums(
+                sums["state"], running.sums(env["sv"][a.view.row_game, a.view.row_team], alive)
             ),
-            "rew": _add_sums(sums["rew"], rew_sums),
+            "rew": running.add_sums(sums["rew"], rew_sums),
         }
         record = dict(record, rewards=r, cont=cont, boot=boot, final_values=fin)
         return record, returns, sums
@@ -617,11 +566,11 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         buf["h0"] = h0[i]
         part = dict(a.part, h=hs[i], returns=returns[i])
         if cfg.norm_obs:
-            part["obs_norm"] = _merge(a.part["obs_norm"], sums[i]["obs"])
+            part["obs_norm"] = running.merge(a.part["obs_norm"], sums[i]["obs"])
             if spec.central_critic:
-                part["state_norm"] = _merge(a.part["state_norm"], sums[i]["state"])
+                part["state_norm"] = running.merge(a.part["state_norm"], sums[i]["state"])
         if cfg.scale_rewards:
-            part["rew_norm"] = _merge(a.part["rew_norm"], sums[i]["rew"])
+            part["rew_norm"] = running.merge(a.part["rew_norm"], sums[i]["rew"])
         new = with_learner(new, i, part)
     return new, bufs, totals
 

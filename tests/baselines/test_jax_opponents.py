@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from baselines.checkpoint import load_checkpoint, load_policy
-from baselines.jax_ppo import convert, frozen, policy
+from baselines.jax_ppo import convert, frozen, policy, running
 from baselines.jax_ppo.trainer import JaxTrainer
 from baselines.normalize import ObsNormalizer
 from baselines.opponents import PoolPlayer
@@ -141,7 +141,7 @@ def test_a_pool_part_with_one_member_in_every_seat_acts_as_that_policy():
         first = jnp.asarray(rng.random(n) < 0.3) | (t == 0)
         key = jax.random.PRNGKey(t)
         got, part = frozen.act(f, part, raw, first, key, True)
-        obs = frozen._normalize(member["obs_norm"], raw, True)
+        obs = running.normalize(member["obs_norm"], raw, True)
         want, h = policy.sample(spec, member["params"], obs, types, first, h, key)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(part["h"]), np.asarray(h), rtol=1e-6, atol=1e-6)

@@ -28,7 +28,7 @@ import torch
 
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.config import PPOConfig
-from baselines.jax_ppo import algorithm, convert, policy, update
+from baselines.jax_ppo import algorithm, convert, policy, running, update
 from baselines.jax_ppo.trainer import JaxTrainer, make_setup
 from baselines.jax_ppo.update import initial_state, rollout
 from baselines.loss import ppo_loss
@@ -239,11 +239,11 @@ def test_the_reward_scale_is_pytorchs_also_before_the_returns_have_a_spread():
         x = torch.tensor(returns, dtype=torch.float64)[:, None]
         scaler.stats.add(x)
         scaler.commit()
-        m = update._merge(
-            update._moments(1), update._sums(jnp.asarray(returns)[:, None], jnp.ones(6, bool))
+        m = running.merge(
+            running.moments(1), running.sums(jnp.asarray(returns)[:, None], jnp.ones(6, bool))
         )
         want = float(scaler._scale)
-        assert float(update.reward_scale(m)) == pytest.approx(want, rel=1e-5)
+        assert float(running.reward_scale(m)) == pytest.approx(want, rel=1e-5)
     assert want == pytest.approx(1 / np.sqrt(np.var(returns) + 1e-8), rel=1e-6)
 
 
