@@ -29,6 +29,7 @@ from gigastep.game.observations import first_observation, global_view, observe
 from gigastep.game.observations.global_state import state_vector, state_vector_size
 from gigastep.game.random import seed_words, stream_from_seed, uniforms_from_seed
 from gigastep.game.reset import reset_state, reset_state_streamed
+from gigastep.game.rewards import check_score
 from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
     EnvConfig,
@@ -182,7 +183,8 @@ def _noise_shapes(n: int) -> list[tuple[int, ...]]:
 @pytree_dataclass
 class Advanced(PytreeData):
     """A step's outcome before its observation (what `advance` returns): the next state, the
-    geometry and combat it was computed with, rewards (n,), terminated () and truncated ()."""
+    geometry and combat it was computed with, rewards (n,), terminated () and truncated (),
+    and what the rewards were computed from (`score_rewards` weighs it again)."""
 
     state: EnvState
     geo: interactions.Geometry
@@ -190,6 +192,7 @@ class Advanced(PytreeData):
     rewards: chex.Array
     terminated: chex.Array
     truncated: chex.Array
+    reward_inputs: rewards.RewardInputs
 
 
 def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepNoise) -> Advanced:
@@ -217,15 +220,12 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     )
     health = jnp.clip(jnp.where(hz.alive, health, 0.0), 0.0, max_health)
     alive = hz.alive & (health > 0)
-    reward = rewards.total_reward(
-        config,
-        rewards.RewardInputs(
-            alive_pre=alive_pre, alive=alive, hit_waypoint=hit, collided=hz.collided,
-            hazard_death=alive_pre & (hz.oob | hz.in_box), detected=fight.detected,
-            damage=fight.damage,
-        ),
-        episode.aux_rewards_factor,
+    reward_inputs = rewards.RewardInputs(
+        alive_pre=alive_pre, alive=alive, hit_waypoint=hit, collided=hz.collided,
+        hazard_death=alive_pre & (hz.oob | hz.in_box), detected=fight.detected,
+        damage=fight.damage,
     )  # fmt: skip
+    reward = rewards.total_reward(config, reward_inputs, episode.aux_rewards_factor)
     team1 = jnp.asarray(np.asarray(config.teams) == 1)
     a1 = jnp.sum(alive & team1)
     a0 = jnp.sum(alive) - a1
@@ -244,8 +244,14 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
             returns=episode.returns + reward,
         ),
     )  # fmt: skip
-    return Advanced(state=new, geo=geo, combat=fight, rewards=reward,
-                     terminated=terminated, truncated=truncated)  # fmt: skip
+    return Advanced(state=new, geo=geo, combat=fight, rewards=reward, terminated=terminated,
+                    truncated=truncated, reward_inputs=reward_inputs)  # fmt: skip
+
+
+def score_rewards(score: EnvConfig, adv: Advanced) -> jax.Array:
+    """(n,) float32: the reward of the step `adv` under `score`'s reward weights
+    (`rewards.check_score`); with the game's own config, exactly `adv.rewards`."""
+    return rewards.total_reward(score, adv.reward_inputs, adv.state.episode.aux_rewards_factor)
 
 
 def transition(
@@ -297,16 +303,21 @@ def step(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array)
 
 def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array,
                    final_obs: bool = True, final_state: bool = False,
-                   ) -> AutoresetResult:  # fmt: skip
+                   score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
     """A step that replaces a finished game by a fresh one inside the same call.
 
     Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
     game's where `episode_done`; rewards, dones and episode_done are the finished step's.
     `info.final_obs` holds the last observation of the finished game (computed only when
     `final_obs` is True, else it repeats `obs`); with `final_state`, `info.final_state` is
-    the state the step ended in before any reset (else None).
+    the state the step ended in before any reset (else None). With `score`, a config that
+    differs from `config` only in its reward weights (`rewards.WEIGHT_FIELDS`), `info.score`
+    holds the step's rewards (n,) under `score`'s weights: e.g. the unshaped reward of a game
+    trained with an extra shaping term (else None).
     """
     check_single_state(config, state, "v_step_autoreset")
+    if score is not None:
+        check_score(config, score)
     _checks.check_key(key)
     k_step, k_reset = jax.random.split(key)
     noise, step_stream = _noise_and_stream(config, k_step)
@@ -314,13 +325,14 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: 
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = reset_state_streamed(config, k_reset)
     return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs,
-                             (step_stream, fresh_stream), final_state)  # fmt: skip
+                             (step_stream, fresh_stream), final_state, score)  # fmt: skip
 
 
 def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh: EnvState,
                       fresh_comm: jax.Array, done: jax.Array, final_obs: bool,
                       streams: tuple[jax.Array | None, jax.Array | None] = (None, None),
-                      final_state: bool = False) -> AutoresetResult:  # fmt: skip
+                      final_state: bool = False,
+                      score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
     """Take the fresh game where `done`, observe the result once (and the finished game's
     last observation when `final_obs`), and assemble the auto-reset step's outputs.
     `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
@@ -344,6 +356,7 @@ def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh:
         episode_length=adv.state.episode.step,
         winner=episode_winner(config, adv.state.agents.alive, done),
         final_state=adv.state if final_state else None,
+        score=None if score is None else score_rewards(score, adv),
     )
     return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
 
@@ -394,9 +407,10 @@ def _reset_finished(
 
 def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLike,
                            keys: jax.Array, final_obs: bool = True, final_state: bool = False,
-                           ) -> AutoresetResult:  # fmt: skip
-    """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs))(states, actions, keys)`,
-    bit for bit, without resetting the games that go on.
+                           score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+    """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs, final_state=final_state,
+    score=score))(states, actions, keys)`, bit for bit, without resetting the games that go
+    on.
 
     The batch is advanced as in `step_autoreset` (each game's key split into its step and reset
     keys), the finished games are reset by `_reset_finished`, and the observation is computed
@@ -405,6 +419,8 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLi
     jit or scan (under a further vmap its branches become selects, costing a full reset).
     """
     check_batch(config, states, actions, keys, "step_autoreset")
+    if score is not None:
+        check_score(config, score)
 
     def advance_one(
         state: EnvState, acts: ArrayLike, key: jax.Array
@@ -420,7 +436,9 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLi
 
     # The finished games' last observations are computed for those games only (a step in
     # which few games end observes a few games twice, not the whole batch).
-    finish = partial(_finish_autoreset, config, final_obs=False, final_state=final_state)
+    finish = partial(
+        _finish_autoreset, config, final_obs=False, final_state=final_state, score=score
+    )
     obs, nxt, rewards, dones, done, info = jax.vmap(finish)(
         adv, noise, fresh, fresh_comm, done, streams=(step_stream, fresh_stream)
     )

@@ -364,14 +364,14 @@ class VersusEnv:
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done
 
     def step_autoreset(self, state: EnvState, team_actions: ArrayLike, key: jax.Array,
-                       final_obs: bool = True,
-                       final_state: bool = False) -> AutoresetResult:  # fmt: skip
+                       final_obs: bool = True, final_state: bool = False,
+                       score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
         """As `GigastepEnv.step_autoreset`, restricted to the learner team (info included;
         `info.final_state` is the whole game's state)."""
         k_opponent, k_env = jax.random.split(key)
         actions = self.joint_actions(state, team_actions, k_opponent)
         obs, state, rewards, dones, done, info = _env.step_autoreset(
-            self.config, state, actions, k_env, final_obs, final_state
+            self.config, state, actions, k_env, final_obs, final_state, score
         )
         info = StepInfo(
             terminated=info.terminated,
@@ -381,12 +381,14 @@ class VersusEnv:
             episode_length=info.episode_length,
             winner=info.winner,
             final_state=info.final_state,
+            score=None if info.score is None else self._take(info.score),
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
     def batched_step_autoreset(self, states: EnvState, team_actions: ArrayLike,
                                keys: jax.Array, final_obs: bool = True,
-                               final_state: bool = False) -> AutoresetResult:  # fmt: skip
+                               final_state: bool = False,
+                               score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
         """`jax.vmap(step_autoreset)` over a batch (leading axis B on every argument), with
         the finished games reset by `env.batched_step_autoreset` instead of every game.
 
@@ -396,7 +398,7 @@ class VersusEnv:
         split = jax.vmap(jax.random.split)(keys)
         actions = jax.vmap(self.joint_actions)(states, team_actions, split[:, 0])
         obs, states, rewards, dones, done, info = _env.batched_step_autoreset(
-            self.config, states, actions, split[:, 1], final_obs, final_state
+            self.config, states, actions, split[:, 1], final_obs, final_state, score
         )
         team = jax.vmap(self.team_view)
         info = StepInfo(
@@ -407,6 +409,7 @@ class VersusEnv:
             episode_length=info.episode_length,
             winner=info.winner,
             final_state=info.final_state,
+            score=None if info.score is None else team(info.score),
         )
         return team(obs), states, team(rewards), team(dones), done, info
 

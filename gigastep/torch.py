@@ -179,6 +179,17 @@ def _reset_fn(game: Game) -> Callable[[jax.Array], tuple[Observation, EnvState]]
     return game.reset if isinstance(game, VersusEnv) else partial(_env.reset, game)
 
 
+def _score_config(config: EnvConfig, score: EnvLike) -> EnvConfig:
+    """`score` (a scenario name, `GigastepEnv` or `EnvConfig`) as a config after checking that
+    it differs from `config` only in its reward weights."""
+    from gigastep.game.rewards import check_score
+
+    if not isinstance(score, EnvConfig):
+        score = resolve_env(score).config
+    check_score(config, score)
+    return score
+
+
 def _autoreset_fn(game: Game) -> Callable[..., AutoresetResult]:
     if isinstance(game, VersusEnv):
         return game.step_autoreset
@@ -283,7 +294,8 @@ class StepOutputs(NamedTuple):
     converted by `jax_to_torch`). A NamedTuple, so it is a pytree that jit returns as is.
 
     `final_obs` is None unless the env was built with `final_obs=True`; `state_vector` and
-    `final_state_vector` are None unless with `state_vectors=True`.
+    `final_state_vector` are None unless with `state_vectors=True`; `score` is None unless
+    the env was built with a `score` config.
     """
 
     obs: Any  # the next observation (a fresh game's where the episode ended)
@@ -298,12 +310,14 @@ class StepOutputs(NamedTuple):
     final_obs: Any = None  # the last observation of the finished games (obs elsewhere)
     state_vector: Any = None  # (B, 2, S) float32, of the next states, from team 0 and 1
     final_state_vector: Any = None  # (B, 2, S) float32, of the states the step ended in
+    score: Any = None  # (B, n) float32, the step's rewards under the `score` config's weights
 
 
 @lru_cache(maxsize=64)
 def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
                    scripted: tuple[ScriptedTeam, ...] = (), state_vectors: bool = False,
-                   window: tuple[int, int] | None = None) -> Callable[
+                   window: tuple[int, int] | None = None,
+                   score: EnvConfig | None = None) -> Callable[
                        [list[jax.Array], jax.Array, jax.Array],
                        tuple[jax.Array, list[jax.Array], StepOutputs]]:  # fmt: skip
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
@@ -320,7 +334,8 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
     games and draws their keys (see `_game_keys`).
     `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
     global state vectors (B, 2, S) of the next and of the finished states are returned too
-    (`gigastep.game.observations.global_state`, seen from team 0 and from team 1).
+    (`gigastep.game.observations.global_state`, seen from team 0 and from team 1); with a
+    `score` config its weights' rewards too (`gigastep.env.step_autoreset`).
     """
     config = _game_config(game)
     if reset_finished_only:
@@ -329,6 +344,8 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
         step = jax.vmap(partial(_autoreset_fn(game), final_obs=final_obs))
     if state_vectors:
         step = partial(step, final_state=True)
+    if score is not None:
+        step = partial(step, score=score)
 
     treedef = _state_treedef(game)
 
@@ -348,6 +365,7 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
             terminated=info.terminated, truncated=info.truncated,
             episode_return=info.episode_return, episode_length=info.episode_length,
             winner=info.winner, final_obs=info.final_obs if final_obs else None,
+            score=info.score,
         )  # fmt: skip
         if state_vectors:
             assert info.final_state is not None  # the step was asked for it (final_state=True)
@@ -426,6 +444,10 @@ class TorchVecEnv:
             With `state_vectors=True` also `state_vector` and `final_state_vector`, (B, 2, S)
             float32: the global state vector (`gigastep.game.observations.global_state`) of the
             next state and of the state the step ended in, seen from team 0 and team 1.
+            With a `score` config also `score` (B, m) float32: the step's rewards under that
+            config's reward weights (it may differ from the game's config in those alone,
+            `gigastep.game.rewards.WEIGHT_FIELDS`), e.g. the unshaped reward of a game played
+            with an extra shaping term.
 
     `scripted` (a sequence of `ScriptedTeam`) lets the compiled step play one team of chosen
     slices of the batch with scripted policies while the caller acts for every other row
@@ -450,10 +472,12 @@ class TorchVecEnv:
                  device: torch.device | str | None = None, final_obs: bool = True,
                  opponent: str | Policy | None = None, team: int = 0,
                  scripted: Iterable[ScriptedTeam] = (), state_vectors: bool = False,
-                 window: tuple[int, int] | None = None) -> None:  # fmt: skip
+                 window: tuple[int, int] | None = None,
+                 score: EnvLike | None = None) -> None:  # fmt: skip
         check_positive_int(num_envs, "num_envs")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
+        self.score = None if score is None else _score_config(self.config, score)
         self.num_envs = num_envs
         self.final_obs = bool(final_obs)
         self.scripted = _check_scripted(scripted, num_envs, self.game)
@@ -467,7 +491,8 @@ class TorchVecEnv:
         self.last_obs: TorchObservation | None = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
-                                    self.scripted, self.state_vectors, self.window)  # fmt: skip
+                                    self.scripted, self.state_vectors, self.window,
+                                    self.score)  # fmt: skip
 
     @classmethod
     def from_states(
@@ -556,6 +581,8 @@ class TorchVecEnv:
         if self.state_vectors:
             info["state_vector"] = out.state_vector
             info["final_state_vector"] = out.final_state_vector
+        if self.score is not None:
+            info["score"] = out.score
         return out.obs, out.rewards, out.dones, out.ep_dones, info
 
     def state_vector(self) -> torch.Tensor:

@@ -548,3 +548,5 @@ class StepInfo(PytreeData):
     # the episode goes on); see `gigastep.env.episode_winner`
     final_state: EnvState | None = None  # the EnvState the step ended in, before any reset
     # (when asked)
+    score: chex.Array | None = None  # (n,) float32, the step's rewards under the weights of
+    # another config (when asked: `gigastep.env.step_autoreset`'s `score`)

@@ -14,7 +14,7 @@ import numpy as np
 from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.types import EnvConfig
 
-__all__ = ["RewardInputs", "reward_terms", "total_reward"]
+__all__ = ["WEIGHT_FIELDS", "RewardInputs", "check_score", "reward_terms", "total_reward"]
 
 
 @pytree_dataclass
@@ -26,6 +26,29 @@ class RewardInputs(PytreeData):
     hazard_death: chex.Array  # (n,) bool, died by leaving the map or entering a box this step
     detected: chex.Array  # (n, n) bool, HD[i, j]
     damage: chex.Array  # (n, n) float32, damage units j deals to i
+
+
+TERMS = ("game_won", "defeat_one_opponent", "detection", "damage", "idle", "agent_disabled",
+         "collision_agent", "collision_obstacle", "hit_waypoint")  # fmt: skip
+WEIGHT_FIELDS = ("idle_reward", "divide_reward_by_team_size", *(f"reward_{t}" for t in TERMS))
+"""The `EnvConfig` fields that weigh the reward terms and nothing else: two configs that differ
+only in these play the same games and differ only in their rewards."""
+
+
+def check_score(config: EnvConfig, score: EnvConfig) -> None:
+    """ValueError unless `score` differs from `config` only in `WEIGHT_FIELDS` (so the reward of
+    `config`'s step under `score`'s weights is well defined), naming the first other field."""
+    import dataclasses
+
+    if not isinstance(score, EnvConfig):
+        raise ValueError(f"score must be an EnvConfig, got {type(score).__name__}")
+    for f in dataclasses.fields(EnvConfig):
+        if f.name not in WEIGHT_FIELDS and getattr(score, f.name) != getattr(config, f.name):
+            raise ValueError(
+                f"score may differ from the game's config only in its reward weights "
+                f"({', '.join(WEIGHT_FIELDS)}); its {f.name} is {getattr(score, f.name)!r}, "
+                f"the game's {getattr(config, f.name)!r}"
+            )
 
 
 def _team_counts(config: EnvConfig, alive: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -4,6 +4,7 @@ compiled step, the finished state, and exact snapshots of a TorchVecEnv."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -196,3 +197,80 @@ def test_a_snapshot_of_another_batch_is_refused():
         venv.restore(other.snapshot())
     with pytest.raises(ValueError, match="missing"):
         venv.restore({"key": None})
+
+
+# --- the step's rewards under other weights (`score`) ---------------------------------------
+
+# SMALL with shaping terms that are non-zero from the first step (idle, detection, damage).
+SHAPED = SMALL.replace(reward_idle=2.0, reward_detection=0.5, reward_damage=1.0)
+
+
+def _play(venv: TorchVecEnv, steps: int, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    venv.reset()
+    shape = (venv.num_envs, venv.n_agents)
+    return [venv.step(torch.randint(0, 27, shape, generator=g, dtype=torch.int32) if
+                      venv.config.discrete_actions else torch.rand(*shape, 3, generator=g) * 2 - 1)
+            for _ in range(steps)]  # fmt: skip
+
+
+@pytest.mark.parametrize("opponent", [None, "pursuit"])
+def test_the_score_is_the_reward_of_the_game_with_the_score_weights(opponent):
+    # The game does not depend on its reward weights, so the unshaped game on the same seed
+    # and actions takes the same steps: its rewards are the shaped game's score, bit for bit.
+    shaped = _play(TorchVecEnv(SHAPED, 4, seed=3, opponent=opponent, score=SMALL), 60)
+    plain = _play(TorchVecEnv(SMALL, 4, seed=3, opponent=opponent), 60)
+    ended = differ = 0
+    for (_, reward, _, done, info), (_, want, _, _, plain_info) in zip(shaped, plain, strict=True):
+        assert torch.equal(info["score"], want)
+        assert "score" not in plain_info
+        ended += int(done.sum())
+        differ += int((reward != want).sum())
+    assert ended > 0 and differ > 0  # episodes restarted; the shaping changed rewards
+
+
+def test_the_score_of_the_game_s_own_weights_is_its_reward_in_both_step_forms():
+    from gigastep.env import batched_step_autoreset, step_autoreset
+
+    _, states = GigastepEnv(SHAPED).v_reset(jax.random.split(jax.random.key(1), 3))
+    actions = jax.random.uniform(jax.random.key(2), (3, 3, 3), minval=-1.0, maxval=1.0)
+    keys = jax.random.split(jax.random.key(3), 3)
+    out = jax.jit(partial(batched_step_autoreset, SHAPED, score=SHAPED))(states, actions, keys)
+    np.testing.assert_array_equal(np.asarray(out[-1].score), np.asarray(out[2]))
+    plain = jax.jit(partial(batched_step_autoreset, SMALL))(states, actions, keys)
+    one = jax.jit(jax.vmap(partial(step_autoreset, SHAPED, score=SMALL)))(states, actions, keys)
+    np.testing.assert_array_equal(np.asarray(one[-1].score), np.asarray(plain[2]))
+    assert batched_step_autoreset(SMALL, states, actions, keys)[-1].score is None
+
+
+def test_a_score_config_that_changes_more_than_the_rewards_is_refused_naming_the_field():
+    from gigastep.env import step_autoreset
+    from gigastep.game.rewards import WEIGHT_FIELDS
+
+    other = SMALL.replace(max_episode_length=7)
+    with pytest.raises(ValueError, match=r"its max_episode_length is 7, the game's 50"):
+        TorchVecEnv(SHAPED, 2, score=other)
+    _, state = GigastepEnv(SMALL).reset(jax.random.key(0))
+    with pytest.raises(ValueError, match="only in its reward weights"):
+        step_autoreset(SMALL, state, jnp.zeros((3, 3)), jax.random.key(1), score=other)
+    with pytest.raises(ValueError, match="score must be an EnvConfig, got dict"):
+        step_autoreset(SMALL, state, jnp.zeros((3, 3)), jax.random.key(1), score={})
+    assert "reward_damage" in WEIGHT_FIELDS and "max_episode_length" not in WEIGHT_FIELDS
+
+
+def test_the_weight_fields_are_every_reward_weight_and_name_every_term():
+    import dataclasses
+
+    from gigastep.game import rewards
+
+    _, state = GigastepEnv(SMALL).reset(jax.random.key(0))
+    n = SMALL.n_agents
+    inputs = rewards.RewardInputs(
+        alive_pre=jnp.ones(n, bool), alive=jnp.ones(n, bool), hit_waypoint=jnp.zeros(n, bool),
+        collided=jnp.zeros(n, bool), hazard_death=jnp.zeros(n, bool),
+        detected=jnp.zeros((n, n), bool), damage=jnp.zeros((n, n)),
+    )  # fmt: skip
+    terms = set(rewards.reward_terms(SMALL, inputs))
+    weights = {f.name for f in dataclasses.fields(EnvConfig) if f.name.startswith("reward_")}
+    assert weights == {f"reward_{t}" for t in terms}
+    assert set(rewards.WEIGHT_FIELDS) == weights | {"idle_reward", "divide_reward_by_team_size"}
