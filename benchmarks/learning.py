@@ -43,6 +43,7 @@ __all__ = [
     "main",
     "probability_of_improvement",
     "run_learning",
+    "select_runs",
     "stratified_bootstrap_ci",
 ]
 
@@ -405,6 +406,27 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def select_runs(preset: str, names: list[str] | None) -> list[Run]:
+    """The runs of `preset` named in `names`, in the preset's order (None: all of them).
+
+    Raises:
+        ValueError: a name that is not a run of the preset (the closest names suggested).
+    """
+    runs = PRESETS[preset]
+    if names is None:
+        return list(runs)
+    known = [r.name for r in runs]
+    for name in names:
+        if name not in known:
+            from gigastep.types import closest
+
+            raise ValueError(
+                f"--runs: preset {preset!r} has no run {name!r} (closest: "
+                f"{', '.join(closest(name, known))}; all: {', '.join(known)})"
+            )
+    return [r for r in runs if r.name in names]
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.learning", description=__doc__.split("\n\n")[0]
@@ -414,10 +436,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--games", type=int, default=512, help="evaluation games per opponent")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
+    parser.add_argument(
+        "--runs", nargs="+", default=None, metavar="NAME", help="only these runs of the preset"
+    )
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error(f"--games must be positive, got {args.games}")
-    runs = [dataclasses.replace(r, seed=s) for s in args.seeds for r in PRESETS[args.preset]]
+    try:
+        chosen = select_runs(args.preset, args.runs)
+    except ValueError as err:
+        parser.error(str(err))
+    runs = [dataclasses.replace(r, seed=s) for s in args.seeds for r in chosen]
     out = Path(args.out)
     try:
         rows = run_learning(runs, out, args.games)

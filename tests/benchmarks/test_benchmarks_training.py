@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from PIL import Image
 
 from benchmarks import learning, training
@@ -72,6 +73,16 @@ def test_the_paper_preset_trains_s5_twice_as_long_as_the_other_runs():
     assert {r.policy for r in runs.values()} == {"s5", "gru", "mlp"}
     assert runs["s5_pobs"].scenario == "identical_5_vs_5_pobs_vec_void_disc"
     assert all(r.budgets_s == (600.0,) for k, r in runs.items() if k != "s5")
+
+
+def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
+    assert [r.name for r in learning.select_runs("paper", ["mlp", "s5"])] == ["s5", "mlp"]
+    assert learning.select_runs("paper", None) == learning.PRESETS["paper"]
+    with pytest.raises(SystemExit):
+        learning.main(["--runs", "s55", "--out", "unused"])
+    err = capsys.readouterr().err
+    assert "preset 'paper' has no run 's55' (closest: s5" in err
+    assert "all: s5, gru, mlp, s5_pobs" in err
 
 
 def test_the_training_table_divides_each_rollout_by_the_jax_scan_of_its_batch():
