@@ -17,10 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["GameSpec", "game_spec_from_config", "gigastep_game"]
+if TYPE_CHECKING:
+    from gigastep.types import EnvConfig
+
+__all__ = ["GameSpec", "game_spec_from_config", "gigastep_game", "unshaped_config"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,18 @@ def parse_overrides(text: str) -> dict:
     return out
 
 
+def unshaped_config(scenario: str, config: EnvConfig) -> EnvConfig | None:
+    """`config` (the scenario with `--env` overrides) with the scenario's own reward weights
+    (`gigastep.game.rewards.WEIGHT_FIELDS`), or None where the overrides change none of them:
+    the weights of the unshaped return the trainers log (`return_unshaped/<kind>`)."""
+    import gigastep
+    from gigastep.game.rewards import WEIGHT_FIELDS
+
+    own = gigastep.make(scenario).config
+    score = config.replace(**{f: getattr(own, f) for f in WEIGHT_FIELDS})
+    return None if score == config else score
+
+
 def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callable]:
     """(spec, factory) of a Gigastep scenario with `EnvConfig` overrides (`parse_overrides`);
     `factory(num_envs, seed, device, scripted, state_vectors, window)` builds a
@@ -136,6 +152,8 @@ def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callabl
 
     env = gigastep.make(scenario, **parse_overrides(overrides))
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
+    # where the overrides shape the reward, each step also reports the unshaped one
+    score = unshaped_config(scenario, env.config)
 
     def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
         return TorchVecEnv(
@@ -146,6 +164,7 @@ def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callabl
             scripted=scripted,
             state_vectors=state_vectors,
             window=window,
+            score=score,
         )
 
     return spec, factory

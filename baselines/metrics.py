@@ -16,6 +16,8 @@ Columns (a metric of a learner other than the first carries a `_team1` suffix):
                                                       rollout; empty when none finished)
     episode_length/<kind>, return/<kind>              their mean length and the learner
                                                       team's mean return (shaping included)
+    return_unshaped/<kind>                            the same return under the scenario's
+                                                      own reward weights (no --env shaping)
     lr, policy_loss, value_loss, entropy, approx_kl, clip_frac, explained_variance,
     grad_norm, epochs                                 the update (means over minibatches)
     rss_mb, peak_rss_mb                               resident memory of the process, MiB

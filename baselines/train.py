@@ -172,9 +172,14 @@ class Learner:
 
 
 class _OutcomeCounts:
-    """Win/draw/loss counts, episode lengths and returns per opponent kind, and episode
-    statistics over all games: each step's outcome tensors are copied into [T, B] buffers on
-    the device, and `close()` reduces the rollout's in float64 at once."""
+    """Win/draw/loss counts, episode lengths and returns (as trained and unshaped) per opponent
+    kind, and episode statistics over all games: each step's outcome tensors are copied into
+    [T, B] buffers on the device, and `close()` reduces the rollout's in float64 at once.
+
+    The unshaped return is the episode's return under the scenario's own reward weights: the
+    step's `info["score"]` summed over the episode in float32, in the order the game sums its
+    own (so without shaping it equals the episode return bit for bit). Without `score` the game
+    has no shaping and the episode return is taken."""
 
     def __init__(self, plan, game: GameSpec, device, games, steps: int):
         k = len(plan.labels)
@@ -190,8 +195,12 @@ class _OutcomeCounts:
         self.winner = torch.zeros(steps, b, dtype=torch.int64, device=device)
         self.length = torch.zeros(steps, b, dtype=torch.float32, device=device)
         self.returns = torch.zeros(steps, b, n, dtype=torch.float32, device=device)
+        self.unshaped = torch.zeros(steps, b, n, dtype=torch.float32, device=device)
+        # the running unshaped return of every game's episode (kept across rollouts)
+        self.running = torch.zeros(b, n, dtype=torch.float32, device=device)
         # per kind: wins, draws, losses, games, summed lengths, summed learner-team returns
-        self.counts = torch.zeros(6, k, dtype=torch.float64, device=device)
+        # (as trained and unshaped)
+        self.counts = torch.zeros(len(OUTCOME_COLUMNS), k, dtype=torch.float64, device=device)
         self.episode = torch.zeros(4, dtype=torch.float64, device=device)  # n, len, r0, r1
 
     def zero(self) -> None:
@@ -204,6 +213,13 @@ class _OutcomeCounts:
         self.winner[t] = info["winner"]
         self.length[t] = info["episode_length"]
         self.returns[t] = info["episode_return"]
+        score = info.get("score")
+        if score is None:
+            self.unshaped[t] = info["episode_return"]
+        else:
+            self.running += score
+            self.unshaped[t] = self.running
+            self.running.masked_fill_(ended[:, None], 0.0)
 
     def close(self) -> None:
         """Reduce the rollout's steps into the counts (float64)."""
@@ -211,11 +227,14 @@ class _OutcomeCounts:
         team = self.team.expand_as(self.winner)
         length = self.length.to(torch.float64) * e
         returns = (self.returns.to(torch.float64) @ self.team_mean) * e[..., None]  # [T, B, 2]
-        mine = returns.gather(-1, team.unsqueeze(-1)).squeeze(-1)  # the learner team's
+        unshaped = (self.unshaped.to(torch.float64) @ self.team_mean) * e[..., None]
+        index = team.unsqueeze(-1)
+        mine = returns.gather(-1, index).squeeze(-1)  # the learner team's
+        mine_unshaped = unshaped.gather(-1, index).squeeze(-1)
         w = self.winner
         per_game = torch.stack(
-            [(w == team) * e, (w == -1) * e, (w == 1 - team) * e, e, length, mine]
-        ).sum(1)  # [6, B]
+            [(w == team) * e, (w == -1) * e, (w == 1 - team) * e, e, length, mine, mine_unshaped]
+        ).sum(1)  # [7, B]
         self.counts.index_add_(1, self.label, per_game)
         self.episode += torch.cat([e.sum()[None], length.sum()[None], returns.sum((0, 1))])
 
@@ -226,9 +245,10 @@ class _OutcomeCounts:
 
 
 def outcome_row(counts, episode, labels) -> dict:
-    """The outcome columns of a rollout from its sums: `counts` [6, kinds] (wins, draws,
-    losses, games, lengths and learner-team returns of the games that ended, per opponent
-    kind of `labels`) and `episode` [4] (games, lengths, team 0's and team 1's returns)."""
+    """The outcome columns of a rollout from its sums: `counts` [7, kinds] (wins, draws,
+    losses, games, lengths, learner-team returns and unshaped learner-team returns of the
+    games that ended, per opponent kind of `labels`, in `OUTCOME_COLUMNS` order) and
+    `episode` [4] (games, lengths, team 0's and team 1's returns)."""
     n, length, r0, r1 = (float(x) for x in episode)
     out: dict = {
         "episodes": n,
@@ -244,10 +264,12 @@ def outcome_row(counts, episode, labels) -> dict:
     return out
 
 
-OUTCOME_COLUMNS = ("win_rate", "draw_rate", "loss_rate", "games", "episode_length", "return")
+OUTCOME_COLUMNS = ("win_rate", "draw_rate", "loss_rate", "games", "episode_length", "return",
+                   "return_unshaped")  # fmt: skip
 """Columns per opponent kind, `{column}/{kind}`: rates and games of the episodes that ended in
-the rollout, their mean length and the learner team's mean return (with any shaping terms
-of the training game)."""
+the rollout, their mean length and the learner team's mean return, with the shaping terms
+of the training game (`return`) and under the scenario's own reward weights
+(`return_unshaped`; equal where `--env` changes no reward weight)."""
 
 
 LEARN_COLUMNS = (
@@ -795,6 +817,7 @@ class Trainer:
             "state_vectors": self.state_vectors,
             "learners": [learner.local_state() for learner in self.learners],
             "frozen_local": [p.local_state() for p in self.frozen],
+            "unshaped_running": self.outcomes.running,
         }
 
     def state_dict(self, ranks: list[dict]) -> dict:
@@ -857,6 +880,8 @@ class Trainer:
         self.obs = self.venv.last_obs
         self.first = local["first"].to(self.device)
         self.dead = local["dead"].to(self.device)
+        if "unshaped_running" in local:  # else a checkpoint from before it was logged
+            self.outcomes.running.copy_(local["unshaped_running"])
         sv = local["state_vectors"]
         self.state_vectors = None if sv is None else sv.to(self.device)
         self.update, self.agent_steps = int(ckpt["update"]), int(ckpt["agent_steps"])

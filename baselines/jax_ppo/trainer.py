@@ -71,7 +71,7 @@ def make_setup(config: PPOConfig) -> Setup:
         ValueError: a bad config, or an option the JAX side does not support (named).
     """
     import gigastep
-    from baselines.envs import game_spec_from_config, parse_overrides
+    from baselines.envs import game_spec_from_config, parse_overrides, unshaped_config
     from baselines.opponents import Rows, make_plan
     from baselines.train import policy_spec
 
@@ -102,6 +102,7 @@ def make_setup(config: PPOConfig) -> Setup:
         config=config,
         game=game,
         env_config=env.config,
+        score=unshaped_config(config.scenario, env.config),
         spec=spec,
         scripted=plan.scripted(),
         rows=rows.index.numpy(),

@@ -84,6 +84,10 @@ class Setup:
     """The frozen players of the plan (pool parts and checkpoint files), in its order."""
     second: tuple[np.ndarray, ...] | None = None
     """With `--train-both`: learner 1's (rows, row_game, row_team, row_slot, row_type)."""
+    score: EnvConfig | None = None
+    """The training game with the scenario's own reward weights where `--env` shapes the
+    reward (`baselines.envs.unshaped_config`): the step then reports the unshaped reward,
+    summed per episode in the state's ``env/unshaped``."""
 
     @property
     def uses_pool(self) -> bool:
@@ -231,6 +235,8 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     }
     if spec.value_norm:  # only then: the state of older checkpoints keeps its leaves
         out["value_norm"] = value_norm_init()
+    if setup.score is not None:  # likewise only with reward shaping
+        out["env"]["unshaped"] = jnp.zeros((b, n), jnp.float32)
     if setup.second is not None and second is not None:
         shared = {k: out[k] for k in LEARNER_KEYS if k in out}
         out["learner1"] = dict(
@@ -287,12 +293,12 @@ def _game_step(setup: Setup):
     """
     from gigastep import env as genv
 
-    config, central = setup.env_config, setup.spec.central_critic
+    config, central, score = setup.env_config, setup.spec.central_critic, setup.score
 
     @jax.custom_batching.custom_vmap
     def step(states, actions, keys):
         return genv.batched_step_autoreset(
-            config, states, actions, keys, final_obs=True, final_state=central
+            config, states, actions, keys, final_obs=True, final_state=central, score=score
         )
 
     @step.def_vmap
@@ -347,10 +353,24 @@ def _begin_frozen(setup: Setup, state: dict, key: jax.Array) -> list[dict]:
     return players
 
 
-def _outcomes(setup: Setup, ended, info) -> tuple:
-    """(counts [6, labels]: wins, draws, losses, games, summed lengths and summed learner-team
-    returns of the games that ended, per opponent kind; episode sums [4]: games, lengths,
-    team 0's and team 1's returns) of one step (as the PyTorch trainer's outcome counts)."""
+N_OUTCOMES = 7
+"""Rows of the outcome counts: `baselines.train.OUTCOME_COLUMNS`."""
+
+
+def _outcomes(setup: Setup, ended, info, running) -> tuple:
+    """(counts [7, labels]: wins, draws, losses, games, summed lengths, summed learner-team
+    returns and unshaped returns of the games that ended, per opponent kind; episode sums [4]:
+    games, lengths, team 0's and team 1's returns; the running unshaped returns [B, n] or
+    None) of one step (as the PyTorch trainer's outcome counts).
+
+    `running` holds every game's unshaped return so far where the step reports one
+    (`Setup.score`), else None (the unshaped return is then the episode return)."""
+    if info.score is None:
+        unshaped_return = info.episode_return
+    else:  # summed as the game sums its own return
+        running = running + info.score
+        unshaped_return = running
+        running = jnp.where(ended[:, None], 0.0, running)
     e = ended.astype(jnp.float32)
     team = jnp.asarray(setup.game_team)
     winner = info.winner
@@ -359,15 +379,18 @@ def _outcomes(setup: Setup, ended, info) -> tuple:
     team_mean = jnp.asarray(np.eye(2)[teams] / sizes, jnp.float32)  # [n, 2]
     returns = info.episode_return.astype(jnp.float32) @ team_mean  # [B, 2]
     mine = jnp.take_along_axis(returns, team[:, None], axis=1)[:, 0]
+    unshaped = unshaped_return.astype(jnp.float32) @ team_mean
+    mine_unshaped = jnp.take_along_axis(unshaped, team[:, None], axis=1)[:, 0]
     length = info.episode_length.astype(jnp.float32)
     per_game = jnp.stack(
-        [winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended), length, mine]
-    )
+        [winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended), length, mine,
+         mine_unshaped]
+    )  # fmt: skip
     counts = (per_game.astype(jnp.float32) * e) @ _one_hot(setup.game_label, len(setup.labels))
     episode = jnp.concatenate(
         [e.sum()[None], (length * e).sum()[None], (returns * e[:, None]).sum(0)]
     )
-    return counts, episode
+    return counts, episode, running
 
 
 LEARNER_KEYS = ("params", "opt", "obs_norm", "state_norm", "rew_norm", "returns", "h", "value_norm")
@@ -524,7 +547,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             new_h.append(h)
             new_returns.append(ret)
             new_sums.append(sm)
-        counts, episode = _outcomes(setup, ended, info)
+        counts, episode, unshaped = _outcomes(setup, ended, info, env.get("unshaped"))
         totals = {"counts": totals["counts"] + counts, "episode": totals["episode"] + episode}
         env = {
             "states": states,
@@ -534,9 +557,11 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             "dead": dones,
             "sv": _state_vectors(setup, states),
         }
+        if unshaped is not None:
+            env["unshaped"] = unshaped
         return (env, new_h, new_returns, new_sums, totals, moved), records
 
-    totals = {"counts": jnp.zeros((6, len(setup.labels))), "episode": jnp.zeros(4)}
+    totals = {"counts": jnp.zeros((N_OUTCOMES, len(setup.labels))), "episode": jnp.zeros(4)}
     dynamic = [{k: v for k, v in p.items() if k in _DYNAMIC} for p in players]
     h0 = [a.part["h"] for a in learners]
     carry = (

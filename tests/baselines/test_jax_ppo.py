@@ -247,6 +247,34 @@ def test_the_reward_scale_is_pytorchs_also_before_the_returns_have_a_spread():
     assert want == pytest.approx(1 / np.sqrt(np.var(returns) + 1e-8), rel=1e-6)
 
 
+def test_the_unshaped_return_sums_the_rewards_of_the_game_without_its_shaping(tmp_path):
+    # Hiders (team 1) of hide and seek earn a reward every step they live, so the unshaped
+    # return is not zero; --env adds an idle penalty. Acting does not read rewards, so one
+    # rollout of each game takes the same steps: the shaped run's running unshaped returns
+    # are the running returns the unshaped game keeps in its own state, bit for bit.
+    common = dict(
+        scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc", team=1, num_envs=4,
+        rollout_steps=16, opponent="random:0.5,pursuit:0.5",
+    )  # fmt: skip
+    shaped = make_setup(_tiny(tmp_path, env="reward_idle=1,max_episode_length=12", **common))
+    plain = make_setup(_tiny(tmp_path, env="max_episode_length=12", **common))
+    assert plain.score is None and shaped.score is not None
+    assert shaped.score == plain.env_config
+    outs = []
+    for setup in (shaped, plain):
+        state = initial_state(setup, 0)
+        outs.append(jax.jit(lambda s, k, u=setup: rollout(u, s, k))(state, jax.random.key(5)))
+    (s_state, _, s_totals), (p_state, _, p_totals) = jax.device_get(outs)
+    running, kept = s_state["env"]["unshaped"], p_state["env"]["states"].episode.returns
+    assert np.any(running != 0)
+    np.testing.assert_array_equal(running, kept)
+    s_counts, p_counts = s_totals["counts"], p_totals["counts"]
+    assert p_counts[3].sum() > 0, "some episodes should end in the rollout"
+    np.testing.assert_array_equal(s_counts[6], p_counts[5])  # unshaped == the plain return
+    np.testing.assert_array_equal(p_counts[6], p_counts[5])  # no shaping: the same
+    assert np.all(s_counts[5] < s_counts[6])  # the penalty lowers the return as trained
+
+
 def test_value_norm_statistics_match_pytorchs_and_convert_both_ways():
     rng = np.random.default_rng(7)
     ours, theirs = update.value_norm_init(), ValueNorm()

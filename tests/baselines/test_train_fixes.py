@@ -9,6 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -282,6 +283,55 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
             assert not (changed & ~first).any()  # a row changes snapshot only as it restarts
             moves += int(changed.sum())
     assert moves > 0  # and new episodes take the newer snapshots
+
+
+# ------------------------------------------------------------------------------------------
+# Returns per opponent kind, as trained and unshaped
+# ------------------------------------------------------------------------------------------
+
+# Hiders (team 1) of hide and seek earn a reward every step they live, so their unshaped
+# return is not zero; the shaped runs add an idle penalty with --env.
+HIDE = dict(
+    scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc", team=1, num_envs=4, rollout_steps=16,
+    opponent="random:0.5,pursuit:0.5",
+)  # fmt: skip
+SHAPED, PLAIN = "reward_idle=1,max_episode_length=12", "max_episode_length=12"
+
+
+def test_the_unshaped_return_sums_the_rewards_of_the_game_without_its_shaping(tmp_path):
+    # Acting does not read rewards, so the first rollout of both games takes the same steps:
+    # the shaped run's running unshaped returns are those the unshaped game keeps in its own
+    # state, bit for bit, and its logged unshaped returns are the unshaped game's returns.
+    rows, trainers = {}, {}
+    for name, env in (("shaped", SHAPED), ("plain", PLAIN)):
+        trainer = Trainer(_tiny(tmp_path / name, env=env, **HIDE))
+        trainer.start()
+        rows[name], trainers[name] = trainer.step(), trainer
+    running = trainers["shaped"].outcomes.running
+    kept = torch.tensor(np.array(trainers["plain"].venv.states.episode.returns))
+    assert bool((running != 0).any())
+    assert torch.equal(running, kept)
+    for kind in ("random", "pursuit"):
+        shaped, plain = rows["shaped"], rows["plain"]
+        assert plain[f"games/{kind}"] > 0
+        assert shaped[f"return_unshaped/{kind}"] == plain[f"return/{kind}"]
+        assert plain[f"return_unshaped/{kind}"] == plain[f"return/{kind}"]
+        assert shaped[f"return/{kind}"] < shaped[f"return_unshaped/{kind}"]
+
+
+@pytest.mark.slow
+def test_the_unshaped_returns_of_episodes_across_a_resume_are_kept(tmp_path):
+    # Episodes of 12 steps cross the rollouts of 16: the running sums are in the checkpoint.
+    config = _tiny(tmp_path, env=SHAPED, updates=4, anneal_lr=False, **HIDE)
+    straight = Trainer(dataclasses.replace(config, out=str(tmp_path / "a"))).run()
+    half = dataclasses.replace(config, out=str(tmp_path / "b"), updates=2)
+    Trainer(half).run()
+    resumed = Trainer(dataclasses.replace(half, updates=4, resume=True)).run()
+    want, got = (_rows(d / "metrics.jsonl") for d in (straight, resumed))
+    columns = [k for k in want[0] if k.startswith("return")]
+    assert [r["update"] for r in got] == [1, 2, 3, 4]
+    for r, w in zip(got, want, strict=True):
+        assert {k: r[k] for k in columns} == {k: w[k] for k in columns}
 
 
 def test_the_new_options_are_flags_with_preset_defaults():
