@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "move", "wrap_angle"]
+__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "move", "stored", "wrap_angle"]
 
 N_DISCRETE_ACTIONS = 27
 
@@ -24,6 +24,18 @@ ACTION_TABLE = np.array(
 
 _TWO_PI = np.float32(2.0 * math.pi)
 _PI = np.float32(math.pi)
+
+
+def stored(x: jax.Array) -> jax.Array:
+    """`x` itself (bit for bit; NaN stays NaN), computed as a reduction: max(x, -inf).
+
+    XLA on the CPU copies an elementwise producer into every fusion that consumes it and
+    recomputes it per element of that fusion, so per-agent values used by per-pair (n, n)
+    fusions (the moved agents, the trigonometry of their headings) were recomputed n times
+    per pair fusion. A reduction is stored once. Measured on the pure JAX step, 5v5 pobs,
+    1,024 games: 1.25x (docs/benchmarks.md).
+    """
+    return jnp.max(jnp.stack([x, jnp.full_like(x, -jnp.inf)]), axis=0)
 
 
 def wrap_angle(a: jax.Array) -> jax.Array:
@@ -64,4 +76,6 @@ def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentSta
     z = jnp.clip(agents.z + (dt * config.dive_rate) * u_d * a, 0.0, config.z_max)
     exchange = config.dive_speed_exchange * config.gravity
     v = jnp.sqrt(jnp.maximum(v2 * v2 + exchange * (agents.z - z), config.min_speed**2))
+    # stored once: every per-pair computation of the step reads these (see `stored`)
+    x, y, z, v, heading = stored(jnp.stack([x, y, z, v, heading]))
     return agents.replace(x=x, y=y, z=z, v=v, heading=heading)

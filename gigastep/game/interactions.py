@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
-from gigastep.game.dynamics import wrap_angle
+from gigastep.game.dynamics import stored, wrap_angle
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
@@ -36,7 +36,9 @@ def geometry(agents: AgentState) -> Geometry:
     dy = agents.y[:, None] - agents.y[None, :]
     d2 = dx * dx + dy * dy
     # Projection of (i - j) on j's heading: |i - j| cos(theta_ij); avoids atan2 and fmod.
-    forward = dx * jnp.cos(agents.heading)[None, :] + dy * jnp.sin(agents.heading)[None, :]
+    # cos and sin of each heading stored once, not recomputed per pair (see `stored`)
+    cos_h, sin_h = stored(jnp.stack([jnp.cos(agents.heading), jnp.sin(agents.heading)]))
+    forward = dx * cos_h[None, :] + dy * sin_h[None, :]
     return Geometry(dx=dx, dy=dy, d2=d2, dist=jnp.sqrt(d2), cos_bearing=forward)
 
 
