@@ -535,6 +535,13 @@ def abstract_step_hlo(config, batch: int) -> str:
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*?\)\s*->.*\{\s*$", re.M)
 _ROOT_SHAPE = re.compile(r"^\s*ROOT\s+%?[\w.\-]+\s*=\s*\(?\s*\w+\[([\d,]*)\]", re.M)
+# one instruction of a fused body: its name, opcode and operand list
+_FUSED_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(([^)]*)\)",
+                          re.M)  # fmt: skip
+# ops that compute nothing per element: data movement, constants and the broadcast itself
+_MOVES = frozenset({"parameter", "constant", "iota", "broadcast", "bitcast", "reshape", "copy",
+                    "transpose", "slice", "concatenate", "pad", "tuple",
+                    "get-tuple-element"})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -547,6 +554,25 @@ class FusionCensus:
     instructions: int
     """Instructions of the body other than its parameters: work per output element."""
     ops: Counter
+    recomputed: Counter
+    """Opcodes of the instructions that feed a broadcast inside this fusion (data movement and
+    constants left out): values of a smaller shape that the fusion computes again for every
+    element it broadcasts them to, instead of reading them once stored."""
+
+
+def _recomputed(body: str) -> Counter:
+    operands = {}
+    for name, opcode, args in _FUSED_INSTR.findall(body):
+        operands[name] = (opcode, re.findall(r"%([\w.\-]+)", args))
+    seen: set[str] = set()
+    todo = [a for opcode, args in operands.values() if opcode == "broadcast" for a in args]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in operands:
+            continue
+        seen.add(name)
+        todo.extend(operands[name][1])
+    return Counter(operands[n][0] for n in seen if operands[n][0] not in _MOVES)
 
 
 def fusion_census(text: str) -> list[FusionCensus]:
@@ -554,7 +580,8 @@ def fusion_census(text: str) -> list[FusionCensus]:
 
     XLA duplicates cheap elementwise producers into each consumer fusion rather than storing
     them; a producer of a small shape pulled into a fusion of a large shape is recomputed for
-    every element of the large one. `root_elements` x `instructions` is that fusion's work.
+    every element of the large one. `root_elements` x `instructions` is that fusion's work, and
+    `recomputed` names the part of it that a stored value would have saved.
     """
     starts = list(_COMPUTATION.finditer(text))
     out = []
@@ -566,7 +593,7 @@ def fusion_census(text: str) -> list[FusionCensus]:
         root = _ROOT_SHAPE.search(body)
         dims = [int(d) for d in root.group(1).split(",") if d] if root else []
         out.append(FusionCensus(m.group(1), math.prod(dims), sum(ops.values()) - ops["parameter"],
-                                ops))  # fmt: skip
+                                ops, _recomputed(body)))  # fmt: skip
     return sorted(out, key=lambda f: (-f.root_elements, f.name))
 
 
