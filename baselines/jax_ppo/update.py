@@ -365,12 +365,6 @@ def _outcomes(setup: Setup, ended, info, running) -> tuple:
 
     `running` holds every game's unshaped return so far where the step reports one
     (`Setup.score`), else None (the unshaped return is then the episode return)."""
-    if info.score is None:
-        unshaped_return = info.episode_return
-    else:  # summed as the game sums its own return
-        running = running + info.score
-        unshaped_return = running
-        running = jnp.where(ended[:, None], 0.0, running)
     e = ended.astype(jnp.float32)
     team = jnp.asarray(setup.game_team)
     winner = info.winner
@@ -379,8 +373,13 @@ def _outcomes(setup: Setup, ended, info, running) -> tuple:
     team_mean = jnp.asarray(np.eye(2)[teams] / sizes, jnp.float32)  # [n, 2]
     returns = info.episode_return.astype(jnp.float32) @ team_mean  # [B, 2]
     mine = jnp.take_along_axis(returns, team[:, None], axis=1)[:, 0]
-    unshaped = unshaped_return.astype(jnp.float32) @ team_mean
-    mine_unshaped = jnp.take_along_axis(unshaped, team[:, None], axis=1)[:, 0]
+    if info.score is None:
+        mine_unshaped = mine
+    else:  # summed as the game sums its own return
+        running = running + info.score
+        unshaped = running.astype(jnp.float32) @ team_mean
+        mine_unshaped = jnp.take_along_axis(unshaped, team[:, None], axis=1)[:, 0]
+        running = jnp.where(ended[:, None], 0.0, running)
     length = info.episode_length.astype(jnp.float32)
     per_game = jnp.stack(
         [winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended), length, mine,
