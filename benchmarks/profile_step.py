@@ -17,6 +17,9 @@ Sections:
             float32 uniforms vs uint8/uint16 bits, one draw per batch vs per environment).
     hlo     opcode census of the optimised HLO of the step (random-bit generation, sorts,
             gathers, scatters, while loops, transposes, float64), text dumped to --hlo-dir.
+    thunks  (--thunks) the compiled step in a scan under `jax.profiler`: time per step of each
+            fused kernel (thunk) as XLA runs it, with its output size and what it recomputes
+            per element (`fusion_census`). The sharpest view of where the fused step goes.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from benchmarks._common import (
     write_json,
 )
 
-__all__ = ["Options", "hlo_census", "main", "profile_phases", "profile_prng"]
+__all__ = ["Options", "hlo_census", "main", "profile_phases", "profile_prng", "profile_thunks",
+           "thunk_times"]  # fmt: skip
 
 DEFAULT_CASES = [
     "identical_5_vs_5_pobs_vec_maps_cont:1024",
@@ -65,6 +69,8 @@ class Options:
     ablations: bool = option(True, "time the step in a scan with parts removed")
     hlo: bool = option(True, "opcode census of the optimised HLO of the batched step")
     hlo_dir: str = option(None, "write the optimised HLO text of the step here")
+    thunks: bool = option(False, "time each compiled kernel of the step under jax.profiler")
+    top: int = option(15, "kernels listed by --thunks (the slowest)")
     json: str = option(None, "write all results as JSON to this path")
 
 
@@ -597,6 +603,67 @@ def fusion_census(text: str) -> list[FusionCensus]:
     return sorted(out, key=lambda f: (-f.root_elements, f.name))
 
 
+# an instruction of the module's (unfused) computations: its name, opcode and, for a fusion,
+# the fused computation it calls
+_CALLER = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(.*?"
+                     r"(?:calls=%?([\w.\-]+))?\s*(?:,\s*metadata=.*)?$", re.M)  # fmt: skip
+_CONTAINERS = frozenset({"while", "conditional", "call"})  # their time is their body's
+
+
+def thunk_times(events: list[dict], hlo_text: str) -> dict[str, float]:
+    """Summed microseconds of each kernel of a compiled module in a `jax.profiler` trace.
+
+    `events` are the trace's complete ("X") events; a kernel's event carries its HLO
+    instruction name. Loops and calls are left out (their kernels are counted inside them), as
+    are the profiler's own and Python's events, which name no instruction."""
+    kernels = {name for name, opcode, _ in _CALLER.findall(hlo_text) if opcode not in _CONTAINERS}
+    out: Counter = Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in kernels:
+            out[e["name"]] += float(e.get("dur", 0.0))
+    return dict(out)
+
+
+def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
+                   top: int = 15) -> list[dict[str, Any]]:  # fmt: skip
+    """The slowest kernels of the step, run in a compiled scan of `steps` batched steps
+    `calls` times under `jax.profiler.trace`: µs per step each (wall, as traced), share of the
+    traced kernels' total, its output elements and the ops it recomputes per element."""
+    import gzip
+    import json
+    import tempfile
+
+    import jax
+
+    from benchmarks.throughput import Case, build_rollout
+
+    rollout, carry = build_rollout(config, Case("profiled", batch=batch), steps, None)
+    compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(1)).compile()
+    text = compiled.as_text()
+    jax.block_until_ready(compiled(carry, jax.random.PRNGKey(0)))
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder):
+            for i in range(calls):
+                jax.block_until_ready(compiled(carry, jax.random.PRNGKey(i + 1)))
+        (trace,) = Path(folder).rglob("*.trace.json.gz")
+        with gzip.open(trace) as f:
+            events = json.load(f)["traceEvents"]
+    times = thunk_times(events, text)
+    called = {name: calls_ for name, _, calls_ in _CALLER.findall(text) if calls_}
+    census = {f.name: f for f in fusion_census(text)}
+    total = sum(times.values()) or 1.0
+    rows = []
+    for name, us in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        fused = census.get(called.get(name, ""))
+        again = sorted(fused.recomputed.items()) if fused else []
+        rows.append({"kernel": name, "us_per_step": us / (steps * calls),
+                     "pct": 100.0 * us / total,
+                     "elements": fused.root_elements if fused else None,
+                     "instructions": fused.instructions if fused else None,
+                     "recomputed": ", ".join(f"{op} {k}" for op, k in again)})  # fmt: skip
+    return rows
+
+
 def count_op(text: str, opcode: str) -> int:
     """Instructions of this opcode in the whole module (fused bodies included)."""
     return sum(op.group(2) == opcode for op in _INSTR.finditer(text))
@@ -633,6 +700,14 @@ ABLATION_COLUMNS = (
     _WALL,
     Column("pct_of_step", "% of v_step (CPU)", lambda x: f"{x:.0f}"),
     Column("agent_steps_per_s", "agent-steps/s at wall min", format_number),
+)
+THUNK_COLUMNS = (
+    Column("kernel", "compiled kernel (HLO instruction)"),
+    Column("us_per_step", "wall per step [µs]", lambda x: f"{x:.0f}"),
+    Column("pct", "% of traced kernels", lambda x: f"{x:.1f}"),
+    Column("elements", "output elements", lambda x: "" if x is None else f"{x:,}"),
+    Column("instructions", "instructions per element", lambda x: "" if x is None else str(x)),
+    Column("recomputed", "recomputed per element (feeds a broadcast)"),
 )
 PRNG_COLUMNS = (
     Column("variant", "how the step's random numbers are drawn"),
@@ -673,6 +748,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 entry[section] = run()
                 print(f"\n### {section}\n\n" + markdown_table(_with_range(entry[section]), columns),
                       flush=True)  # fmt: skip
+        if opts.thunks:
+            print("thunks:", file=sys.stderr)
+            entry["thunks"] = profile_thunks(config, batch, opts.scan_steps, top=opts.top)
+            print("\n### thunks\n\n" + markdown_table(entry["thunks"], THUNK_COLUMNS), flush=True)
         if opts.hlo:
             text_hlo = step_hlo(config, batch)
             entry["hlo"] = hlo_census(text_hlo)

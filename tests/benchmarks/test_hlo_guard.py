@@ -16,7 +16,13 @@ import jax
 import pytest
 
 import gigastep
-from benchmarks.profile_step import abstract_step_hlo, count_op, fusion_census
+from benchmarks.profile_step import (
+    abstract_step_hlo,
+    count_op,
+    fusion_census,
+    profile_thunks,
+    thunk_times,
+)
 
 BATCH = 256
 SCENARIO = "identical_5_vs_5_pobs_vec_maps_cont"
@@ -133,3 +139,34 @@ def test_the_census_names_what_feeds_a_broadcast():
     (f,) = fusion_census(text)
     assert (f.root_elements, f.instructions) == (12, 6)
     assert f.recomputed == {"sine": 1, "multiply": 1}
+
+
+def test_thunk_times_sum_the_kernels_and_leave_out_loops_and_python():
+    """A loop's event spans its body's kernels (counting both would count them twice); Python
+    and profiler events name no instruction."""
+    text = """HloModule m
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %loop_add_fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%fused_computation.2
+  ROOT %while.3 = f32[4]{0} while(%loop_add_fusion), condition=%c, body=%b
+}
+"""
+    events = [
+        {"ph": "X", "name": "loop_add_fusion", "dur": 5.0},
+        {"ph": "X", "name": "loop_add_fusion", "dur": 7.5},
+        {"ph": "X", "name": "while.3", "dur": 40.0},
+        {"ph": "X", "name": "$api.py:2479 block_until_ready", "dur": 90.0},
+        {"ph": "i", "name": "loop_add_fusion", "dur": 100.0},  # not a complete event
+    ]
+    assert thunk_times(events, text) == {"loop_add_fusion": 12.5}
+
+
+def test_the_thunk_profile_names_the_step_kernels():
+    rows = profile_thunks(gigastep.make("identical_1_vs_1").config, batch=2, steps=2, calls=1,
+                          top=3)  # fmt: skip
+    assert 1 <= len(rows) <= 3
+    assert all(r["us_per_step"] > 0 for r in rows)
+    assert [r["us_per_step"] for r in rows] == sorted((r["us_per_step"] for r in rows),
+                                                      reverse=True)  # fmt: skip
+    assert sum(r["pct"] for r in rows) <= 100.0 + 1e-9
