@@ -82,6 +82,7 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_pobs", scenario="identical_5_vs_5_pobs_vec_void_disc"),
     ],
     "random": [Run("s5_vs_random", flags=("--opponent", "random"))],
+    "epochs": [Run("s5"), Run("s5_2_epochs", flags=("--epochs", "2"))],
     "quick": [
         Run(
             "s5_quick",
@@ -92,7 +93,9 @@ PRESETS: dict[str, list[Run]] = {
     ],
 }
 """paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe trained
-against random only, 10 minutes (~11 min); quick: one 60 s run against random for the
+against random only, 10 minutes (~11 min); epochs: the recipe against the same recipe with 2
+epochs per update instead of 4 (half the update's cost), 10 minutes each (~24 min per seed;
+`--seeds 0 1` runs them alternated, seed by seed); quick: one 60 s run against random for the
 benchmark report (~1.5 min with start-up and its evaluation)."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -73,6 +74,16 @@ def test_the_paper_preset_trains_s5_twice_as_long_as_the_other_runs():
     assert {r.policy for r in runs.values()} == {"s5", "gru", "mlp"}
     assert runs["s5_pobs"].scenario == "identical_5_vs_5_pobs_vec_void_disc"
     assert all(r.budgets_s == (600.0,) for k, r in runs.items() if k != "s5")
+
+
+def test_the_epochs_preset_differs_from_the_recipe_only_in_its_epochs():
+    base, fewer = learning.PRESETS["epochs"]
+    assert base.flags == () and fewer.flags == ("--epochs", "2")
+    assert dataclasses.replace(fewer, name=base.name, flags=()) == base
+    # and the recipe itself trains 4 epochs, so the run halves the update's passes
+    from baselines.config import preset
+
+    assert preset("cpu").epochs == 4
 
 
 def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
