@@ -541,9 +541,22 @@ def abstract_step_hlo(config, batch: int) -> str:
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*?\)\s*->.*\{\s*$", re.M)
 _ROOT_SHAPE = re.compile(r"^\s*ROOT\s+%?[\w.\-]+\s*=\s*\(?\s*\w+\[([\d,]*)\]", re.M)
-# one instruction of a fused body: its name, opcode and operand list
-_FUSED_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(([^)]*)\)",
+# one instruction: its name, opcode, operand list and the attributes after it
+_NAMED_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(([^)]*)\)(.*)$",
                           re.M)  # fmt: skip
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+
+
+def _named_instructions(text: str) -> list[tuple[str, str, list[str], str | None]]:
+    """(name, opcode, operand names, the computation it calls or None) of every instruction."""
+    out = []
+    for name, opcode, args, rest in _NAMED_INSTR.findall(text):
+        calls = _CALLS.search(rest)
+        out.append((name, opcode, re.findall(r"%([\w.\-]+)", args),
+                    calls.group(1) if calls else None))  # fmt: skip
+    return out
+
+
 # ops that compute nothing per element: data movement, constants and the broadcast itself
 _MOVES = frozenset({"parameter", "constant", "iota", "broadcast", "bitcast", "reshape", "copy",
                     "transpose", "slice", "concatenate", "pad", "tuple",
@@ -567,9 +580,7 @@ class FusionCensus:
 
 
 def _recomputed(body: str) -> Counter:
-    operands = {}
-    for name, opcode, args in _FUSED_INSTR.findall(body):
-        operands[name] = (opcode, re.findall(r"%([\w.\-]+)", args))
+    operands = {name: (opcode, args) for name, opcode, args, _ in _named_instructions(body)}
     seen: set[str] = set()
     todo = [a for opcode, args in operands.values() if opcode == "broadcast" for a in args]
     while todo:
@@ -603,10 +614,6 @@ def fusion_census(text: str) -> list[FusionCensus]:
     return sorted(out, key=lambda f: (-f.root_elements, f.name))
 
 
-# an instruction of the module's (unfused) computations: its name, opcode and, for a fusion,
-# the fused computation it calls
-_CALLER = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(.*?"
-                     r"(?:calls=%?([\w.\-]+))?\s*(?:,\s*metadata=.*)?$", re.M)  # fmt: skip
 _CONTAINERS = frozenset({"while", "conditional", "call"})  # their time is their body's
 
 
@@ -616,7 +623,8 @@ def thunk_times(events: list[dict], hlo_text: str) -> dict[str, float]:
     `events` are the trace's complete ("X") events; a kernel's event carries its HLO
     instruction name. Loops and calls are left out (their kernels are counted inside them), as
     are the profiler's own and Python's events, which name no instruction."""
-    kernels = {name for name, opcode, _ in _CALLER.findall(hlo_text) if opcode not in _CONTAINERS}
+    kernels = {name for name, opcode, _, _ in _named_instructions(hlo_text)
+               if opcode not in _CONTAINERS}  # fmt: skip
     out: Counter = Counter()
     for e in events:
         if e.get("ph") == "X" and e.get("name") in kernels:
@@ -649,7 +657,7 @@ def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
         with gzip.open(trace) as f:
             events = json.load(f)["traceEvents"]
     times = thunk_times(events, text)
-    called = {name: calls_ for name, _, calls_ in _CALLER.findall(text) if calls_}
+    called = {name: calls for name, _, _, calls in _named_instructions(text) if calls}
     census = {f.name: f for f in fusion_census(text)}
     total = sum(times.values()) or 1.0
     rows = []
