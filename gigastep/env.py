@@ -314,6 +314,11 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: 
     differs from `config` only in its reward weights (`rewards.WEIGHT_FIELDS`), `info.score`
     holds the step's rewards (n,) under `score`'s weights: e.g. the unshaped reward of a game
     trained with an extra shaping term (else None).
+
+    This is the one-game form: it computes a fresh game on every call and keeps it only when
+    the game ended. Under `jax.vmap` that is a full reset per game per step; for a batch use
+    `GigastepEnv.v_step_autoreset`, which resets only the games that finished
+    (`gigastep.game.batching`).
     """
     check_single_state(config, state, "v_step_autoreset")
     if score is not None:

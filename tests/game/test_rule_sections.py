@@ -27,7 +27,7 @@ import pytest
 from gigastep import EnvConfig, GigastepEnv, MapSpec
 from gigastep.game.maps import prerender
 from gigastep.game.observations.rgb import rgb_observations
-from gigastep.game.rewards import RewardInputs, reward_terms
+from gigastep.game.rewards import TERMS, RewardInputs, reward_terms
 from gigastep.types import EnvState
 
 HALF_PI = math.pi / 2
@@ -415,6 +415,8 @@ def test_rule_4_11_reward_terms_are_every_unweighted_term_by_name():
         "hit_waypoint": [0, 1, 0, 0],
     }
     assert set(terms) == set(expected)
+    # The names that WEIGHT_FIELDS (and so the `score` check) are built from
+    assert sorted(terms) == sorted(TERMS)
     for name in expected:  # every term has its weight field reward_<name> (§4.10)
         assert hasattr(config, f"reward_{name}")
         np.testing.assert_allclose(terms[name], expected[name], atol=1e-6, err_msg=name)
