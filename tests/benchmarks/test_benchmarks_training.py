@@ -86,6 +86,28 @@ def test_the_epochs_preset_differs_from_the_recipe_only_in_its_epochs():
     assert preset("cpu").epochs == 4
 
 
+def test_the_tune_preset_changes_one_thing_of_the_recipe_per_run():
+    from baselines.config import preset
+
+    base, *variants = learning.PRESETS["tune"]
+    assert base.flags == () and base.budgets_s == (600.0,)
+    recipe = preset("cpu")
+    by_name = {}
+    for run in variants:
+        assert dataclasses.replace(run, name=base.name, flags=()) == base
+        assert run.flags and len(run.flags) % 2 == 0
+        by_name[run.name] = dict(zip(run.flags[::2], run.flags[1::2], strict=True))
+        assert all(flag.startswith("--") for flag in by_name[run.name])
+    assert float(by_name["s5_lr_1e-3"]["--lr"]) == 2 * recipe.lr
+    assert int(by_name["s5_width_64"]["--hidden"]) * 2 == recipe.hidden
+    # fewer games per update, the same number of agent-steps per minibatch
+    games = by_name["s5_256_games"]
+    assert int(games["--num-envs"]) * 2 == recipe.num_envs
+    assert recipe.num_envs / recipe.minibatches == int(games["--num-envs"]) / int(
+        games["--minibatches"]
+    )
+
+
 def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
     assert [r.name for r in learning.select_runs("paper", ["mlp", "s5"])] == ["s5", "mlp"]
     assert learning.select_runs("paper", None) == learning.PRESETS["paper"]
