@@ -86,7 +86,7 @@ def test_the_epochs_preset_differs_from_the_recipe_only_in_its_epochs():
     assert preset("cpu").epochs == 4
 
 
-def test_the_tune_preset_changes_one_thing_of_the_recipe_per_run():
+def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     from baselines.config import preset
 
     base, *variants = learning.PRESETS["tune"]
@@ -106,6 +106,15 @@ def test_the_tune_preset_changes_one_thing_of_the_recipe_per_run():
     assert recipe.num_envs / recipe.minibatches == int(games["--num-envs"]) / int(
         games["--minibatches"]
     )
+    # the pair is the two single changes together
+    assert by_name["s5_width_64_lr_1e-3"] == {**by_name["s5_width_64"], **by_name["s5_lr_1e-3"]}
+
+
+def test_the_tuned_preset_runs_the_tuned_pair_at_the_papers_budgets():
+    (tuned,) = learning.PRESETS["tuned"]
+    pair = {r.name: r for r in learning.PRESETS["tune"]}["s5_width_64_lr_1e-3"]
+    assert tuned == dataclasses.replace(pair, budgets_s=(600.0, 1800.0))
+    assert tuned.budgets_s == {r.name: r for r in learning.PRESETS["paper"]}["s5"].budgets_s
 
 
 def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
