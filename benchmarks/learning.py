@@ -76,6 +76,8 @@ _LATE_S = 60.0
 
 # The pair of changes that won most on tuning seed 2 (docs/results.md).
 _TUNED = ("--hidden", "64", "--lr", "1e-3")
+# Half the games per update, with the minibatches of the same size (320 sequences).
+_HALF_BATCH = ("--num-envs", "256", "--minibatches", "4")
 
 PRESETS: dict[str, list[Run]] = {
     "paper": [
@@ -90,8 +92,12 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5"),
         Run("s5_lr_1e-3", flags=("--lr", "1e-3")),
         Run("s5_width_64", flags=("--hidden", "64")),
-        Run("s5_256_games", flags=("--num-envs", "256", "--minibatches", "4")),
+        Run("s5_256_games", flags=_HALF_BATCH),
         Run("s5_width_64_lr_1e-3", flags=_TUNED),
+        Run("s5_width_64_lr_1e-3_256_games", flags=_TUNED + _HALF_BATCH),
+        Run("s5_width_64_lr_2e-3", flags=("--hidden", "64", "--lr", "2e-3")),
+        Run("s5_width_64_lr_1e-3_value_norm", flags=_TUNED + ("--value-norm",)),
+        Run("s5_width_64_lr_1e-3_vs_pursuit", flags=_TUNED + ("--opponent", "pursuit")),
     ],
     "tuned": [Run("s5_width_64_lr_1e-3", budgets_s=(600.0, 1800.0), flags=_TUNED)],
     "quick": [

@@ -95,9 +95,17 @@ def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     by_name = {}
     for run in variants:
         assert dataclasses.replace(run, name=base.name, flags=()) == base
-        assert run.flags and len(run.flags) % 2 == 0
-        by_name[run.name] = dict(zip(run.flags[::2], run.flags[1::2], strict=True))
-        assert all(flag.startswith("--") for flag in by_name[run.name])
+        assert run.flags and run.flags[0].startswith("--")
+        # `--flag value` pairs, or a switch alone (`--value-norm`)
+        flags: dict[str, str | bool] = {}
+        for token in run.flags:
+            if token.startswith("--"):
+                flags[token] = True
+                last = token
+            else:
+                assert flags[last] is True, f"{run.name}: two values after {last}"
+                flags[last] = token
+        by_name[run.name] = flags
     assert float(by_name["s5_lr_1e-3"]["--lr"]) == 2 * recipe.lr
     assert int(by_name["s5_width_64"]["--hidden"]) * 2 == recipe.hidden
     # fewer games per update, the same number of agent-steps per minibatch
@@ -108,6 +116,17 @@ def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     )
     # the pair is the two single changes together
     assert by_name["s5_width_64_lr_1e-3"] == {**by_name["s5_width_64"], **by_name["s5_lr_1e-3"]}
+    # and the triple is the three together
+    assert by_name["s5_width_64_lr_1e-3_256_games"] == {
+        **by_name["s5_width_64_lr_1e-3"],
+        **by_name["s5_256_games"],
+    }
+    # the pair's follow-ups change one thing each
+    pair = by_name["s5_width_64_lr_1e-3"]
+    assert by_name["s5_width_64_lr_2e-3"] == {**pair, "--lr": "2e-3"}
+    assert by_name["s5_width_64_lr_1e-3_value_norm"] == {**pair, "--value-norm": True}
+    assert by_name["s5_width_64_lr_1e-3_vs_pursuit"] == {**pair, "--opponent": "pursuit"}
+    assert float(by_name["s5_width_64_lr_2e-3"]["--lr"]) == 4 * recipe.lr
 
 
 def test_the_tuned_preset_runs_the_tuned_pair_at_the_papers_budgets():
