@@ -98,6 +98,7 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_width_64_lr_2e-3", flags=("--hidden", "64", "--lr", "2e-3")),
         Run("s5_width_64_lr_1e-3_value_norm", flags=_TUNED + ("--value-norm",)),
         Run("s5_width_64_lr_1e-3_vs_pursuit", flags=_TUNED + ("--opponent", "pursuit")),
+        Run("s5_width_64_lr_1e-3_2_epochs", flags=_TUNED + ("--epochs", "2")),
     ],
     "tuned": [Run("s5_width_64_lr_1e-3", budgets_s=(600.0, 1800.0), flags=_TUNED)],
     "quick": [

@@ -126,6 +126,7 @@ def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     assert by_name["s5_width_64_lr_2e-3"] == {**pair, "--lr": "2e-3"}
     assert by_name["s5_width_64_lr_1e-3_value_norm"] == {**pair, "--value-norm": True}
     assert by_name["s5_width_64_lr_1e-3_vs_pursuit"] == {**pair, "--opponent": "pursuit"}
+    assert by_name["s5_width_64_lr_1e-3_2_epochs"] == {**pair, "--epochs": "2"}
     assert float(by_name["s5_width_64_lr_2e-3"]["--lr"]) == 4 * recipe.lr
 
 
