@@ -130,11 +130,14 @@ def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     assert float(by_name["s5_width_64_lr_2e-3"]["--lr"]) == 4 * recipe.lr
 
 
-def test_the_tuned_preset_runs_the_tuned_pair_at_the_papers_budgets():
-    (tuned,) = learning.PRESETS["tuned"]
-    pair = {r.name: r for r in learning.PRESETS["tune"]}["s5_width_64_lr_1e-3"]
-    assert tuned == dataclasses.replace(pair, budgets_s=(600.0, 1800.0))
-    assert tuned.budgets_s == {r.name: r for r in learning.PRESETS["paper"]}["s5"].budgets_s
+def test_the_tuned_preset_runs_tuned_runs_at_the_papers_budgets():
+    tune = {r.name: r for r in learning.PRESETS["tune"]}
+    paper_budgets = {r.name: r for r in learning.PRESETS["paper"]}["s5"].budgets_s
+    assert paper_budgets == (600.0, 1800.0)
+    tuned = learning.PRESETS["tuned"]
+    assert [r.name for r in tuned] == ["s5_width_64_lr_1e-3", "s5_width_64_lr_2e-3"]
+    for run in tuned:
+        assert run == dataclasses.replace(tune[run.name], budgets_s=paper_budgets)
 
 
 def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
