@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "move", "stored", "wrap_angle"]
+__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "move", "wrap_angle"]
 
 N_DISCRETE_ACTIONS = 27
 
@@ -24,18 +25,6 @@ ACTION_TABLE = np.array(
 
 _TWO_PI = np.float32(2.0 * math.pi)
 _PI = np.float32(math.pi)
-
-
-def stored(x: jax.Array) -> jax.Array:
-    """`x` itself (bit for bit; NaN stays NaN), computed as a reduction: max(x, -inf).
-
-    XLA on the CPU copies an elementwise producer into every fusion that consumes it and
-    recomputes it per element of that fusion, so per-agent values used by per-pair (n, n)
-    fusions (the moved agents, the trigonometry of their headings) were recomputed n times
-    per pair fusion. A reduction is stored once. Measured on the pure JAX step, 5v5 pobs,
-    1,024 games: 1.25x (docs/benchmarks.md).
-    """
-    return jnp.max(jnp.stack([x, jnp.full_like(x, -jnp.inf)]), axis=0)
 
 
 def wrap_angle(a: jax.Array) -> jax.Array:

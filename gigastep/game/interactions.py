@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
-from gigastep.game.dynamics import stored, wrap_angle
+from gigastep.game.dynamics import wrap_angle
+from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]

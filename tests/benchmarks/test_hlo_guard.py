@@ -32,7 +32,7 @@ SCENARIO = "identical_5_vs_5_pobs_vec_maps_cont"
 # and counted in units of (games, n, n) elements. Measured with XLA of jax 0.10.2 on the CPU:
 #   246.3  the non-finite mask joined elementwise (1734d0f); 160.1 with it and the stored values
 #    55.9  the mask as one reduction (50517a5)
-#    53.0  with the moved agents and their headings' cos/sin stored once (`dynamics.stored`)
+#    53.0  with the moved agents and their headings' cos/sin stored once (`xla.stored`)
 # One more recomputed instruction in the observation writer adds 10.6, in a per-pair fusion 1.
 # The budget leaves ~25% for harmless changes; a rule that really adds work moves it, with the
 # new measured value here.
@@ -77,7 +77,7 @@ def test_no_is_finite_inside_fusions_larger_than_the_agent_mask(jax_path_hlo):
 
 def test_no_costly_op_is_recomputed_per_pair(jax_path_hlo):
     """Trigonometry and the finite test of per-agent values are stored, never repeated for
-    every pair (what `dynamics.stored` is for)."""
+    every pair (what `xla.stored` is for)."""
     config, text = jax_path_hlo
     mask = BATCH * config.n_agents
     offenders = [(f.name, f.root_elements, dict(f.recomputed)) for f in fusion_census(text)

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = ["TAIL_INTENSITY", "global_view", "pixel_coords", "rgb_observations", "sprite_offsets"]
@@ -91,19 +92,6 @@ def pixel_coords(config: EnvConfig, agents: AgentState) -> tuple[jax.Array, jax.
     return jnp.round(fx).astype(jnp.int32), jnp.round(fy).astype(jnp.int32), pz.astype(jnp.int32)
 
 
-def _materialize(x: jax.Array) -> jax.Array:
-    """x, computed once.
-
-    XLA on CPU fuses element-wise producers (cos and sin included) into every element of
-    their consumers, and removes `optimization_barrier`: a small array read by a large fusion
-    is recomputed for each element that reads it. A scatter is a fusion boundary: copying the
-    few values through one stores them once.
-    """
-    flat = x.reshape(-1)
-    out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True)
-    return out.reshape(x.shape)
-
-
 def _tail_points(
     config: EnvConfig, px: jax.Array, py: jax.Array, heading: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
@@ -114,7 +102,7 @@ def _tail_points(
     ty = py.astype(jnp.float32) - k * jnp.sin(heading)
     tx = jnp.clip(tx, 0, rx - 1).astype(jnp.int32)
     ty = jnp.clip(ty, 0, ry - 1).astype(jnp.int32)
-    return _materialize(tx.reshape(-1)), _materialize(ty.reshape(-1))
+    return stored(tx.reshape(-1)), stored(ty.reshape(-1))
 
 
 def _sprite_points(
@@ -279,7 +267,7 @@ def _pixels_before_tails(
     if config.enable_waypoints:
         on = _on_waypoint(config, box, x, y, bar=viewers.bar_cut is not None)
         tmpl = jnp.where(on[:, None, None], jnp.asarray(WAYPOINT_RGB, jnp.uint8), tmpl)
-    tmpl = _materialize(tmpl.astype(jnp.int32))
+    tmpl = stored(tmpl.astype(jnp.int32))
     v = viewers.visible.shape[0]
     if t == 1:
         value = jnp.broadcast_to(tmpl, (tmpl.shape[0], v, 3))
@@ -369,7 +357,7 @@ def rgb_observations(
     viewers = _Viewers(
         visible=agents.alive.astype(bool),
         template=took_damage.astype(jnp.int32),
-        bar_cut=_materialize(jnp.trunc(agents.health * cut_scale).astype(jnp.int32)),
+        bar_cut=stored(jnp.trunc(agents.health * cut_scale).astype(jnp.int32)),
         tail_rgb=jnp.stack([seen & ~same, jnp.zeros_like(seen), seen & same], -1).astype(
             jnp.float32
         ),
