@@ -103,6 +103,8 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_width_64_lr_1e-3_value_norm", flags=_TUNED + ("--value-norm",)),
         Run("s5_width_64_lr_1e-3_vs_pursuit", flags=_TUNED + ("--opponent", "pursuit")),
         Run("s5_width_64_lr_1e-3_2_epochs", flags=_TUNED + ("--epochs", "2")),
+        Run("s5_width_64_lr_1e-3_anneal", flags=_TUNED + ("--anneal-lr",)),
+        Run("s5_width_64_lr_2e-3_anneal", flags=_TUNED_LR_2E_3 + ("--anneal-lr",)),
     ],
     "tuned": [
         Run("s5_width_64_lr_1e-3", budgets_s=(600.0, 1800.0), flags=_TUNED),
@@ -124,7 +126,8 @@ epochs per update instead of 4 (half the update's cost), 10 minutes each (~24 mi
 of it and one pair of them, 10 minutes each, for tuning on seeds the results do not report
 (~58 min per seed: a learning rate of 1e-3 instead of 5e-4, width 64 instead of 128, 256 games
 per update with 4 minibatches, the same minibatch size, instead of 512 with 8, and width 64
-with a rate of 1e-3, then five follow-ups of that pair); tuned: the pair that won most in the
+with a rate of 1e-3, then five follow-ups of that pair, and the pair at rates 1e-3 and 2e-3
+annealed to zero over the budget); tuned: the pair that won most in the
 first tuning on seed 2, S5 at width 64 with a rate of 1e-3, and the same at a rate of 2e-3 (the
 follow-up that won more), each at 10 and 30 minutes (~33 min per run and seed); quick: one
 60 s run against random for the benchmark report (~1.5 min with start-up and its evaluation)."""

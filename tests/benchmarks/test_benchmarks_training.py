@@ -128,6 +128,11 @@ def test_the_tune_preset_changes_the_recipe_by_its_flags_only():
     assert by_name["s5_width_64_lr_1e-3_vs_pursuit"] == {**pair, "--opponent": "pursuit"}
     assert by_name["s5_width_64_lr_1e-3_2_epochs"] == {**pair, "--epochs": "2"}
     assert float(by_name["s5_width_64_lr_2e-3"]["--lr"]) == 4 * recipe.lr
+    # the annealed rates change the constant-rate runs by that switch alone
+    assert not recipe.anneal_lr
+    for rate in ("1e-3", "2e-3"):
+        constant = by_name[f"s5_width_64_lr_{rate}"]
+        assert by_name[f"s5_width_64_lr_{rate}_anneal"] == {**constant, "--anneal-lr": True}
 
 
 def test_the_tuned_preset_runs_tuned_runs_at_the_papers_budgets():
