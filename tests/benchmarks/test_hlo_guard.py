@@ -13,6 +13,7 @@ speed (the timing guard is `python -m benchmarks.guard`).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 import gigastep
@@ -23,6 +24,7 @@ from benchmarks.profile_step import (
     profile_thunks,
     thunk_times,
 )
+from gigastep.game.xla import stored
 
 BATCH = 256
 SCENARIO = "identical_5_vs_5_pobs_vec_maps_cont"
@@ -139,6 +141,22 @@ def test_the_census_names_what_feeds_a_broadcast():
     (f,) = fusion_census(text)
     assert (f.root_elements, f.instructions) == (12, 6)
     assert f.recomputed == {"sine": 1, "multiply": 1}
+
+
+@pytest.mark.parametrize("through_stored", [False, True])
+def test_a_value_passed_through_stored_is_not_recomputed_in_the_pair_fusion(through_stored):
+    """Without `xla.stored`, XLA on the CPU computes the cosine again inside the (n, n)
+    fusion for every pair (so this can fail); with it, that fusion reads the stored values."""
+
+    def pairs(a):
+        c = jnp.cos(a) * 3.0
+        c = stored(c) if through_stored else c
+        return c[:, None] - c[None, :]
+
+    text = jax.jit(pairs).lower(jnp.ones(16, jnp.float32)).compile().as_text()
+    pair = [f for f in fusion_census(text) if f.root_elements == 16 * 16]
+    assert pair, "no (16, 16) fusion in the compiled function"
+    assert any(f.recomputed["cosine"] for f in pair) is (not through_stored)
 
 
 def test_thunk_times_sum_the_kernels_and_leave_out_loops_and_python():

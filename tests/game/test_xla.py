@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,26 +32,3 @@ def test_stored_returns_integers_unchanged_including_the_lowest_value(dtype):
 def test_stored_names_the_dtype_it_cannot_store():
     with pytest.raises(TypeError, match="expected a float or integer array, got dtype bool"):
         stored(jnp.zeros(3, bool))
-
-
-def _pair_fusions(hlo: str, shape: str) -> list[str]:
-    """The bodies of the fused computations whose result has `shape`."""
-    bodies = re.findall(r"%fused_computation[^\n]*\{\n(.*?)\n\}", hlo, re.S)
-    return [b for b in bodies if re.search(rf"ROOT[^\n]*= \w+\[{shape}\]", b)]
-
-
-@pytest.mark.parametrize("through_stored", [False, True])
-def test_a_stored_value_is_not_recomputed_inside_the_pair_fusion(through_stored):
-    """Without `stored`, XLA on the CPU copies the cosine into the (n, n) fusion (so the guard
-    can fail); with it, the (n, n) fusion only reads the stored values."""
-
-    def pairs(a):
-        c = jnp.cos(a) * 3.0
-        c = stored(c) if through_stored else c
-        return c[:, None] - c[None, :]
-
-    hlo = jax.jit(pairs).lower(jnp.ones(16, jnp.float32)).compile().as_text()
-    fusions = _pair_fusions(hlo, "16,16")
-    assert fusions, "no (16, 16) fusion in the compiled function"
-    recomputed = any("cosine(" in body for body in fusions)
-    assert recomputed is (not through_stored)
