@@ -122,15 +122,15 @@ PRESETS: dict[str, list[Run]] = {
 """paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe trained
 against random only, 10 minutes (~11 min); epochs: the recipe against the same recipe with 2
 epochs per update instead of 4 (half the update's cost), 10 minutes each (~24 min per seed;
-`--seeds 0 1` runs them alternated, seed by seed); tune: the recipe against three changes
-of it and one pair of them, 10 minutes each, for tuning on seeds the results do not report
-(~58 min per seed: a learning rate of 1e-3 instead of 5e-4, width 64 instead of 128, 256 games
-per update with 4 minibatches, the same minibatch size, instead of 512 with 8, and width 64
-with a rate of 1e-3, then five follow-ups of that pair, and the pair at rates 1e-3 and 2e-3
-annealed to zero over the budget); tuned: the pair that won most in the
-first tuning on seed 2, S5 at width 64 with a rate of 1e-3, and the same at a rate of 2e-3 (the
-follow-up that won more), each at 10 and 30 minutes (~33 min per run and seed); quick: one
-60 s run against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
+`--seeds 0 1` runs them alternated, seed by seed); tune: runs for tuning on a seed the
+results do not report, 10 minutes each (~12 min per run and seed; pick some with --runs): the
+recipe, three single changes of it (learning rate 1e-3 instead of 5e-4, width 64 instead of
+128, 256 games per update with 4 minibatches of the same size instead of 512 with 8), the pair
+width 64 with rate 1e-3, and runs that change that pair once more (256 games, rate 2e-3, value
+normalisation, `pursuit` only, 2 epochs, the rate annealed to zero over the budget); tuned:
+the pair and the pair at rate 2e-3 on the reported seeds, each at 10 and 30 minutes (~33 min
+per run and seed); quick: one 60 s run against random for the benchmark report (~1.5 min
+with start-up and its evaluation)."""
 
 
 def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:
