@@ -139,10 +139,21 @@ def test_the_tuned_preset_runs_tuned_runs_at_the_papers_budgets():
     tune = {r.name: r for r in learning.PRESETS["tune"]}
     paper_budgets = {r.name: r for r in learning.PRESETS["paper"]}["s5"].budgets_s
     assert paper_budgets == (600.0, 1800.0)
-    tuned = learning.PRESETS["tuned"]
-    assert [r.name for r in tuned] == ["s5_width_64_lr_1e-3", "s5_width_64_lr_2e-3"]
-    for run in tuned:
-        assert run == dataclasses.replace(tune[run.name], budgets_s=paper_budgets)
+    tuned = {r.name: r for r in learning.PRESETS["tuned"]}
+    s5_runs = ["s5_width_64_lr_1e-3", "s5_width_64_lr_2e-3"]
+    assert list(tuned) == s5_runs + ["gru_width_64_lr_1e-3", "mlp_width_64_lr_1e-3"]
+    for name in s5_runs:
+        assert tuned[name] == dataclasses.replace(tune[name], budgets_s=paper_budgets)
+
+
+@pytest.mark.parametrize("policy", ["gru", "mlp"])
+def test_the_tuned_preset_runs_the_other_cores_at_the_s5_pairs_recipe(policy):
+    """Only the core differs from the S5 pair, so the table compares memories."""
+    tuned = {r.name: r for r in learning.PRESETS["tuned"]}
+    pair = tuned["s5_width_64_lr_1e-3"]
+    assert pair.policy == "s5"
+    other = tuned[f"{policy}_width_64_lr_1e-3"]
+    assert other == dataclasses.replace(pair, name=other.name, policy=policy)
 
 
 def test_runs_picks_runs_of_the_preset_in_its_order_and_names_a_wrong_one(capsys):
