@@ -76,6 +76,14 @@ def test_the_paper_preset_trains_s5_twice_as_long_as_the_other_runs():
     assert all(r.budgets_s == (600.0,) for k, r in runs.items() if k != "s5")
 
 
+def test_the_random_preset_trains_against_random_and_evaluates_at_5_and_10_minutes():
+    (run,) = learning.PRESETS["random"]
+    assert run.budgets_s == (300.0, 600.0)
+    assert run.flags == ("--opponent", "random") and "random" in run.opponents
+    recipe = learning.PRESETS["epochs"][0]
+    assert dataclasses.replace(run, name="s5", budgets_s=(600.0,), flags=()) == recipe
+
+
 def test_the_epochs_preset_differs_from_the_recipe_only_in_its_epochs():
     base, fewer = learning.PRESETS["epochs"]
     assert base.flags == () and fewer.flags == ("--epochs", "2")
