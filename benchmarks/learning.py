@@ -128,7 +128,7 @@ PRESETS: dict[str, list[Run]] = {
     ],
 }
 """paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe
-trained against random only, evaluated at 5 and 10 minutes (~13 min per seed); epochs: the
+trained against random only, evaluated at 5 and 10 minutes (~11 min per seed); epochs: the
 recipe against the same recipe with 2 epochs per update instead of 4 (half the update's cost),
 10 minutes each (~24 min per seed; `--seeds 0 1` runs them alternated, seed by seed); tune: runs
 for tuning on a seed the results do not report, 10 minutes each (~12 min per run and seed; pick
