@@ -232,7 +232,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         for side, ratio in sides.items():
             lines.append(f"round {r}: {side} / 2023 = {ratio:.2f}×")
     if len(by_round) > 1:
-        for side in {s for sides in by_round.values() for s in sides}:
+        for side in dict.fromkeys(s for sides in by_round.values() for s in sides):
             values = [sides[side] for sides in by_round.values() if side in sides]
             lines.append(f"{side} / 2023 over rounds: median {statistics.median(values):.2f}×, "
                          f"{min(values):.2f}–{max(values):.2f}×")  # fmt: skip
