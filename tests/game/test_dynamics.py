@@ -173,3 +173,32 @@ def test_dead_agents_are_frozen_in_x_y_z(gs, cont):
     np.testing.assert_array_equal(out.y[:3], y[:3])
     np.testing.assert_array_equal(out.z[:3], z[:3])
     assert not out.alive[:3].any()
+
+
+def test_the_trigonometry_move_hands_on_is_that_of_the_new_headings(gs, cont):
+    """`move_with_trig` gives `move`'s agents and the cosine and sine of their new headings
+    bit for bit, and the geometry built on them equals the one that computes its own."""
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep.game import dynamics, interactions
+
+    rng = np.random.default_rng(0)
+    state = _start(gs, cont, x=rng.uniform(1, 9, N).astype(np.float32),
+                   y=rng.uniform(1, 9, N).astype(np.float32),
+                   heading=rng.uniform(-3.1, 3.1, N).astype(np.float32))  # fmt: skip
+    controls = jnp.asarray(rng.uniform(-1, 1, (N, 3)).astype(np.float32))
+
+    @jax.jit
+    def both(agents, controls):
+        moved, trig = dynamics.move_with_trig(cont, agents, controls)
+        own = jnp.stack([jnp.cos(moved.heading), jnp.sin(moved.heading)])
+        geo = (interactions.geometry(moved, trig), interactions.geometry(moved))
+        return dynamics.move(cont, agents, controls), moved, trig, own, geo
+
+    plain, moved, trig, own, (handed, computed) = both(state.agents, controls)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(moved), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(trig, own)
+    for a, b in zip(jax.tree.leaves(handed), jax.tree.leaves(computed), strict=True):
+        np.testing.assert_array_equal(a, b)
