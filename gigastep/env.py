@@ -201,12 +201,12 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     check_actions(actions, config.n_agents, config.discrete_actions)
     agents, episode = state.agents, state.episode
     alive_pre = agents.alive
-    moved, trig = dynamics.move_with_trig(config, agents, dynamics.decode_actions(config, actions))
+    moved = dynamics.move(config, agents, dynamics.decode_actions(config, actions))
     hit, waypoint, waypoint_time = waypoints.update_waypoint(
         config, moved, episode, alive_pre, noise.waypoint
     )
     maps = map_arrays(config)
-    geo = interactions.geometry(moved, trig)
+    geo = interactions.geometry(moved)
     boxes = jnp.asarray(maps.boxes)[episode.map_idx]
     box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
     hz = interactions.hazards(config, moved, geo, boxes, box_valid)

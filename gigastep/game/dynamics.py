@@ -12,7 +12,7 @@ from jax.typing import ArrayLike
 from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "move", "move_with_trig",
+__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "decode_actions", "heading_trig", "move",
            "wrap_angle"]  # fmt: skip
 
 N_DISCRETE_ACTIONS = 27
@@ -53,14 +53,6 @@ def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentSta
     (x, y)' = (x, y) + dt v2 (cos h', sin h'), z' = clip(z + dt c_d u_d, 0, z_max),
     v' = sqrt(max(v2^2 + k g (z - z'), v_min^2)) (climbing costs speed, diving gains it).
     """
-    return move_with_trig(config, agents, controls)[0]
-
-
-def move_with_trig(
-    config: EnvConfig, agents: AgentState, controls: jax.Array
-) -> tuple[AgentState, jax.Array]:
-    """`move`, and the (2, n) cosine and sine of the new headings, each computed once: the
-    step passes them on to `interactions.geometry`."""
     dt = config.dt
     a = agents.alive.astype(jnp.float32)
     u_h, u_d, u_t = controls[:, 0], controls[:, 1], controls[:, 2]
@@ -73,11 +65,21 @@ def move_with_trig(
     exchange = config.dive_speed_exchange * config.gravity
     v = jnp.sqrt(jnp.maximum(v2 * v2 + exchange * (agents.z - z), config.min_speed**2))
     # Stored once (see `stored`): every per-pair computation of the step reads these. The
-    # new headings first, then their cosine and sine, which the positions use and the step's
-    # geometry reuses (in one fusion with x and y, XLA computed the trigonometry once more per
-    # field that needed it, and the geometry a second time; this order: native step 1.15-1.19x,
-    # pure JAX 1.03-1.04x, 5v5 pobs, 1,024 games, values bit for bit the same).
+    # new headings first, then their cosine and sine (`heading_trig`, which the step's
+    # geometry calls on the same headings: XLA merges the two), then the positions. In one
+    # fusion with x and y, XLA computed the trigonometry again for each field that needed it,
+    # and the geometry a second time; this order: native step 1.15-1.19x, pure JAX
+    # 1.03-1.04x, 5v5 pobs, 1,024 games, values bit for bit the same.
     heading, step, z, v = stored(jnp.stack([heading, step, z, v]))
-    trig = stored(jnp.stack([jnp.cos(heading), jnp.sin(heading)]))
-    x, y = stored(jnp.stack([agents.x + step * trig[0], agents.y + step * trig[1]]))
-    return agents.replace(x=x, y=y, z=z, v=v, heading=heading), trig
+    cos_h, sin_h = heading_trig(heading)
+    x, y = stored(jnp.stack([agents.x + step * cos_h, agents.y + step * sin_h]))
+    return agents.replace(x=x, y=y, z=z, v=v, heading=heading)
+
+
+def heading_trig(heading: jax.Array) -> jax.Array:
+    """(2, n) float32: the cosine and sine of `heading`, stored once (see `stored`).
+
+    `move` and `interactions.geometry` both take them from here, so within a step the two
+    computations are the same expression of the same headings, which XLA computes once
+    (`tests/benchmarks/test_hlo_guard.py` counts one cosine and one sine in the step)."""
+    return stored(jnp.stack([jnp.cos(heading), jnp.sin(heading)]))

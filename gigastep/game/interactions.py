@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
-from gigastep.game.dynamics import wrap_angle
-from gigastep.game.xla import stored
+from gigastep.game.dynamics import heading_trig, wrap_angle
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
@@ -32,22 +31,13 @@ class Geometry(PytreeData):
     cos_bearing: chex.Array  # (n, n) float32, d * cos(bearing of i seen from j vs j's heading)
 
 
-def geometry(agents: AgentState, trig: jax.Array | None = None) -> Geometry:
-    """The pairwise geometry of `agents`.
-
-    Args:
-        trig: (2, n) float32 cosine and sine of `agents.heading`, as
-            `dynamics.move_with_trig` returns them (so the step computes them once); None:
-            computed here.
-    """
+def geometry(agents: AgentState) -> Geometry:
     dx = agents.x[:, None] - agents.x[None, :]
     dy = agents.y[:, None] - agents.y[None, :]
     d2 = dx * dx + dy * dy
     # Projection of (i - j) on j's heading: |i - j| cos(theta_ij); avoids atan2 and fmod.
-    # cos and sin of each heading stored once, not recomputed per pair (see `stored`)
-    if trig is None:
-        trig = stored(jnp.stack([jnp.cos(agents.heading), jnp.sin(agents.heading)]))
-    cos_h, sin_h = trig[0], trig[1]
+    # cos and sin of each heading stored once, not recomputed per pair (see `heading_trig`)
+    cos_h, sin_h = heading_trig(agents.heading)
     forward = dx * cos_h[None, :] + dy * sin_h[None, :]
     return Geometry(dx=dx, dy=dy, d2=d2, dist=jnp.sqrt(d2), cos_bearing=forward)
 

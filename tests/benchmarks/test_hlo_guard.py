@@ -71,7 +71,7 @@ def test_the_non_finite_mask_is_computed_once(jax_path_hlo):
 
 def test_the_step_computes_each_headings_cosine_and_sine_once(jax_path_hlo):
     """The moved agents' trigonometry serves their positions and the step's geometry (before
-    `move_with_trig`, two cosines and two sines: 0.85x the native step's speed)."""
+    `dynamics.heading_trig`, two cosines and two sines: 0.85x the native step's speed)."""
     _, text = jax_path_hlo
     assert (count_op(text, "cosine"), count_op(text, "sine")) == (1, 1)
 
