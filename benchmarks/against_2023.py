@@ -138,6 +138,7 @@ class _Side:
         self._send("end")
         self.row.update(self._read())
         self.proc.wait()
+        self.stderr.close()
         return _with_speeds(self.row)
 
 
