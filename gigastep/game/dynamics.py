@@ -79,7 +79,8 @@ def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentSta
 def heading_trig(heading: jax.Array) -> jax.Array:
     """(2, n) float32: the cosine and sine of `heading`, stored once (see `stored`).
 
-    `move` and `interactions.geometry` both take them from here, so within a step the two
-    computations are the same expression of the same headings, which XLA computes once
-    (`tests/benchmarks/test_hlo_guard.py` counts one cosine and one sine in the step)."""
+    `move`, `interactions.geometry` and the tails of the RGB images all take them from here,
+    so within a step these are the same expression of the same headings, which XLA computes
+    once (`tests/benchmarks/test_hlo_guard.py` counts one cosine and one sine in the vector
+    and the RGB step)."""
     return stored(jnp.stack([jnp.cos(heading), jnp.sin(heading)]))

@@ -76,6 +76,15 @@ def test_the_step_computes_each_headings_cosine_and_sine_once(jax_path_hlo):
     assert (count_op(text, "cosine"), count_op(text, "sine")) == (1, 1)
 
 
+def test_the_rgb_step_computes_each_headings_cosine_and_sine_once(monkeypatch_module):
+    """The tails of the RGB images take the moved headings' trigonometry from the step
+    (`dynamics.heading_trig`); computed again for them, the step held two of each."""
+    monkeypatch_module.setenv("GIGASTEP_NATIVE", "0")
+    config = gigastep.make("identical_5_vs_5_fobs_rgb_maps_cont").config
+    text = abstract_step_hlo(config, 4)
+    assert (count_op(text, "cosine"), count_op(text, "sine")) == (1, 1)
+
+
 def test_no_is_finite_inside_fusions_larger_than_the_agent_mask(jax_path_hlo):
     config, text = jax_path_hlo
     mask = BATCH * config.n_agents

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep.game.dynamics import heading_trig
 from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
@@ -98,8 +99,9 @@ def _tail_points(
     """(4 n,) int32 x and y of the tail points, k-major: entry k n + j is agent j's (k+1)-th."""
     rx, ry = config.resolution
     k = jnp.arange(1, 5, dtype=jnp.float32)[:, None]
-    tx = px.astype(jnp.float32) - k * jnp.cos(heading)
-    ty = py.astype(jnp.float32) - k * jnp.sin(heading)
+    cos_h, sin_h = heading_trig(heading)  # the step's own, computed once (XLA merges them)
+    tx = px.astype(jnp.float32) - k * cos_h
+    ty = py.astype(jnp.float32) - k * sin_h
     tx = jnp.clip(tx, 0, rx - 1).astype(jnp.int32)
     ty = jnp.clip(ty, 0, ry - 1).astype(jnp.int32)
     return stored(tx.reshape(-1)), stored(ty.reshape(-1))
