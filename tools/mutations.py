@@ -178,6 +178,16 @@ MUTATIONS = [
              '"truncated": out.terminated,',
              ("tests/adapters/test_torch_bridge.py",),
              "TorchVecEnv.step reports terminated as truncated"),
+    Mutation("rgb_tail_add_wraps", "gigastep/game/observations/rgb.py",
+             "return lambda p: jnp.minimum(p, headroom) + added",
+             "return lambda p: p + added",
+             ("tests/game/test_rgb.py",),
+             "the tails' add wraps around 255 instead of saturating (the 2023 behaviour)"),
+    Mutation("rgb_own_tail_not_raised", "gigastep/game/observations/rgb.py",
+             "own = jnp.uint8(intensity) * viewers.visible.astype(jnp.uint8)",
+             "own = jnp.uint8(0) * viewers.visible.astype(jnp.uint8)",
+             ("tests/game/test_rgb.py", "tests/game/test_reference_equivalence.py"),
+             "the ego's own tail points are not raised to white"),
 ]  # fmt: skip
 
 
