@@ -62,6 +62,9 @@ TAIL_INTENSITY = (204, 153, 102, 51)
 
 WAYPOINT_RGB = (127, 0, 127)
 
+NO_TAIL = 3
+"""The channel index of a tail not drawn: beyond the 3 channels, so its scatter drops it."""
+
 _Box: TypeAlias = tuple[jax.Array, jax.Array, int, int, jax.Array]
 """(x0, y0, nx, ny, active) of the waypoint square, `_waypoint_box`."""
 
@@ -188,7 +191,8 @@ class _Viewers(NamedTuple):
     visible: jax.Array  # (V,) bool; an invisible image is all zeros (a dead ego)
     template: jax.Array  # (V,) int32; border template (0 white, 1 red)
     bar_cut: jax.Array | None  # (V,) int32 health-bar cut; None: no bar (the global view)
-    tail_rgb: jax.Array  # (V, n, 3) bool; the channels agent j's tails add to
+    tail_channel: jax.Array  # (V, n) int32; the one channel agent j's tails add to (0 R,
+    # 2 B), or NO_TAIL: none (its tails are not drawn in that image)
     colour: jax.Array  # (V, n, 3) int32; agent j's sprite colour
     ego: bool  # image v belongs to agent v: white ego tail, black centre
 
@@ -238,29 +242,27 @@ def _draw_tails(img: jax.Array, tx: jax.Array, ty: jax.Array, viewers: _Viewers)
     every agent adds I_k, saturating at 255, to the channels it colours in each image; then, in
     an ego image, the ego's own k-th tail point is raised to at least I_k in every channel.
 
-    Each level is one scatter of single pixels (image, x, y, channel) whose update is the
-    saturating add of a constant, min(p, 255 - I_k) + I_k; pixels a tail does not colour (its
-    channel in that image, or an invisible image) are dropped. Coinciding tails apply the add
-    once each, and saturating adds of non-negative values commute, so their order does not
-    matter.
+    Each level is one scatter of single pixels (image, x, y, channel), one per agent and
+    image (a tail colours one channel at most), whose update is the saturating add of a
+    constant, min(p, 255 - I_k) + I_k; a tail not drawn in an image (channel NO_TAIL, or an
+    invisible image) is dropped as out of bounds. Coinciding tails apply the add once each, and
+    saturating adds of non-negative values commute, so their order does not matter.
 
     Args:
         img: (V, res_x, res_y, 3) uint8. tx, ty: (4, n) int32 tail points, inside the image.
     """
-    v, n, _ = viewers.tail_rgb.shape
-    # lit[v, j, c]: agent j's tails add to channel (R, B)[c] of image v (G never gets a tail)
-    lit = viewers.tail_rgb[:, :, ::2] & viewers.visible[:, None, None]
-    image = jnp.where(lit, jnp.arange(v)[:, None, None], v)  # v: beyond the images, dropped
-    channel = jnp.broadcast_to(jnp.asarray([0, 2]), lit.shape)
+    v, n = viewers.tail_channel.shape
+    channel = jnp.where(viewers.visible[:, None], viewers.tail_channel, NO_TAIL)
+    image = jnp.broadcast_to(jnp.arange(v)[:, None], (v, n))
     numbers = jax.lax.ScatterDimensionNumbers(
         update_window_dims=(), inserted_window_dims=(0, 1, 2, 3),
         scatter_dims_to_operand_dims=(0, 1, 2, 3),
     )  # fmt: skip
     for k, intensity in enumerate(TAIL_INTENSITY):
-        x, y = (jnp.broadcast_to(t[k][None, :, None], lit.shape) for t in (tx, ty))
+        x, y = (jnp.broadcast_to(t[k][None, :], (v, n)) for t in (tx, ty))
         at = jnp.stack([image, x, y, channel], -1)
         add = _add_saturating(intensity)
-        img = jax.lax.scatter_apply(img, at, add, numbers, update_shape=lit.shape, mode="drop")
+        img = jax.lax.scatter_apply(img, at, add, numbers, update_shape=(v, n), mode="drop")
         if viewers.ego:
             own = jnp.uint8(intensity) * viewers.visible.astype(jnp.uint8)
             img = img.at[jnp.arange(v), tx[k, :v], ty[k, :v], :].max(own[:, None], mode="drop")
@@ -314,7 +316,7 @@ def rgb_observations(
         visible=agents.alive.astype(bool),
         template=took_damage.astype(jnp.int32),
         bar_cut=stored(jnp.trunc(agents.health * cut_scale).astype(jnp.int32)),
-        tail_rgb=jnp.stack([seen & ~same, jnp.zeros_like(seen), seen & same], -1),
+        tail_channel=jnp.where(seen, jnp.where(same, 2, 0), NO_TAIL),
         colour=jnp.where(jnp.eye(n, dtype=bool)[..., None], ego[:, None, :], other),
         ego=True,
     )
@@ -333,12 +335,11 @@ def global_view(
     team = jnp.asarray(config.teams, jnp.int32)
     alive = agents.alive.astype(jnp.int32)
     px, py, pz = pixel_coords(config, agents)
-    team_rgb = jnp.stack([team, jnp.zeros_like(team), 1 - team], -1) * alive[:, None]
     viewers = _Viewers(
         visible=jnp.ones((1,), bool),
         template=jnp.zeros((1,), jnp.int32),
         bar_cut=None,
-        tail_rgb=team_rgb[None] > 0,
+        tail_channel=jnp.where(alive > 0, 2 - 2 * team, NO_TAIL)[None],
         colour=jnp.stack([255 * team, pz, 255 * (1 - team)], -1)[None] * alive[None, :, None],
         ego=False,
     )
