@@ -39,7 +39,7 @@ black and a "max"). The tails are drawn as the rules say, level by level: one sc
 single pixels (image, x, y, channel) per level whose update adds the level's intensity,
 saturating (pixels that a tail does not colour are dropped), then a "max" of the egos' own
 tail points. (Computing every tail pixel's final value first and "set"-ting it, replaying the
-saturation from the points' pairwise equality, took 1.7x as long for the whole step.)
+saturation from the points' pairwise equality, made the whole step about 2x as slow.)
 """
 
 from __future__ import annotations
