@@ -14,6 +14,7 @@ sides are timed by the same code below.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -89,9 +90,18 @@ def run(case: dict[str, Any]) -> None:
             "reset_s": reset_s, "compile_and_first_call_s": first_call_s})  # fmt: skip
     # Then one timed call per "call" line on stdin, so that the parent can alternate the calls
     # of several live processes one by one; "end" reports the peak RSS and exits.
-    for line in sys.stdin:
+    for call in itertools.count(1):
+        line = sys.stdin.readline()
         if line.strip() != "call":
             break
+        if case.get("fresh", False):
+            # Every game restarts before the call (not timed): its S steps play live games, not
+            # games that ended earlier in the process (random play ends most games within 50
+            # steps, and a finished game costs either library less).
+            key = carry[2]
+            del carry  # the last observations are freed before the reset makes new ones
+            obs_states = env.v_reset(jax.random.split(jax.random.fold_in(k_reset, call), b))
+            carry = jax.block_until_ready((*obs_states, key))
         w0, c0 = time.perf_counter(), time.process_time()
         carry = jax.block_until_ready(rollout(*carry))
         _reply({"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0})

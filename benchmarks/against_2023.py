@@ -15,9 +15,12 @@ key, draws uniform actions (in [-1, 1]^3, or one of the 27 discrete actions) and
 `v_step(states, actions, split(key, B))`. The observations and states are donated to each
 call, so a call writes into the buffers of the last (what a long rollout does; `--no-donate`
 keeps them, as the scratch harness of docs/benchmarks.md's 2026-12-02 figures did). After one
-compiling call, R calls are timed. Every side runs in a fresh process per round; the processes
-of a round are compiled one after the other, then their timed calls alternate one by one (so
-each side's calls sample the same moments of a machine whose speed drifts):
+compiling call, R calls are timed; before each, untimed, every game is reset (`--no-fresh`
+lets the games run on from call to call instead: random play ends most games within 50 steps,
+and a finished game costs either library less, so those steps would not measure play).
+Every side runs in a fresh process per round; the processes of a round are compiled one after
+the other, then their timed calls alternate one by one (so each side's calls sample the same
+moments of a machine whose speed drifts):
 "native" is this library as it installs (the native kernel writes vector observations on the
 CPU), "jax" is its pure JAX path (`GIGASTEP_NATIVE=0`, what GPUs run) and "2023" the 2023
 library, imported from --reference. The 2023 library, as published, needs `jax.tree_map`
@@ -71,6 +74,9 @@ class Options:
     seed: int = option(0, "seed of the reset and the actions")
     donate: bool = option(True, "donate the observations and states to each call (--no-donate: "
                           "keep them, so a call holds two copies)")  # fmt: skip
+    fresh: bool = option(True, "reset every game before each timed call, untimed, so the timed "
+                         "steps play live games (--no-fresh: the games run on from call to "
+                         "call, and most have ended after 50 steps of random play)")  # fmt: skip
     timeout: float = option(1800.0, "seconds before a round's processes are stopped")
     json: str | None = option(None, "write every row (and the machine) to this JSON file")
 
@@ -102,6 +108,7 @@ class _Side:
             "repeats": options.repeats,
             "seed": options.seed,
             "donate": options.donate,
+            "fresh": options.fresh,
         }
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GIGASTEP_NATIVE")}
         if side == "jax":

@@ -13,6 +13,8 @@ from benchmarks import against_2023
 # A stand-in for the 2023 library with its layout and its two needs on today's jax: it calls
 # `jax.tree_map` and imports `type_enforced` (neither is available here).
 _FAKE_2023 = """
+import os
+
 import jax
 import jax.numpy as jnp
 import type_enforced
@@ -24,6 +26,9 @@ class _Env:
 
     @type_enforced.Enforcer
     def v_reset(self, keys):
+        if os.environ.get("FAKE_RESET_LOG"):  # one line per reset, for the test of --fresh
+            with open(os.environ["FAKE_RESET_LOG"], "a") as log:
+                log.write("reset\\n")
         b = keys.shape[0]
         return jnp.zeros((b, 3, 2)), {"t": jnp.zeros(b)}
 
@@ -88,6 +93,23 @@ def test_the_2023_side_imports_the_reference_and_is_timed_per_agent_step(tmp_pat
     assert row["agent_steps_per_s"] == pytest.approx(36 / statistics.median(row["wall_s"]))
     assert row["env_steps_per_s"] == pytest.approx(12 / statistics.median(row["wall_s"]))
     assert row["agent_steps_per_s_min"] <= row["agent_steps_per_s"] <= row["agent_steps_per_s_max"]
+
+
+@pytest.mark.subprocess
+def test_fresh_games_restart_before_every_timed_call_and_only_then(tmp_path, monkeypatch):
+    """With `fresh` (the default) every timed call plays games just reset; without it the
+    games run on from the first reset, into the steps after they ended."""
+    ref = _fake_2023(tmp_path)
+    log = tmp_path / "resets.log"
+    monkeypatch.setenv("FAKE_RESET_LOG", str(log))  # the workers inherit the environment
+    assert against_2023.Options().fresh
+    for fresh, resets in ((True, 1 + 3), (False, 1)):  # the first reset, then one per call
+        log.write_text("")
+        options = against_2023.Options(reference=str(ref), batch=4, steps=3, repeats=3,
+                                       fresh=fresh)  # fmt: skip
+        (row,) = against_2023.run_round(["2023"], options, ref)
+        assert "error" not in row, row.get("error")
+        assert len(log.read_text().splitlines()) == resets, fresh
 
 
 @pytest.mark.subprocess
