@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gigastep.game.xla import varying_like
+
 __all__ = ["autoreset_capacity", "reset_where", "select_games", "where_masked"]
 
 
@@ -62,11 +64,16 @@ def where_masked(fn: Callable[..., Any], mask: jax.Array, *args: Any) -> Any:
     def every(_: None) -> Any:
         return v_fn(*args)
 
+    def alike(branch: Callable[[None], Any]) -> Callable[[None], Any]:
+        # Inside shard_map every branch must vary over the same mesh axes; the zeros are built
+        # without reading the inputs, so they are marked as varying like them.
+        return lambda _: varying_like((mask, args), branch(None))
+
     count = jnp.sum(mask, dtype=jnp.int32)
     if cap >= b:
-        return jax.lax.cond(count > 0, every, zeros, None)
+        return jax.lax.cond(count > 0, alike(every), alike(zeros), None)
     branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
-    return jax.lax.switch(branch, (zeros, few, every), None)
+    return jax.lax.switch(branch, (alike(zeros), alike(few), alike(every)), None)
 
 
 def reset_where(reset_one: Callable[[Any], Any], mask: jax.Array, keys: jax.Array) -> Any:

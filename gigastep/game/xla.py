@@ -1,11 +1,14 @@
-"""How the game's arrays are laid out for XLA: values that must be computed once."""
+"""How the game's arrays are laid out for XLA: values that must be computed once, and the
+manual mesh axes (inside `shard_map`) that a value built apart from its inputs varies over."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["stored"]
+__all__ = ["stored", "varying_like"]
 
 
 def stored(x: jax.Array) -> jax.Array:
@@ -25,3 +28,29 @@ def stored(x: jax.Array) -> jax.Array:
     else:
         raise TypeError(f"stored: expected a float or integer array, got dtype {x.dtype}")
     return jnp.max(jnp.stack([x, jnp.full_like(x, lowest)]), axis=0)
+
+
+def varying_like(inputs: Any, out: Any) -> Any:
+    """Every leaf of `out` marked as varying over the manual mesh axes that the leaves of
+    `inputs` vary over (inside `shard_map`), as JAX's own ops on those inputs would be.
+
+    A value built without reading the inputs (zeros of a known shape, an FFI call's result)
+    carries no such type, and a conditional whose branches disagree on it fails to trace.
+    Outside `shard_map`, or with a jax that has no varying-axis types, `out` is returned as is.
+    """
+    typeof, pcast = getattr(jax, "typeof", None), getattr(jax.lax, "pcast", None)
+    if typeof is None or pcast is None:  # jax without varying-axis types
+        return out
+
+    def varying(x: Any) -> set[Any]:
+        aval = typeof(x)
+        manual = getattr(aval, "manual_axis_type", None)  # jax >= 0.9; before: aval.vma
+        return set(manual.varying) if manual is not None else set(getattr(aval, "vma", ()))
+
+    axes = set().union(*(varying(leaf) for leaf in jax.tree.leaves(inputs)))
+
+    def mark(leaf: Any) -> Any:
+        missing = tuple(sorted(axes - varying(leaf)))
+        return pcast(leaf, missing, to="varying") if missing else leaf
+
+    return jax.tree.map(mark, out)

@@ -277,6 +277,26 @@ _MULTI_DEVICE_SCRIPT = textwrap.dedent(
     sm_step = jax.jit(jax.shard_map(jax.vmap(env.step), mesh=mesh, in_specs=spec,
                                     out_specs=spec))
     check(sm_step(s_states, s_actions, fold(s_keys, 0)), ref, "shard_map step")
+
+    # shard_map of the batched auto-reset step, two games per device (its conditional's
+    # branches must vary over the same mesh axes; the all-zeros one once did not): each
+    # device's half equals the batched auto-reset of that half alone
+    from functools import partial
+    from gigastep import env as genv
+    keys4 = jax.random.split(jax.random.PRNGKey(2), 4)
+    actions4 = jax.random.uniform(jax.random.PRNGKey(3), (4, n, 3), minval=-1, maxval=1)
+    _, states4 = env.v_reset(keys4)
+    states4 = states4.replace(agents=states4.agents.replace(  # game 1 ends in this step
+        alive=states4.agents.alive.at[1].set(env.config.teams == 0)))
+    autoreset = partial(genv.batched_step_autoreset, env.config)
+    sm_autoreset = jax.jit(jax.shard_map(autoreset, mesh=mesh, in_specs=spec, out_specs=spec))
+    put = lambda tree: jax.device_put(tree, shard)
+    got = sm_autoreset(put(states4), put(actions4), put(fold(keys4, 0)))
+    halves = [autoreset(*jax.tree_util.tree_map(lambda x: x[i:i + 2],
+                                                (states4, actions4, fold(keys4, 0))))
+              for i in (0, 2)]
+    check(got, jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *halves),
+          "shard_map step_autoreset")
     print("MULTI-DEVICE OK")
     """
 )

@@ -30,6 +30,7 @@ import numpy as np
 
 from gigastep.game.dynamics import wrap_angle
 from gigastep.game.observations.visibility import finite_agents, visibility
+from gigastep.game.xla import varying_like
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = ["N_AGENT_FEATURES", "jax_vector_observations", "native_supported",
@@ -231,7 +232,7 @@ def _native_call(config: EnvConfig, agents: AgentState, episode: EpisodeState,
     else:
         comm = comm_noise.astype(f32)
     inputs = (agents, episode, dist, detected, comm, boxes)
-    return _varying_like(inputs, call(
+    return varying_like(inputs, call(
         agents.x.astype(f32), agents.y.astype(f32), agents.z.astype(f32),
         agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
         agents.alive.astype(bool), dist.astype(f32), detected.astype(bool),
@@ -268,20 +269,3 @@ def _native_call_jvp(
 
     _, tangent = jax.jvp(jax_path, primals[:6], tangents[:6])
     return _native_call(config, *primals), tangent
-
-
-def _varying_like(inputs: Any, out: jax.Array) -> jax.Array:
-    """`out` marked as varying over the manual mesh axes its inputs vary over (inside
-    `shard_map`), as JAX's own ops are; an FFI call's result carries no such type."""
-    typeof, pcast = getattr(jax, "typeof", None), getattr(jax.lax, "pcast", None)
-    if typeof is None or pcast is None:  # jax without varying-axis types
-        return out
-
-    def varying(x: Any) -> set[Any]:
-        aval = typeof(x)
-        manual = getattr(aval, "manual_axis_type", None)  # jax >= 0.9; before: aval.vma
-        return set(manual.varying) if manual is not None else set(getattr(aval, "vma", ()))
-
-    axes = set().union(*(varying(leaf) for leaf in jax.tree.leaves(inputs)))
-    missing = tuple(sorted(axes - varying(out)))
-    return pcast(out, missing, to="varying") if missing else out
