@@ -264,7 +264,10 @@ def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
 
     from benchmarks.throughput import Case, build_rollout
 
-    rollout, carry = build_rollout(config, Case("profiled", batch=batch), steps, env_step)
+    # The plain step: every call starts from the freshly reset carry, so a short scan times
+    # live games, and the ablations (`env_step`) replace this same step.
+    case = Case("profiled", batch=batch, step_fn="step")
+    rollout, carry = build_rollout(config, case, steps, env_step)
     if obs_shape is not None:
         carry = (carry[0], jnp.zeros(obs_shape, jnp.float32), carry[2])
     t0 = time.perf_counter()
@@ -645,7 +648,8 @@ def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
 
     from benchmarks.throughput import Case, build_rollout
 
-    rollout, carry = build_rollout(config, Case("profiled", batch=batch), steps, None)
+    case = Case("profiled", batch=batch, step_fn="step")  # as `_scan_entry`
+    rollout, carry = build_rollout(config, case, steps, None)
     compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(1)).compile()
     text = compiled.as_text()
     jax.block_until_ready(compiled(carry, jax.random.PRNGKey(0)))

@@ -89,8 +89,10 @@ class Options:
     policy: str = option("none", "actions: none (uniform random in the scan), mlp (2-layer tanh "
                          "MLP on the vector obs; RGB cases use the cnn) or cnn (small CNN "
                          "on RGB obs)", choices=("none", "mlp", "cnn"))  # fmt: skip
-    step_fn: str = option("step", "step (v_step, no reset) or autoreset (v_step_autoreset)",
-                          choices=("step", "autoreset"))  # fmt: skip
+    step_fn: str = option("autoreset", "autoreset (v_step_autoreset: live play, the resets "
+                          "included) or step (v_step, no reset: random play finishes most "
+                          "games within 100 steps, so it times mostly finished games)",
+                          choices=("autoreset", "step"))  # fmt: skip
     driver: list = option(["scan"], "drivers of the step: scan (one compiled lax.scan per "
                           "timed call), loop (a Python loop of the compiled step) and/or "
                           "rollout (gigastep.rollout / sharded_rollout)", type=str)  # fmt: skip
@@ -125,7 +127,7 @@ class Case:
     work: float = 5e5
     repeats: int = 5
     policy: str = "none"
-    step_fn: str = "step"
+    step_fn: str = "autoreset"
     discrete: bool = False
     resolution: int = 84
     seed: int = 0

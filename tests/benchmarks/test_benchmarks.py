@@ -181,6 +181,15 @@ def test_quick_and_paper_presets_cover_the_issue_targets():
     assert max(c.batch for c in paper) == 131072
 
 
+def test_every_sweep_times_live_play_unless_told_to_step_without_resets():
+    # Random play finishes most games within 100 steps; the plain step would time those.
+    for opts in (throughput.Options(), throughput.Options(quick=True),
+                 throughput.Options(paper=True)):  # fmt: skip
+        assert {c.step_fn for c in throughput.cases_from_options(opts)} == {"autoreset"}
+    plain = throughput.cases_from_options(throughput.Options(step_fn="step"))
+    assert {c.step_fn for c in plain} == {"step"}
+
+
 def test_command_line_options_parse_lists_and_flags():
     import argparse
 
