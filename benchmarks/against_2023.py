@@ -15,9 +15,12 @@ key, draws uniform actions (in [-1, 1]^3, or one of the 27 discrete actions) and
 `v_step(states, actions, split(key, B))`. The observations and states are donated to each
 call, so a call writes into the buffers of the last (what a long rollout does; `--no-donate`
 keeps them, as the scratch harness of docs/benchmarks.md's 2026-12-02 figures did). After one
-compiling call, R calls are timed; before each, untimed, every game is reset (`--no-fresh`
-lets the games run on from call to call instead: random play ends most games within 50 steps,
-and a finished game costs either library less, so those steps would not measure play).
+compiling call, R calls are timed. Before each, untimed, the rollout runs once (`--no-warm`
+leaves this out: then each timed call starts just after another process's, with cold caches
+and sleeping threads, which costs a 10 ms call far more than a 300 ms one) and then every game
+is reset (`--no-fresh` lets the games run on from call to call instead: random play ends most
+games within 50 steps, and a finished game costs either library less, so those steps would
+not measure play).
 Every side runs in a fresh process per round; the processes of a round are compiled one after
 the other, then their timed calls alternate one by one (so each side's calls sample the same
 moments of a machine whose speed drifts):
@@ -77,6 +80,11 @@ class Options:
     fresh: bool = option(True, "reset every game before each timed call, untimed, so the timed "
                          "steps play live games (--no-fresh: the games run on from call to "
                          "call, and most have ended after 50 steps of random play)")  # fmt: skip
+    warm: bool = option(True, "run the rollout once, untimed, right before each timed call, "
+                        "so that each side is timed in steady state, as in a long rollout "
+                        "(--no-warm: each timed call follows the other sides' calls, whose "
+                        "process evicted its caches while its threads slept; short calls "
+                        "lose the most)")  # fmt: skip
     timeout: float = option(1800.0, "seconds before a round's processes are stopped")
     json: str | None = option(None, "write every row (and the machine) to this JSON file")
 
@@ -109,6 +117,7 @@ class _Side:
             "seed": options.seed,
             "donate": options.donate,
             "fresh": options.fresh,
+            "warm": options.warm,
         }
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GIGASTEP_NATIVE")}
         if side == "jax":

@@ -33,6 +33,8 @@ class _Env:
         return jnp.zeros((b, 3, 2)), {"t": jnp.zeros(b)}
 
     def v_step(self, states, actions, keys):
+        if os.environ.get("FAKE_STEP_LOG"):  # one line per step run, for the test of --warm
+            jax.debug.callback(lambda: open(os.environ["FAKE_STEP_LOG"], "a").write("step\\n"))
         states = jax.tree_map(lambda t: t + 1, states)
         b = keys.shape[0]
         return actions[..., :2], states, jnp.zeros((b, 3)), jnp.zeros((b, 3)), jnp.zeros(b)
@@ -95,21 +97,40 @@ def test_the_2023_side_imports_the_reference_and_is_timed_per_agent_step(tmp_pat
     assert row["agent_steps_per_s_min"] <= row["agent_steps_per_s"] <= row["agent_steps_per_s_max"]
 
 
-@pytest.mark.subprocess
-def test_fresh_games_restart_before_every_timed_call_and_only_then(tmp_path, monkeypatch):
-    """With `fresh` (the default) every timed call plays games just reset; without it the
-    games run on from the first reset, into the steps after they ended."""
+def _logged_lines(tmp_path, monkeypatch, log_var: str, **options) -> int:
+    """Lines the fake 2023 library writes to the file named by `log_var` in one round of 3
+    timed calls of 2 steps (and one compiling call) with these options."""
     ref = _fake_2023(tmp_path)
-    log = tmp_path / "resets.log"
-    monkeypatch.setenv("FAKE_RESET_LOG", str(log))  # the workers inherit the environment
+    log = tmp_path / "fake.log"
+    log.write_text("")
+    monkeypatch.setenv(log_var, str(log))  # the workers inherit the environment
+    options = against_2023.Options(reference=str(ref), batch=4, steps=2, repeats=3, **options)
+    (row,) = against_2023.run_round(["2023"], options, ref)
+    assert "error" not in row, row.get("error")
+    return len(log.read_text().splitlines())
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("fresh", "resets"), [(True, 1 + 3), (False, 1)])
+def test_fresh_games_restart_before_every_timed_call_and_only_then(
+    tmp_path, monkeypatch, fresh, resets
+):
+    """With `fresh` (the default) every timed call plays games just reset (the first reset,
+    then one per call); without it the games run on from the first reset, into the steps
+    after they ended."""
     assert against_2023.Options().fresh
-    for fresh, resets in ((True, 1 + 3), (False, 1)):  # the first reset, then one per call
-        log.write_text("")
-        options = against_2023.Options(reference=str(ref), batch=4, steps=3, repeats=3,
-                                       fresh=fresh)  # fmt: skip
-        (row,) = against_2023.run_round(["2023"], options, ref)
-        assert "error" not in row, row.get("error")
-        assert len(log.read_text().splitlines()) == resets, fresh
+    assert _logged_lines(tmp_path, monkeypatch, "FAKE_RESET_LOG", fresh=fresh) == resets
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("warm", "steps"), [(True, 2 * (1 + 2 * 3)), (False, 2 * (1 + 3))])
+def test_warm_runs_the_rollout_once_untimed_before_every_timed_call(
+    tmp_path, monkeypatch, warm, steps
+):
+    """With `warm` (the default) each timed call of S steps follows an untimed one, so a
+    process runs S steps for the compiling call and 2 S per timed call; without it S."""
+    assert against_2023.Options().warm
+    assert _logged_lines(tmp_path, monkeypatch, "FAKE_STEP_LOG", warm=warm) == steps
 
 
 @pytest.mark.subprocess
