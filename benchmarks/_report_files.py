@@ -25,7 +25,9 @@ COUNTING = (
     "warm-up are excluded and reported apart (compile [s]). min/max are the slowest and "
     "fastest repeat. Throughput runs the library's batched step as one compiled `lax.scan` "
     "per timed call (driver scan) or as a Python loop of the compiled step (driver loop), "
-    "random actions drawn inside unless a policy (mlp: vector, cnn: RGB) is in the loop."
+    "random actions drawn inside unless a policy (mlp: vector, cnn: RGB) is in the loop; "
+    "the step resets every game that ends (live play; the rows' step_fn field says "
+    "autoreset, or step where a run chose the plain step)."
 )
 
 
