@@ -199,11 +199,13 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     # * gpu_tests (~30 s): the 25 bridge tests, which run on JAX's default device (the GPU),
     #   and the 2 CUDA-only S5 tests; 22 s on 2 CPU cores here, mostly compiles.
     # * throughput (~40 s each): one process per obs type (--no-isolate: CUDA starts once),
-    #   per batch one compile plus 4 calls (1 warm-up, 3 timed) of --work agent-steps. Vector:
-    #   1e8 agent-steps per call (1000 steps at 4096 games, 10 steps at 2^20), 0.1-0.5 s per
-    #   call at 2e8-1e9 agent-steps/s: 5 x ~8 s. RGB 84x84: 1e7 per call (1000 steps at 256
-    #   games, 61 at 16384 games, whose frames are 3.5 GB per step), 0.1-1 s per call at
-    #   1e7-1e8 agent-steps/s: 4 x ~9 s.
+    #   per batch one compile plus 4 calls (1 warm-up, 3 timed) of --work agent-steps. They
+    #   time live play (the auto-reset step, the default since 2026-12-03), whose compile
+    #   holds a reset too: ~12 s (on the CPU 2-3x the plain step's), so three batch sizes span
+    #   each range. Vector: 1e8 agent-steps per call (1000 steps at 4096 games, 10 steps at
+    #   2^20), 0.1-0.5 s per call at 2e8-1e9 agent-steps/s: 3 x ~13 s. RGB 84x84: 1e7 per
+    #   call (1000 steps at 256 games, 61 at 16384 games, whose frames are 3.5 GB per step),
+    #   0.1-1 s per call at 1e7-1e8 agent-steps/s: 3 x ~14 s.
     # * bridge (~35 s): the JAX scan and the TorchVecEnv loop at 2 batch sizes, 4 compiles of
     #   the auto-resetting step (~12 s each... less with the cache of the first) and 4 x 100
     #   steps of milliseconds each. Gymnasium's NumPy path is left out (CPU-bound).
@@ -212,10 +214,10 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     "gpu": (
         _s("gpu_tests", "tests", "pytest", _CUDA_TESTS, 40),
         _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           "--batch 4096 16384 65536 262144 1048576 --work 1e8 --repeats 3 --no-isolate "
+           "--batch 4096 65536 1048576 --work 1e8 --repeats 3 --no-isolate "
            f"{_T}", 55),
         _s("throughput_rgb", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_rgb "
-           f"--batch 256 1024 4096 16384 --work 1e7 --repeats 3 --no-isolate {_T}", 45),
+           f"--batch 256 2048 16384 --work 1e7 --repeats 3 --no-isolate {_T}", 50),
         _s("bridge", "bridge", BR, "--device cuda --batch 16384 131072 --steps 100 --repeats 3 "
            "--gym-batch --json {raw}", 40),
         _s("scan", "scan", SC, "--device cuda --T 128 --batch 1024 --state-dim 64 --repeats 5 "
@@ -247,15 +249,17 @@ PRESETS: dict[str, Preset] = {
 
 # Rough costs for --dry-run: seconds to start a Python process with JAX (and torch) ready,
 # seconds of one compile of a rollout (the bridge's auto-resetting step: `bridge_compiles`
-# times that), agent-steps/s by observation type, seconds per call of
-# a Python-driven step, and S5 block milliseconds per element of T x batch x P (the sequential
-# loop costs `seq_factor` times more, plus `seq_step_ms` per step). "cpu": from runs of the
-# quick preset on a 2-core EPYC VM; "gpu": an H100-class guess (see the "gpu" preset above).
+# times that; a throughput rollout of the auto-resetting step, its default: `reset_compile_s`,
+# on the CPU 4.2-4.6 s in the quick preset of 2026-12-03), agent-steps/s by observation type,
+# seconds per call of a Python-driven step, and S5 block milliseconds per element of T x
+# batch x P (the sequential loop costs `seq_factor` times more, plus `seq_step_ms` per step).
+# "cpu": from runs of the quick preset on a 2-core EPYC VM; "gpu": an H100-class guess (see
+# the "gpu" preset above).
 COSTS = {
-    "cpu": {"process_s": 4.5, "compile_s": 2.5, "dispatch_s": 1e-3,
+    "cpu": {"process_s": 4.5, "compile_s": 2.5, "reset_compile_s": 4.5, "dispatch_s": 1e-3,
             "rate": {"vector": 4e6, "rgb": 3.5e5}, "scan_ms_per_elem": 8e-5, "seq_factor": 5.0,
             "seq_step_ms": 0.0, "tests_s": 30.0, "bridge_compiles": 2.0},
-    "gpu": {"process_s": 6.0, "compile_s": 6.0, "dispatch_s": 2e-4,
+    "gpu": {"process_s": 6.0, "compile_s": 6.0, "reset_compile_s": 12.0, "dispatch_s": 2e-4,
             "rate": {"vector": 3e8, "rgb": 2e7}, "scan_ms_per_elem": 1e-6, "seq_factor": 1.0,
             "seq_step_ms": 1.5, "tests_s": 30.0, "bridge_compiles": 1.0},
 }  # fmt: skip
@@ -302,7 +306,8 @@ def _throughput_plan(args: list[str], cost: dict) -> tuple[list[str], float]:
         rate = cost["rate"]["rgb" if c.obs.endswith("rgb") else "vector"]
         if c.driver == "loop":
             rate = min(rate, c.batch * n / cost["dispatch_s"])
-        start = cost["compile_s"] + (cost["process_s"] if opts.isolate else 0.0)
+        compile_s = cost["reset_compile_s" if c.step_fn == "autoreset" else "compile_s"]
+        start = compile_s + (cost["process_s"] if opts.isolate else 0.0)
         total += start + (1 + c.repeats) * steps * c.batch * n / rate
     return [throughput._case_id(c) for c in cases], total
 

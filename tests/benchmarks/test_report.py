@@ -407,7 +407,7 @@ def test_gpu_dry_run_lists_every_section_and_configuration(capsys):
     text = capsys.readouterr().out
     for name in ("gpu_tests", "throughput_vector", "throughput_rgb", "bridge", "scan"):
         assert f"\n{name}: " in text, name
-    for batch in (4096, 16384, 65536, 262144, 1048576, 256, 1024):
+    for batch in (4096, 65536, 1048576, 256, 2048, 16384):
         assert f"batch={batch}\n" in text, batch
     assert "--device cuda" in text and '-k "cuda or test_torch_bridge"' in text
     assert "Estimated total" in text
