@@ -102,7 +102,7 @@ def pixel_coords(config: EnvConfig, agents: AgentState) -> tuple[jax.Array, jax.
 def _tail_points(
     config: EnvConfig, px: jax.Array, py: jax.Array, heading: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    """(4 n,) int32 x and y of the tail points, k-major: entry k n + j is agent j's (k+1)-th."""
+    """(4, n) int32 x and y of the tail points: entry [k, j] is agent j's (k+1)-th."""
     rx, ry = config.resolution
     k = jnp.arange(1, 5, dtype=jnp.float32)[:, None]
     cos_h, sin_h = heading_trig(heading)  # the step's own, computed once (XLA merges them)
@@ -110,7 +110,7 @@ def _tail_points(
     ty = py.astype(jnp.float32) - k * sin_h
     tx = jnp.clip(tx, 0, rx - 1).astype(jnp.int32)
     ty = jnp.clip(ty, 0, ry - 1).astype(jnp.int32)
-    return stored(tx.reshape(-1)), stored(ty.reshape(-1))
+    return stored(tx), stored(ty)
 
 
 def _sprite_points(
@@ -228,7 +228,7 @@ def _draw(
         img = draw(img, wx, wy, jnp.broadcast_to(jnp.asarray(WAYPOINT_RGB), (v, wx.size, 3)))
 
     tx, ty = _tail_points(config, px, py, heading)
-    img = _draw_tails(img, tx.reshape(4, -1), ty.reshape(4, -1), viewers)
+    img = _draw_tails(img, tx, ty, viewers)
 
     if viewers.ego:
         cx, cy = _drop_outside(config, px, py)
