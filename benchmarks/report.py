@@ -248,20 +248,21 @@ PRESETS: dict[str, Preset] = {
 # ------------------------------------------------------------------------------------------
 
 # Rough costs for --dry-run: seconds to start a Python process with JAX (and torch) ready,
-# seconds of one compile of a rollout (the bridge's auto-resetting step: `bridge_compiles`
-# times that; a throughput rollout of the auto-resetting step, its default: `reset_compile_s`,
-# on the CPU 4.2-4.6 s in the quick preset of 2026-12-03), agent-steps/s by observation type,
-# seconds per call of a Python-driven step, and S5 block milliseconds per element of T x
-# batch x P (the sequential loop costs `seq_factor` times more, plus `seq_step_ms` per step).
-# "cpu": from runs of the quick preset on a 2-core EPYC VM; "gpu": an H100-class guess (see
-# the "gpu" preset above).
+# seconds of one compile of a rollout of the plain step (`compile_s`) and of the
+# auto-resetting step (`reset_compile_s`; throughput's default and the bridge's step: on the
+# CPU 4.2-4.6 s in the quick preset of 2026-12-03), the bridge's compiles per configuration
+# (below 1 where its configurations share a compiled step), agent-steps/s by observation
+# type, seconds per call of a Python-driven step, and S5 block milliseconds per element of
+# T x batch x P (the sequential loop costs `seq_factor` times more, plus `seq_step_ms` per
+# step). "cpu": from runs of the quick preset on a 2-core EPYC VM; "gpu": an H100-class guess
+# (see the "gpu" preset above).
 COSTS = {
     "cpu": {"process_s": 4.5, "compile_s": 2.5, "reset_compile_s": 4.5, "dispatch_s": 1e-3,
             "rate": {"vector": 4e6, "rgb": 3.5e5}, "scan_ms_per_elem": 8e-5, "seq_factor": 5.0,
-            "seq_step_ms": 0.0, "tests_s": 30.0, "bridge_compiles": 2.0},
+            "seq_step_ms": 0.0, "tests_s": 30.0, "bridge_compiles": 1.1},
     "gpu": {"process_s": 6.0, "compile_s": 6.0, "reset_compile_s": 12.0, "dispatch_s": 2e-4,
             "rate": {"vector": 3e8, "rgb": 2e7}, "scan_ms_per_elem": 1e-6, "seq_factor": 1.0,
-            "seq_step_ms": 1.5, "tests_s": 30.0, "bridge_compiles": 1.0},
+            "seq_step_ms": 1.5, "tests_s": 30.0, "bridge_compiles": 0.5},
 }  # fmt: skip
 
 
@@ -343,7 +344,7 @@ def _bridge_plan(args: list[str], cost: dict) -> tuple[list[str], float]:
             total += cost["compile_s"] + opts.repeats * opts.gym_duration
         else:
             work = (1 + opts.repeats) * opts.steps * batch * n / cost["rate"]["vector"]
-            total += cost["bridge_compiles"] * cost["compile_s"] + work
+            total += cost["bridge_compiles"] * cost["reset_compile_s"] + work
     return [f"{impl} batch={b}" for impl, b in rows], total
 
 
