@@ -253,6 +253,14 @@ def _measure(entries: list[_Entry], repeats: int, log=sys.stderr) -> list[dict[s
     return rows
 
 
+def _profiled_case(batch: int):
+    """The profiled rollout: the plain step. Every call starts again from the freshly reset
+    carry, so a short scan times live games, and the ablations replace this same step."""
+    from benchmarks.throughput import Case
+
+    return Case("profiled", batch=batch, step_fn="step")
+
+
 def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
                 obs_shape=None) -> _Entry:  # fmt: skip
     """A compiled scan of `steps` batched steps (the throughput harness's rollout); with
@@ -262,12 +270,9 @@ def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
     import jax
     import jax.numpy as jnp
 
-    from benchmarks.throughput import Case, build_rollout
+    from benchmarks.throughput import build_rollout
 
-    # The plain step: every call starts from the freshly reset carry, so a short scan times
-    # live games, and the ablations (`env_step`) replace this same step.
-    case = Case("profiled", batch=batch, step_fn="step")
-    rollout, carry = build_rollout(config, case, steps, env_step)
+    rollout, carry = build_rollout(config, _profiled_case(batch), steps, env_step)
     if obs_shape is not None:
         carry = (carry[0], jnp.zeros(obs_shape, jnp.float32), carry[2])
     t0 = time.perf_counter()
@@ -646,10 +651,9 @@ def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
 
     import jax
 
-    from benchmarks.throughput import Case, build_rollout
+    from benchmarks.throughput import build_rollout
 
-    case = Case("profiled", batch=batch, step_fn="step")  # as `_scan_entry`
-    rollout, carry = build_rollout(config, case, steps, None)
+    rollout, carry = build_rollout(config, _profiled_case(batch), steps, None)
     compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(1)).compile()
     text = compiled.as_text()
     jax.block_until_ready(compiled(carry, jax.random.PRNGKey(0)))
