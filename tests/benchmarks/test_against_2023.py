@@ -20,6 +20,11 @@ import jax.numpy as jnp
 import type_enforced
 
 
+def _log(var, line):
+    with open(os.environ[var], "a") as log:
+        log.write(line + "\\n")
+
+
 class _Env:
     n_agents = 3
     discrete_actions = False
@@ -27,14 +32,13 @@ class _Env:
     @type_enforced.Enforcer
     def v_reset(self, keys):
         if os.environ.get("FAKE_RESET_LOG"):  # one line per reset, for the test of --fresh
-            with open(os.environ["FAKE_RESET_LOG"], "a") as log:
-                log.write("reset\\n")
+            _log("FAKE_RESET_LOG", "reset")
         b = keys.shape[0]
         return jnp.zeros((b, 3, 2)), {"t": jnp.zeros(b)}
 
     def v_step(self, states, actions, keys):
         if os.environ.get("FAKE_STEP_LOG"):  # one line per step run, for the test of --warm
-            jax.debug.callback(lambda: open(os.environ["FAKE_STEP_LOG"], "a").write("step\\n"))
+            jax.debug.callback(lambda: _log("FAKE_STEP_LOG", "step"))
         states = jax.tree_map(lambda t: t + 1, states)
         b = keys.shape[0]
         return actions[..., :2], states, jnp.zeros((b, 3)), jnp.zeros((b, 3)), jnp.zeros(b)
