@@ -23,6 +23,7 @@ from gigastep import _checks
 from gigastep._checks import check_actions
 from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game import dynamics, interactions, rewards, waypoints
+from gigastep.game import random as grandom
 from gigastep.game.batching import reset_where, select_games, where_masked
 from gigastep.game.maps import map_arrays
 from gigastep.game.observations import first_observation, global_view, observe
@@ -324,7 +325,7 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: 
     if score is not None:
         check_score(config, score)
     _checks.check_key(key)
-    k_step, k_reset = jax.random.split(key)
+    k_step, k_reset = grandom.split(key)
     noise, step_stream = _noise_and_stream(config, k_step)
     adv = advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
@@ -431,7 +432,7 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLi
         state: EnvState, acts: ArrayLike, key: jax.Array
     ) -> tuple[Advanced, StepNoise, jax.Array, jax.Array | None]:
         _checks.check_key(key)
-        k_step, k_reset = jax.random.split(key)
+        k_step, k_reset = grandom.split(key)
         noise, stream = _noise_and_stream(config, k_step)
         return advance(config, state, acts, noise), noise, k_reset, stream
 

@@ -6,18 +6,28 @@ from the key with threefry and expands them with Wellons' `lowbias32` integer ha
 a counter (a counter-based generator in the style of Random123/Squares). The result is a pure
 function of the key: same key, same numbers, under jit, vmap or not. Uniforms have 24 random
 bits (float32 resolution), in [0, 1).
+
+Threefry, unrolled. `seed_words`, `split`, `fold_in` and `randint` return exactly what
+`jax.random.bits`, `jax.random.split`, `jax.random.fold_in` and `jax.random.randint` return for
+a threefry key (raw uint32 data or a typed key, either `jax_threefry_partitionable` mode), but
+evaluate the Threefry-2x32 hash as straight-line code. On the CPU JAX lowers that hash as a
+rolled loop of five iterations, i.e. a dozen small kernels and copies per call, which in a
+batched step of 1,024 games cost more than the arithmetic; written out, XLA fuses the hash into
+its consumers. Keys of another PRNG implementation, or of another shape, go to `jax.random`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["lowbias32", "seed_words", "stream", "stream_from_seed", "uniform", "uniforms",
-           "uniforms_from_seed"]  # fmt: skip
+from gigastep.game.xla import stored
+
+__all__ = ["fold_in", "lowbias32", "randint", "seed_words", "split", "stream", "stream_from_seed",
+           "threefry2x32", "uniform", "uniforms", "uniforms_from_seed"]  # fmt: skip
 
 _GOLDEN = np.uint32(0x9E3779B9)
 
@@ -43,9 +53,121 @@ def uniform(key: jax.Array, shape: Sequence[int]) -> jax.Array:
     return uniforms(key, [shape])[0]
 
 
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def threefry2x32(
+    key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Threefry-2x32 with 20 rounds (Salmon et al., SC 2011) of the counters (x1, x2) under the
+    key (key1, key2), all uint32 (broadcast together): the hash of JAX's threefry2x32
+    generator, bit for bit, as straight-line code."""
+    ks = (key1, key2, key1 ^ key2 ^ _PARITY)
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = x1 ^ ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r)))
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    # Stored, not recomputed: XLA would otherwise copy the ~100 operations of the hash into
+    # every fusion that reads its words (e.g. once per agent pair of the step's noise).
+    return stored(x1), stored(x2)
+
+
+def _threefry_data(key: jax.Array) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]] | None:
+    """(the (2,) uint32 data of one threefry key, a function that makes keys of the same kind
+    from (..., 2) data), or None for a key that is not one threefry key."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        impl = jax.random.key_impl(key)
+        if key.shape != () or str(impl) != "threefry2x32":
+            return None
+        return jax.random.key_data(key), lambda data: jax.random.wrap_key_data(data, impl=impl)
+    if (
+        key.shape == (2,)
+        and key.dtype == jnp.uint32
+        and jax.config.jax_default_prng_impl == "threefry2x32"  # type: ignore[attr-defined]
+    ):
+        return key, lambda data: data
+    return None
+
+
+def _partitionable() -> bool:
+    return bool(jax.config.jax_threefry_partitionable)  # type: ignore[attr-defined]
+
+
+def _counters(count: int) -> tuple[jax.Array, jax.Array]:
+    """The (high, low) 32-bit words of the 64-bit counters 0 .. count - 1 (partitionable mode)."""
+    return jnp.zeros(count, jnp.uint32), jnp.arange(count, dtype=jnp.uint32)
+
+
+def _bits(data: jax.Array, count: int) -> jax.Array:
+    """(count,) uint32: `jax.random.bits(key, (count,), jnp.uint32)` of threefry key data."""
+    k1, k2 = data[0], data[1]
+    if _partitionable():
+        hi, lo = threefry2x32(k1, k2, *_counters(count))
+        return hi ^ lo
+    half = (count + 1) // 2  # an odd count is padded with one zero counter, then cut
+    counts = jnp.arange(2 * half, dtype=jnp.uint32).at[count:].set(0)
+    y1, y2 = threefry2x32(k1, k2, counts[:half], counts[half:])
+    return jnp.concatenate([y1, y2])[:count]
+
+
 def seed_words(key: jax.Array) -> jax.Array:
-    """(2,) uint32: the two words drawn from `key` (threefry) that seed its counter streams."""
-    return jax.random.bits(key, (2,), jnp.uint32)
+    """(2,) uint32: the two words drawn from `key` that seed its counter streams,
+    `jax.random.bits(key, (2,), jnp.uint32)`."""
+    got = _threefry_data(key)
+    if got is None:
+        return jax.random.bits(key, (2,), jnp.uint32)
+    return _bits(got[0], 2)
+
+
+def _split(data: jax.Array, num: int) -> jax.Array:
+    """(num, 2) uint32: the data of `jax.random.split(key, num)` of threefry key data."""
+    if _partitionable():
+        y1, y2 = threefry2x32(data[0], data[1], *_counters(num))
+        return jnp.stack([y1, y2], axis=1)
+    counts = jnp.arange(2 * num, dtype=jnp.uint32)
+    y1, y2 = threefry2x32(data[0], data[1], counts[:num], counts[num:])
+    return jnp.concatenate([y1, y2]).reshape(num, 2)
+
+
+def split(key: jax.Array, num: int = 2) -> jax.Array:
+    """`jax.random.split(key, num)`, the same keys."""
+    got = _threefry_data(key)
+    if got is None:
+        return jax.random.split(key, num)
+    data, wrap = got
+    return wrap(_split(data, num))
+
+
+def fold_in(key: jax.Array, data: int | jax.Array) -> jax.Array:
+    """`jax.random.fold_in(key, data)` for a 32-bit integer `data`, the same key."""
+    got = _threefry_data(key)
+    value = jnp.asarray(data)
+    if got is None or value.shape != () or value.dtype not in (jnp.int32, jnp.uint32):
+        return jax.random.fold_in(key, data)
+    words, wrap = got
+    y1, y2 = threefry2x32(words[0], words[1], jnp.zeros((1,), jnp.uint32),
+                          value.astype(jnp.uint32)[None])  # fmt: skip
+    return wrap(jnp.concatenate([y1, y2]))
+
+
+def randint(key: jax.Array, minval: int, maxval: int) -> jax.Array:
+    """() int32: `jax.random.randint(key, (), minval, maxval)` for int32 bounds, the same
+    number (uniform over [minval, maxval) up to a bias below 2^-32 (maxval - minval)^2, as
+    JAX's: two 32-bit draws, reduced modulo the span)."""
+    got = _threefry_data(key)
+    if got is None or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+        return jax.random.randint(key, (), minval, maxval)  # (64-bit draws under x64)
+    span = np.uint32(maxval - minval if maxval > minval else 1)
+    pair = _split(got[0], 2)
+    high, low = _bits(pair[0], 1)[0], _bits(pair[1], 1)[0]
+    # 2^32 mod span as JAX computes it, the square in wrapping uint32 arithmetic.
+    multiplier = np.uint32((2**16 % int(span)) ** 2 % 2**32 % int(span))
+    offset = ((high % span) * multiplier + low % span) % span
+    return jnp.int32(minval) + offset.astype(jnp.int32)
 
 
 def stream(key: jax.Array, shapes: Sequence[Sequence[int]], index: int) -> jax.Array:
