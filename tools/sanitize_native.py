@@ -42,7 +42,7 @@ def _stress(batches: list[int]) -> None:
 
     sys.path.insert(0, str(ROOT))
     from gigastep.game import _native
-    from tests import test_native_vector_obs as t
+    from tests.game import test_native_vector_obs as t
 
     ok, detail = _native._load_cached()
     if not ok or os.environ["GIGASTEP_CACHE_DIR"] not in detail:
