@@ -46,6 +46,7 @@ struct Params {
 
 struct Game {
   const float *x, *y, *z, *h, *v, *health, *dist, *comm, *boxes, *waypoint;
+  const float* dist_end;  // one past the batch's last distance (bounds the vector loads)
   const uint32_t* stream;  // when comm is null: (seed0, seed1, start)
   const bool *alive, *detected;
   float waypoint_time;
@@ -53,11 +54,14 @@ struct Game {
 };
 
 // floor without a libm call (baseline x86-64 has no rounding instruction): exact for every
-// float, as floats of magnitude >= 2^23 (and NaN, inf) are returned unchanged.
+// float, as floats of magnitude >= 2^23 (and NaN, inf) are returned unchanged. Branch-free
+// (selects): the sign of a heading difference is a coin flip, which a branch mispredicts.
 inline float Floor(float a) {
-  if (!(std::fabs(a) < 8388608.0f)) return a;
-  const float t = static_cast<float>(static_cast<int32_t>(a));  // truncation toward zero
-  return t > a ? t - 1.0f : t;
+  const bool small = std::fabs(a) < 8388608.0f;
+  const float c = small ? a : 0.0f;  // in int32 range, so the conversion is defined
+  const float t = static_cast<float>(static_cast<int32_t>(c));  // truncation toward zero
+  const float f = t - (t > c ? 1.0f : 0.0f);
+  return small ? f : a;
 }
 
 // wrap_angle of gigastep/dynamics.py, a - 2 pi floor((a + pi) / (2 pi)), evaluated the way
@@ -176,25 +180,41 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
     // count per lane; no horizontal sums.
     typedef float F4 __attribute__((vector_size(16)));
     typedef int32_t I4 __attribute__((vector_size(16)));
-    float key[16];
-    for (int i = 0; i < 16; ++i) {
-      key[i] = i < n && ((seen_e >> i) & 1) ? SeenKey(dist[i]) : INFINITY;
-    }
-    key[e] = -1.0f;
     const int words = (n + 3) / 4;
-    F4 keys[4];
+    const F4 inf = {INFINITY, INFINITY, INFINITY, INFINITY};
+    F4 keys[4] = {inf, inf, inf, inf};
     I4 lane[4], before[4];
     for (int w = 0; w < 4; ++w) {
-      for (int l = 0; l < 4; ++l) {
-        keys[w][l] = key[4 * w + l];
-        lane[w][l] = 4 * w + l;
-      }
+      lane[w] = I4{0, 1, 2, 3} + 4 * w;
       before[w] = I4{0, 0, 0, 0};
+    }
+    if (dist + 4 * words <= g.dist_end) {
+      // The row's keys straight into vector registers: lanes past n read the next row(s), and
+      // are masked off with the unseen agents (their bits of seen_e are 0).
+      const F4 fmax = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX};
+      const I4 seen4 = I4{1, 1, 1, 1} * static_cast<int32_t>(seen_e & 0xFFFF);
+      for (int w = 0; w < words; ++w) {
+        F4 d;
+        std::memcpy(&d, dist + 4 * w, sizeof d);
+        const I4 pow2 = I4{1, 2, 4, 8} << (4 * w);
+        const I4 seen_lane = (seen4 & pow2) != 0;
+        const I4 key = ((I4)d & (d < inf)) | ((I4)fmax & ~(d < inf));  // SeenKey
+        keys[w] = (F4)((key & seen_lane) | ((I4)inf & ~seen_lane));
+      }
+    } else {
+      for (int i = 0; i < n; ++i) {
+        if ((seen_e >> i) & 1) keys[i / 4][i % 4] = SeenKey(dist[i]);
+      }
+    }
+    const F4 minus_one = {-1.0f, -1.0f, -1.0f, -1.0f};
+    for (int w = 0; w < words; ++w) {  // the ego's key, -1 (a select: no scalar store)
+      const I4 ego = lane[w] == e;
+      keys[w] = (F4)(((I4)keys[w] & ~ego) | ((I4)minus_one & ego));
     }
     // Only seen agents (and the ego) can be before a seen agent: unseen keys are +inf.
     for (uint64_t bits = seen_e | (uint64_t{1} << e); bits; bits &= bits - 1) {
       const int j = __builtin_ctzll(bits);
-      const float kj = key[j];
+      const float kj = keys[j / 4][j % 4];
       for (int w = 0; w < words; ++w) {
         // j is before lane i: key_j < key_i, or equal keys and j < i.
         before[w] -= (kj < keys[w]) | ((kj == keys[w]) & (j < lane[w]));
@@ -452,6 +472,7 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
       g.health = health.typed_data() + a;
       g.alive = alive.typed_data() + a;
       g.dist = dist.typed_data() + aa;
+      g.dist_end = dist.typed_data() + dist.element_count();
       g.detected = detected.typed_data() + aa;
       g.comm = from_stream ? nullptr : comm.typed_data<float>() + aa;
       g.stream = from_stream ? comm.typed_data<uint32_t>() + 3 * b : nullptr;
