@@ -15,6 +15,7 @@ import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game.dynamics import heading_trig, wrap_angle
+from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig
 
 __all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
@@ -52,7 +53,8 @@ def in_cone(angle: float, geo: Geometry, heading: jax.Array) -> jax.Array:
     if angle > math.pi:
         return jnp.ones_like(geo.d2, dtype=bool)
     ahead = geo.cos_bearing > np.float32(math.cos(angle)) * geo.dist
-    coincident = jnp.abs(wrap_angle(-heading))[None, :] < np.float32(angle)
+    # |wrap(-h_j)| per observer, stored: read by every pair, else recomputed for each of them
+    coincident = stored(jnp.abs(wrap_angle(-heading)))[None, :] < np.float32(angle)
     return jnp.where(geo.d2 > 0, ahead, coincident)
 
 
