@@ -7,13 +7,13 @@ a counter (a counter-based generator in the style of Random123/Squares). The res
 function of the key: same key, same numbers, under jit, vmap or not. Uniforms have 24 random
 bits (float32 resolution), in [0, 1).
 
-Threefry, unrolled. `seed_words`, `split`, `fold_in` and `randint` return exactly what
-`jax.random.bits`, `jax.random.split`, `jax.random.fold_in` and `jax.random.randint` return for
-a threefry key (raw uint32 data or a typed key, either `jax_threefry_partitionable` mode), but
-evaluate the Threefry-2x32 hash as straight-line code. On the CPU JAX lowers that hash as a
-rolled loop of five iterations, i.e. a dozen small kernels and copies per call, which in a
-batched step of 1,024 games cost more than the arithmetic; written out, XLA fuses the hash into
-its consumers. Keys of another PRNG implementation, or of another shape, go to `jax.random`.
+Threefry, unrolled. `seed_words` and `split` return exactly what `jax.random.bits` and
+`jax.random.split` return for a threefry key (raw uint32 data or a typed key, either
+`jax_threefry_partitionable` mode), but evaluate the Threefry-2x32 hash as straight-line code.
+On the CPU JAX lowers that hash as a rolled loop of five iterations, a dozen small kernels and
+copies per draw (it compiles faster); the step draws this way on every call, so it is written
+out there. The reset, which runs for finished games only, keeps `jax.random`. Keys of another
+PRNG implementation, or of another shape, go to `jax.random`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import numpy as np
 
 from gigastep.game.xla import stored
 
-__all__ = ["fold_in", "lowbias32", "randint", "seed_words", "split", "stream", "stream_from_seed",
-           "threefry2x32", "uniform", "uniforms", "uniforms_from_seed"]  # fmt: skip
+__all__ = ["lowbias32", "seed_words", "split", "stream", "stream_from_seed", "threefry2x32",
+           "uniform", "uniforms", "uniforms_from_seed"]  # fmt: skip
 
 _GOLDEN = np.uint32(0x9E3779B9)
 
@@ -140,34 +140,6 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
         return jax.random.split(key, num)
     data, wrap = got
     return wrap(_split(data, num))
-
-
-def fold_in(key: jax.Array, data: int | jax.Array) -> jax.Array:
-    """`jax.random.fold_in(key, data)` for a 32-bit integer `data`, the same key."""
-    got = _threefry_data(key)
-    value = jnp.asarray(data)
-    if got is None or value.shape != () or value.dtype not in (jnp.int32, jnp.uint32):
-        return jax.random.fold_in(key, data)
-    words, wrap = got
-    y1, y2 = threefry2x32(words[0], words[1], jnp.zeros((1,), jnp.uint32),
-                          value.astype(jnp.uint32)[None])  # fmt: skip
-    return wrap(jnp.concatenate([y1, y2]))
-
-
-def randint(key: jax.Array, minval: int, maxval: int) -> jax.Array:
-    """() int32: `jax.random.randint(key, (), minval, maxval)` for int32 bounds, the same
-    number (uniform over [minval, maxval) up to a bias below 2^-32 (maxval - minval)^2, as
-    JAX's: two 32-bit draws, reduced modulo the span)."""
-    got = _threefry_data(key)
-    if got is None or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-        return jax.random.randint(key, (), minval, maxval)  # (64-bit draws under x64)
-    span = np.uint32(maxval - minval if maxval > minval else 1)
-    pair = _split(got[0], 2)
-    high, low = _bits(pair[0], 1)[0], _bits(pair[1], 1)[0]
-    # 2^32 mod span as JAX computes it, the square in wrapping uint32 arithmetic.
-    multiplier = np.uint32((2**16 % int(span)) ** 2 % 2**32 % int(span))
-    offset = ((high % span) * multiplier + low % span) % span
-    return jnp.int32(minval) + offset.astype(jnp.int32)
 
 
 def stream(key: jax.Array, shapes: Sequence[Sequence[int]], index: int) -> jax.Array:

@@ -58,7 +58,7 @@ def reset_state(config: EnvConfig, key: jax.Array) -> tuple[EnvState, jax.Array]
 
 def reset_keys(key: jax.Array) -> jax.Array:
     """(k_map, k_place, k_comm): the three keys a reset splits its key into."""
-    return grandom.split(key, 3)
+    return jax.random.split(key, 3)
 
 
 def map_index(config: EnvConfig, k_map: jax.Array) -> jax.Array:
@@ -66,13 +66,13 @@ def map_index(config: EnvConfig, k_map: jax.Array) -> jax.Array:
     n_maps = len(config.maps)
     if n_maps == 1:
         return jnp.int32(0)
-    return grandom.randint(k_map, 0, n_maps)
+    return jax.random.randint(k_map, (), 0, n_maps)
 
 
 def placement_uniforms(config: EnvConfig, k_place: jax.Array, round_: int | jax.Array) -> jax.Array:
     """(4, n) float32 uniforms in [0, 1) of placement round `round_` (0: the first draw,
     r >= 1: the r-th redraw): the fractions of x, y, z and heading across each agent's ranges."""
-    return grandom.uniform(grandom.fold_in(k_place, round_), (4, config.n_agents))
+    return grandom.uniform(jax.random.fold_in(k_place, round_), (4, config.n_agents))
 
 
 def place_agents(

@@ -48,15 +48,6 @@ DRAWS = {
     "split": (grandom.split, jax.random.split),
     "split 3": (lambda k: grandom.split(k, 3), lambda k: jax.random.split(k, 3)),
     "split 5": (lambda k: grandom.split(k, 5), lambda k: jax.random.split(k, 5)),
-    "fold_in 7": (lambda k: grandom.fold_in(k, 7), lambda k: jax.random.fold_in(k, 7)),
-    "fold_in -5": (lambda k: grandom.fold_in(k, jnp.int32(-5)),
-                   lambda k: jax.random.fold_in(k, jnp.int32(-5))),
-    "randint [0, 3)": (lambda k: grandom.randint(k, 0, 3),
-                       lambda k: jax.random.randint(k, (), 0, 3)),
-    "randint [-5, 70000)": (lambda k: grandom.randint(k, -5, 70000),
-                            lambda k: jax.random.randint(k, (), -5, 70000)),
-    "randint [4, 4)": (lambda k: grandom.randint(k, 4, 4),
-                       lambda k: jax.random.randint(k, (), 4, 4)),
 }  # fmt: skip
 
 
@@ -80,13 +71,6 @@ def test_draws_equal_jax_random_on_typed_keys(threefry_mode):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
 
 
-def test_a_traced_fold_in_value_gives_jax_keys():
-    keys = _keys(8)
-    got = jax.jit(jax.vmap(grandom.fold_in))(keys, jnp.arange(8, dtype=jnp.int32) * 1000 - 3)
-    want = jax.vmap(jax.random.fold_in)(keys, jnp.arange(8, dtype=jnp.int32) * 1000 - 3)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-
-
 def test_keys_of_another_implementation_are_drawn_by_jax():
     key = jax.random.key(3, impl="rbg")
     np.testing.assert_array_equal(
@@ -104,9 +88,11 @@ def _while_loops(fn, *args) -> list[str]:
             for line in text.splitlines() if " while(" in line]  # fmt: skip
 
 
-def test_the_compiled_step_and_reset_keep_no_threefry_loop():
-    """On the CPU JAX lowers its Threefry hash as a rolled loop; the game's own draws must not
-    (the step has no loop at all; the reset keeps only its placement redraw loop)."""
+def test_the_compiled_step_keeps_no_threefry_loop():
+    """On the CPU JAX lowers its Threefry hash as a rolled loop; the step's own draws must not
+    (the plain step has no loop at all; the auto-resetting step none outside its resets, which
+    draw with `jax.random`: they run for the finished games only, and unrolled they compiled
+    slower)."""
     import gigastep
 
     env = gigastep.make("identical_2_vs_2")
@@ -114,7 +100,6 @@ def test_the_compiled_step_and_reset_keep_no_threefry_loop():
     _, states = env.v_reset(keys)
     actions = jnp.zeros((3, env.n_agents, 3))
     assert _while_loops(env.v_step, states, actions, keys) == []
-    loops = _while_loops(env.v_reset, keys)
-    assert len(loops) == 1 and "threefry" not in loops[0], loops
     auto = _while_loops(lambda s, a, k: env.v_step_autoreset(s, a, k)[:2], states, actions, keys)
-    assert not any("threefry" in name or "randint" in name for name in auto), auto
+    assert auto, "the resets' loops are expected inside the auto-resetting step"
+    assert [name for name in auto if "/cond/" not in name] == [], auto
