@@ -21,10 +21,11 @@ def stored(x: jax.Array) -> jax.Array:
     for every element that reads them. Measured on the pure JAX step, 5v5 pobs, 1,024 games:
     1.25x (docs/benchmarks.md).
 
-    The boundary is a cumulative max over (lowest, x), i.e. a reduce-window, whose output XLA
-    writes out: its second lane is max(lowest, x) = x. (A plain reduction max(x, lowest) is a
-    boundary too, but XLA's CPU backend hands float reductions to YNNPACK, which first writes
-    a padded copy of the input; the reduce-window measured 1.03-1.11x over it in the step.)
+    On the CPU the boundary is a cumulative max over (lowest, x), i.e. a reduce-window, whose
+    output XLA writes out: its second lane is max(lowest, x) = x. (A plain reduction
+    max(x, lowest) is a boundary too, but XLA's CPU backend hands float reductions to YNNPACK,
+    which first writes a padded copy of the input; the reduce-window measured 1.03-1.11x over
+    it in the step.) Elsewhere (GPUs, where the reduce-window was not measured) the reduction.
     """
     if jnp.issubdtype(x.dtype, jnp.floating):
         lowest = -jnp.inf
@@ -32,7 +33,12 @@ def stored(x: jax.Array) -> jax.Array:
         lowest = jnp.iinfo(x.dtype).min
     else:
         raise TypeError(f"stored: expected a float or integer array, got dtype {x.dtype}")
-    return jax.lax.cummax(jnp.stack([jnp.full_like(x, lowest), x]), axis=0)[1]
+    pair = jnp.stack([jnp.full_like(x, lowest), x])
+    return jax.lax.platform_dependent(
+        pair,
+        cpu=lambda p: jax.lax.cummax(p, axis=0)[1],
+        default=lambda p: jnp.max(p, axis=0),
+    )
 
 
 def varying_like(inputs: Any, out: Any) -> Any:

@@ -32,3 +32,11 @@ def test_stored_returns_integers_unchanged_including_the_lowest_value(dtype):
 def test_stored_names_the_dtype_it_cannot_store():
     with pytest.raises(TypeError, match="expected a float or integer array, got dtype bool"):
         stored(jnp.zeros(3, bool))
+
+
+@pytest.mark.parametrize(("platform", "window"), [("cpu", True), ("cuda", False)])
+def test_stored_is_a_reduce_window_on_the_cpu_and_a_reduction_elsewhere(platform, window):
+    """The CPU form avoids XLA's YNNPACK reductions; other platforms keep the measured one."""
+    text = jax.jit(stored).trace(jnp.zeros(5)).lower(lowering_platforms=(platform,)).as_text()
+    assert ("reduce_window" in text) is window
+    assert ("stablehlo.reduce(" in text) is not window
