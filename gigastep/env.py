@@ -23,12 +23,11 @@ from gigastep import _checks
 from gigastep._checks import check_actions
 from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game import dynamics, interactions, rewards, waypoints
-from gigastep.game import random as grandom
 from gigastep.game.batching import reset_where, select_games, where_masked
 from gigastep.game.maps import map_arrays
 from gigastep.game.observations import first_observation, global_view, observe
 from gigastep.game.observations.global_state import state_vector, state_vector_size
-from gigastep.game.random import seed_words, stream_from_seed, uniforms_from_seed
+from gigastep.game.random import seed_words, split, stream_from_seed, uniforms_from_seed
 from gigastep.game.reset import reset_state, reset_state_streamed
 from gigastep.game.rewards import check_score
 from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
@@ -325,7 +324,7 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: 
     if score is not None:
         check_score(config, score)
     _checks.check_key(key)
-    k_step, k_reset = grandom.split(key)
+    k_step, k_reset = split(key)
     noise, step_stream = _noise_and_stream(config, k_step)
     adv = advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
@@ -432,7 +431,7 @@ def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLi
         state: EnvState, acts: ArrayLike, key: jax.Array
     ) -> tuple[Advanced, StepNoise, jax.Array, jax.Array | None]:
         _checks.check_key(key)
-        k_step, k_reset = grandom.split(key)
+        k_step, k_reset = split(key)
         noise, stream = _noise_and_stream(config, k_step)
         return advance(config, state, acts, noise), noise, k_reset, stream
 

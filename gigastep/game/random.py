@@ -97,36 +97,25 @@ def _partitionable() -> bool:
     return bool(jax.config.jax_threefry_partitionable)  # type: ignore[attr-defined]
 
 
-def _counters(count: int) -> tuple[jax.Array, jax.Array]:
-    """The (high, low) 32-bit words of the 64-bit counters 0 .. count - 1 (partitionable mode)."""
-    return jnp.zeros(count, jnp.uint32), jnp.arange(count, dtype=jnp.uint32)
-
-
-def _bits(data: jax.Array, count: int) -> jax.Array:
-    """(count,) uint32: `jax.random.bits(key, (count,), jnp.uint32)` of threefry key data."""
-    k1, k2 = data[0], data[1]
-    if _partitionable():
-        hi, lo = threefry2x32(k1, k2, *_counters(count))
-        return hi ^ lo
-    half = (count + 1) // 2  # an odd count is padded with one zero counter, then cut
-    counts = jnp.arange(2 * half, dtype=jnp.uint32).at[count:].set(0)
-    y1, y2 = threefry2x32(k1, k2, counts[:half], counts[half:])
-    return jnp.concatenate([y1, y2])[:count]
-
-
 def seed_words(key: jax.Array) -> jax.Array:
     """(2,) uint32: the two words drawn from `key` that seed its counter streams,
     `jax.random.bits(key, (2,), jnp.uint32)`."""
     got = _threefry_data(key)
     if got is None:
         return jax.random.bits(key, (2,), jnp.uint32)
-    return _bits(got[0], 2)
+    data = got[0]
+    if _partitionable():  # the blocks of counters (0, 0) and (0, 1), each one's words xor-ed
+        blocks = _split(data, 2)
+        return blocks[:, 0] ^ blocks[:, 1]
+    y1, y2 = threefry2x32(data[0], data[1], jnp.zeros(1, jnp.uint32), jnp.ones(1, jnp.uint32))
+    return jnp.concatenate([y1, y2])  # one block of counters (0, 1)
 
 
 def _split(data: jax.Array, num: int) -> jax.Array:
     """(num, 2) uint32: the data of `jax.random.split(key, num)` of threefry key data."""
-    if _partitionable():
-        y1, y2 = threefry2x32(data[0], data[1], *_counters(num))
+    if _partitionable():  # counters (0, i): one block per key
+        zeros, count = jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32)
+        y1, y2 = threefry2x32(data[0], data[1], zeros, count)
         return jnp.stack([y1, y2], axis=1)
     counts = jnp.arange(2 * num, dtype=jnp.uint32)
     y1, y2 = threefry2x32(data[0], data[1], counts[:num], counts[num:])
