@@ -362,7 +362,7 @@ def test_a_failed_build_names_the_command_and_the_compiler_output(tmp_path, monk
         pytest.skip("no C++ compiler")
     broken = tmp_path / "broken.cc"
     broken.write_text("this is not C++;\n")
-    monkeypatch.setattr(_native, "_SOURCE", broken)
+    monkeypatch.setattr(_native, "_SOURCES", [broken])
     monkeypatch.setenv("GIGASTEP_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(_native.BuildError, match=r"compiling the native kernels failed: .*broken"):
         _native.build_library()

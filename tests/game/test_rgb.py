@@ -1,9 +1,11 @@
 """RGB observations and the global view (rules §5.3, §5.4, §13.4 with §15 rows 12, 14-20).
 
-The renderer is called directly on hand-built states (`EnvState.create`) with a hand-chosen
-`seen` matrix and `took_damage` flags. Expected images are built by hand from the rules below;
-the randomised test compares with `_reference_*`, a plain per-pixel NumPy transcription of
-§5.3 / §5.4 written from the rules, not from the code under test.
+Both renderers, the JAX drawing (`rgb_observations`, what GPUs run) and the CPU kernel
+(`native_rgb_observations`, what a CPU step runs), are called directly on hand-built states
+(`EnvState.create`) with a hand-chosen `seen` matrix and `took_damage` flags. Expected images
+are built by hand from the rules below; the randomised test compares with `_reference_*`, a
+plain per-pixel NumPy transcription of §5.3 / §5.4 written from the rules, not from the code
+under test.
 
 Conventions (rules §0): img[px, py, c], first axis world x; px = round(x * (res_x / limit_x))
 (round half to even, the scale one float32 constant), pz = round(z * 255 / z_max).
@@ -19,8 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from gigastep.game import _native
 from gigastep.game.maps import prerender
-from gigastep.game.observations.rgb import global_view, rgb_observations
+from gigastep.game.observations.rgb import global_view, native_rgb_observations, rgb_observations
 from gigastep.types import EnvConfig, EnvState, MapSpec
 
 W = (255, 255, 255)
@@ -41,16 +44,33 @@ def _config(**fields) -> EnvConfig:
     return EnvConfig(**base)
 
 
+def _ego_renderer(name: str):
+    """The ego-image renderer called `name` ("jax" or "native"); skips where the native
+    kernel is switched off or cannot be built."""
+    if name == "jax":
+        return rgb_observations
+    if not _native.enabled():
+        pytest.skip("GIGASTEP_NATIVE=0 switches the native kernels off")
+    if _native._compiler() is None:
+        pytest.skip("no C++ compiler: the native kernels cannot be built here")
+    return native_rgb_observations
+
+
+RENDERERS = ["jax", "native"]
+
+
 class _Renderer:
     """jit-compiled renderers, one compilation per config (configs are hashable)."""
 
-    def __init__(self):
+    def __init__(self, ego_fn=rgb_observations):
         self._cache = {}
+        self._ego_fn = ego_fn
 
     def _fns(self, config):
         if config not in self._cache:
             bg = jnp.asarray(prerender(config))
-            ego = jax.jit(lambda a, e, s, d: rgb_observations(config, bg, a, e, s, d))
+            draw = self._ego_fn
+            ego = jax.jit(lambda a, e, s, d: draw(config, bg, a, e, s, d))
             top = jax.jit(lambda a, e: global_view(config, bg, a, e))
             self._cache[config] = (ego, top)
         return self._cache[config]
@@ -65,9 +85,9 @@ class _Renderer:
         return np.asarray(self._fns(config)[1](state.agents, state.episode))
 
 
-@pytest.fixture(scope="module")
-def render() -> _Renderer:
-    return _Renderer()
+@pytest.fixture(scope="module", params=RENDERERS)
+def render(request) -> _Renderer:
+    return _Renderer(_ego_renderer(request.param))
 
 
 def _ego_frame(rx, ry, damaged=False, cut=None) -> np.ndarray:
@@ -519,13 +539,15 @@ def _stack(cfg, states):
     return jax.tree.map(lambda *a: jnp.stack(a), *built)
 
 
-def test_matches_step_by_step_reference_under_vmap():
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_matches_step_by_step_reference_under_vmap(renderer):
+    draw = _ego_renderer(renderer)
     cfg = RANDOM_CFG
     bg = prerender(cfg)
     states, seen, damaged = _random_states(cfg, np.random.default_rng(0), batch=24)
     batch = _stack(cfg, states)
     bgj = jnp.asarray(bg)
-    ego = jax.jit(jax.vmap(lambda a, e, s, d: rgb_observations(cfg, bgj, a, e, s, d)))
+    ego = jax.jit(jax.vmap(lambda a, e, s, d: draw(cfg, bgj, a, e, s, d)))
     top = jax.jit(jax.vmap(lambda a, e: global_view(cfg, bgj, a, e)))
     obs = np.asarray(ego(batch.agents, batch.episode, jnp.asarray(seen), jnp.asarray(damaged)))
     views = np.asarray(top(batch.agents, batch.episode))

@@ -1,7 +1,10 @@
 """Optional CPU kernels, compiled on first use and registered as XLA FFI targets.
 
-One kernel today: ``gigastep_vector_obs`` (``vector_obs.cc``), visibility plus the vector
-observation of a batch of games in one pass. On the CPU it replaces the XLA lowering of
+Two kernels. ``gigastep_rgb_obs`` (``rgb_obs.cc``) draws the ego images of the RGB
+observation from the integer inputs that `gigastep.game.observations.rgb` computes, the same
+bytes as its JAX drawing, one image at a time. ``gigastep_vector_obs`` (``vector_obs.cc``) is
+visibility plus the vector observation of a batch of games in one pass. On the CPU it
+replaces the XLA lowering of
 `gigastep.game.observations.visibility` + `gigastep.game.observations.vector` with the same values
 bit for bit on every state, finite or not, except that where both give NaN its sign and
 payload bits are not promised (`gigastep.game.observations.vector` defines non-finite states; the
@@ -37,8 +40,9 @@ from typing import Any
 
 __all__ = ["BuildError", "build_library", "enabled", "load", "status"]
 
-_SOURCE = Path(__file__).with_name("vector_obs.cc")
-_TARGETS = {"gigastep_vector_obs": "GigastepVectorObs"}
+_SOURCES = [Path(__file__).with_name(name) for name in ("vector_obs.cc", "rgb_obs.cc")]
+_HEADERS = [Path(__file__).with_name("common.h")]
+_TARGETS = {"gigastep_vector_obs": "GigastepVectorObs", "gigastep_rgb_obs": "GigastepRgbObs"}
 # -ffp-contract=off: no fused multiply-adds, so every result matches XLA's (which does not
 # contract) bit for bit. No -march=native: a cache shared by machines of a cluster must not
 # hold code that some of them cannot run.
@@ -96,7 +100,7 @@ def build_library(force: bool = False) -> Path:
     flags = _flags()
     digest = hashlib.sha256()
     for part in (
-        _SOURCE.read_bytes(),
+        *(path.read_bytes() for path in (*_SOURCES, *_HEADERS)),
         jaxlib.__version__.encode(),
         cxx.encode(),
         cxx_version.encode(),
@@ -114,7 +118,7 @@ def build_library(force: bool = False) -> Path:
     # half-written library, and the last rename wins with identical content.
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=suffix, dir=out.parent)
     os.close(fd)
-    cmd = [cxx, *flags, f"-I{include}", str(_SOURCE), "-o", tmp]
+    cmd = [cxx, *flags, f"-I{include}", *map(str, _SOURCES), "-o", tmp]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:

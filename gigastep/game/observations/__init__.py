@@ -1,9 +1,9 @@
 """The observation phase: what every agent sees of one game (rules §5).
 
-`observe` dispatches to the native CPU kernel (`gigastep.game._native`) where it supports the
-config and to the JAX renderers otherwise: the vector observation (`vector`, with `visibility`),
-the RGB images and the global view (`rgb`), and the centralised state vector
-(`global_state`).
+`observe` dispatches to the native CPU kernels (`gigastep.game._native`) where they support the
+config (the vector observation, the RGB drawing) and to the JAX renderers otherwise: the
+vector observation (`vector`, with `visibility`), the RGB images and the global view (`rgb`),
+and the centralised state vector (`global_state`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gigastep.game.observations.vector import (
     vector_observations,
 )
 from gigastep.game.observations.visibility import finite_agents, visibility
-from gigastep.types import EnvConfig, EnvState, Observation
+from gigastep.types import AgentState, EnvConfig, EnvState, EpisodeState, Observation
 
 __all__ = ["first_observation", "global_view", "observe"]
 
@@ -64,12 +64,26 @@ def _observe_jax(
     seen = visibility(config, agents.alive, geo.dist, detected, comm_noise, finite)
     out: list[jax.Array] = []
     if config.obs_type in ("rgb", "rgb_vector"):
-        images = jnp.asarray(background(config))
-        out.append(rgb.rgb_observations(config, images, agents, episode, seen, took_damage))
+        out.append(_rgb_images(config, agents, episode, seen, took_damage))
     if config.obs_type in ("vector", "rgb_vector"):
         boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
+
+
+def _rgb_images(config: EnvConfig, agents: AgentState, episode: EpisodeState, seen: jax.Array,
+                took_damage: jax.Array) -> jax.Array:  # fmt: skip
+    """The ego images: drawn by the native kernel on the CPU (the same bytes, one image at a
+    time while it is in the cache), by the JAX code everywhere else."""
+    images = jnp.asarray(background(config))
+    args = (agents, episode, seen, took_damage)
+    if rgb.native_rgb_supported(config):
+        return jax.lax.platform_dependent(
+            *args,
+            cpu=lambda *a: rgb.native_rgb_observations(config, images, *a),
+            default=lambda *a: rgb.rgb_observations(config, images, *a),
+        )
+    return rgb.rgb_observations(config, images, *args)
 
 
 def global_view(config: EnvConfig, state: EnvState) -> jax.Array:

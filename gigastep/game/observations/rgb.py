@@ -45,17 +45,18 @@ saturation from the points' pairwise equality, made the whole step about 2x as s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gigastep.game.dynamics import heading_trig
-from gigastep.game.xla import stored
+from gigastep.game.xla import stored, varying_like
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["TAIL_INTENSITY", "global_view", "pixel_coords", "rgb_observations", "sprite_offsets"]
+__all__ = ["TAIL_INTENSITY", "global_view", "native_rgb_observations", "native_rgb_supported",
+           "pixel_coords", "rgb_observations", "sprite_offsets"]  # fmt: skip
 
 TAIL_INTENSITY = (204, 153, 102, 51)
 """Intensity ``255 - 51 k`` of the tail point k = 1..4 pixels behind an agent."""
@@ -308,19 +309,101 @@ def rgb_observations(
     same = jnp.asarray(team[:, None] == team[None, :])  # (e, j)
     seen = seen.astype(bool)
     px, py, pz = pixel_coords(config, agents)
-    cut_scale = jnp.asarray(config.resolution_x / np.asarray(config.max_health), jnp.float32)
     s = seen.astype(jnp.int32)
     other = jnp.stack([255 * s * ~same, pz[None, :] * s, 255 * s * same], -1)
     ego = jnp.stack([255 - pz, jnp.full_like(pz, 255), 255 - pz], -1)
     viewers = _Viewers(
         visible=agents.alive.astype(bool),
         template=took_damage.astype(jnp.int32),
-        bar_cut=stored(jnp.trunc(agents.health * cut_scale).astype(jnp.int32)),
+        bar_cut=stored(_bar_cut(config, agents)),
         tail_channel=jnp.where(seen, jnp.where(same, 2, 0), NO_TAIL),
         colour=jnp.where(jnp.eye(n, dtype=bool)[..., None], ego[:, None, :], other),
         ego=True,
     )
     return _draw(config, background, episode, px, py, agents.heading, viewers)
+
+
+def _bar_cut(config: EnvConfig, agents: AgentState) -> jax.Array:
+    """(n,) int32: the health bar is green for px < trunc(health * res_x / max_health)."""
+    cut_scale = jnp.asarray(config.resolution_x / np.asarray(config.max_health), jnp.float32)
+    return jnp.trunc(agents.health * cut_scale).astype(jnp.int32)
+
+
+def native_rgb_supported(config: EnvConfig) -> bool:
+    """Whether `native_rgb_observations` serves this config: JAX's default backend is the CPU
+    and the kernels are built and loaded (on a GPU machine nothing is compiled or loaded)."""
+    from gigastep.game import _native
+
+    return jax.default_backend() == "cpu" and _native.load()
+
+
+def native_rgb_observations(
+    config: EnvConfig,
+    background: jax.Array,
+    agents: AgentState,
+    episode: EpisodeState,
+    seen: jax.Array,
+    took_damage: jax.Array,
+) -> jax.Array:
+    """`rgb_observations` drawn by one CPU kernel call (FFI target ``gigastep_rgb_obs``,
+    gigastep/game/_native/rgb_obs.cc): the same bytes on every state. The pixel positions,
+    shades, tail points and bar cuts are computed here by the same JAX code; the kernel draws
+    each image from its template while it is in the cache, where XLA draws the batch phase by
+    phase (a pass over every image per phase). CPU only: callers pick it with
+    `jax.lax.platform_dependent`.
+
+    Raises:
+        ValueError: an argument's shape does not fit the config (before any call).
+        RuntimeError: the native kernels are switched off (``GIGASTEP_NATIVE=0``) or could
+            not be built.
+    """
+    from gigastep.game import _native
+
+    n, (rx, ry) = config.n_agents, config.resolution
+    k = np.shape(background)[0] if np.ndim(background) == 4 else 0
+    for name, value, shape in (
+        ("background", background, (max(k, 1), rx, ry, 3)),
+        ("seen", seen, (n, n)),
+        ("took_damage", took_damage, (n,)),
+        ("agents.alive", agents.alive, (n,)),
+    ):
+        if np.shape(value) != shape:
+            raise ValueError(
+                f"native_rgb_observations: {name} has shape {np.shape(value)}; expected "
+                f"{shape} for {n} agents and {rx} x {ry} images"
+            )
+    if not _native.load():
+        raise RuntimeError(
+            "native_rgb_observations: the native CPU kernels are unavailable "
+            f"({_native.status()['detail']}); use rgb_observations"
+        )
+    px, py, pz = pixel_coords(config, agents)
+    tx, ty = _tail_points(config, px, py, agents.heading)
+    if config.enable_waypoints:
+        x0, y0, nx, ny, active = _waypoint_box(config, episode)
+        waypoint = jnp.stack([x0, y0, active.astype(jnp.int32)])
+    else:
+        waypoint, nx, ny = jnp.zeros(3, jnp.int32), 1, 1
+    templates = _templates(config, background, ego=True)
+    map_idx = jnp.int32(0) if templates.shape[0] == 1 else episode.map_idx
+    operands: tuple[Any, ...] = (
+        templates, jnp.asarray(map_idx, jnp.int32), agents.alive.astype(bool),
+        took_damage.astype(bool), _bar_cut(config, agents), waypoint, px, py, pz,
+        jnp.stack([tx, ty]), seen.astype(bool),
+    )  # fmt: skip
+    call = jax.ffi.ffi_call(
+        "gigastep_rgb_obs",
+        jax.ShapeDtypeStruct((n, rx, ry, 3), jnp.uint8),
+        # Operands that a vmap does not batch (the templates) get a batch axis of size 1,
+        # which the kernel broadcasts, instead of a copy per game.
+        vmap_method="expand_dims",
+    )
+    images = call(
+        *operands, res_x=np.int64(rx), res_y=np.int64(ry), waypoint_nx=np.int64(nx),
+        waypoint_ny=np.int64(ny), waypoints=bool(config.enable_waypoints),
+        teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.int64),
+    )  # fmt: skip
+    return varying_like((agents, episode, seen, took_damage), images)
 
 
 def global_view(

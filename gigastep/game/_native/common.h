@@ -1,0 +1,68 @@
+// What the native kernels share: the thread pool loop and the shape text of error messages.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace gigastep_native {
+
+namespace ffi = xla::ffi;
+
+// Runs body(begin, end) over [0, total) in chunks on the caller and XLA's intra-op pool.
+// Chunks are claimed from a shared counter, so the caller only ever waits for chunks that a
+// running worker has claimed: no deadlock even when the pool is busy. Workers that start
+// late find nothing left; the shared state outlives the call for them.
+template <typename Body>
+void ParallelFor(ffi::ThreadPool& pool, int64_t total, int64_t grain, const Body& body) {
+  const int64_t threads = pool.num_threads();
+  const int64_t chunks = std::min<int64_t>((total + grain - 1) / grain, 4 * (threads + 1));
+  if (threads <= 0 || chunks <= 1) {
+    body(0, total);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto state = std::make_shared<State>();
+  const int64_t per = (total + chunks - 1) / chunks;
+  // The body is only used while a chunk is unfinished, i.e. while the caller waits.
+  auto run = [state, chunks, per, total, &body]() {
+    for (int64_t c; (c = state->next.fetch_add(1)) < chunks;) {
+      body(c * per, std::min(total, (c + 1) * per));
+      if (state->done.fetch_add(1) + 1 == chunks) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->cv.notify_all();
+      }
+    }
+  };
+  for (int64_t w = 0; w < std::min(threads, chunks - 1); ++w) {
+    auto task = run;
+    pool.Schedule(std::move(task));
+  }
+  run();
+  std::unique_lock<std::mutex> lock(state->mu);
+  state->cv.wait(lock, [&] { return state->done.load() == chunks; });
+}
+
+// "(2, 3)" for dims {2, 3}, "()" for a scalar.
+template <typename Dims>
+std::string ShapeText(const Dims& dims) {
+  std::string s = "(";
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (k) s += ", ";
+    s += std::to_string(dims[k]);
+  }
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace gigastep_native
