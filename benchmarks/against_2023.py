@@ -3,8 +3,8 @@
     git clone https://github.com/mlech26l/gigastep /path/to/gigastep-2023   # 6288d65 measured
     python -m benchmarks.against_2023 --reference /path/to/gigastep-2023 --rounds 3
     python -m benchmarks.against_2023 --reference R --batch 100000 --steps 4 --repeats 3
-    python -m benchmarks.against_2023 --reference R --batch 64 --sides ours 2023 \\
-        --scenario identical_5_vs_5_fobs_rgb_maps_cont      # RGB 84x84 (pure JAX either way)
+    python -m benchmarks.against_2023 --reference R --batch 64 --repeats 20 \\
+        --scenario identical_5_vs_5_fobs_rgb_maps_cont      # RGB 84x84
 
 (R is the clone's folder; the second line is a million agents, 5 vs 5 x 100,000 games.)
 
@@ -71,8 +71,9 @@ class Options:
     repeats: int = option(5, "timed calls per process (after one compiling call)")
     rounds: int = option(3, "rounds; each runs every side once, in a fresh process, in turn")
     sides: list[str] = option(list(SIDES), "which to run: native (this library as it "
-                              "installs), jax (with GIGASTEP_NATIVE=0), 2023; 'ours' runs as "
-                              "native does, under a name that fits RGB (pure JAX either way)",
+                              "installs: the native CPU kernels of the vector observation and "
+                              "the RGB drawing), jax (with GIGASTEP_NATIVE=0: what GPUs run), "
+                              "2023; 'ours' is native under its name before the RGB kernel",
                               choices=[*SIDES, "ours"])  # fmt: skip
     seed: int = option(0, "seed of the reset and the actions")
     donate: bool = option(True, "donate the observations and states to each call (--no-donate: "

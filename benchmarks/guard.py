@@ -13,6 +13,7 @@ Programs (5 vs 5, continuous actions, uniform random actions drawn inside the pr
                     with GIGASTEP_NATIVE=0
     native_reset    the same scan as native_vec with the auto-resetting step
     jax_rgb         `lax.scan` of the batched step, fobs RGB at RGB_RESOLUTION (pure JAX)
+    native_rgb      the same scan with the native RGB kernel (the images drawn on the CPU)
     torch_loop      `TorchVecEnv.step` called from a Python loop (torch actions, auto-reset)
                     (against native_reset, the auto-resetting scan at the same batch)
 
@@ -82,6 +83,8 @@ RATIOS: tuple[Ratio, ...] = (
     Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.45,
           "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before)",
           "the RGB renderer slowed against the vector path"),
+    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2, "1.58-2.16 (3 runs, 2026-12-04)",
+          "the native RGB kernel lost its lead over the JAX drawing"),
     Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38, "0.50-0.51",
           "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
 )  # fmt: skip
@@ -150,6 +153,7 @@ PROGRAMS: dict[str, Callable[[], tuple[Callable[[int], Any], int]]] = {
     "jax_vec": lambda: _scan_program(VECTOR, BATCH, "step", False),
     "native_reset": lambda: _scan_program(VECTOR, BATCH, "autoreset", True),
     "jax_rgb": lambda: _scan_program(RGB, RGB_BATCH, "step", False, RGB_RESOLUTION),
+    "native_rgb": lambda: _scan_program(RGB, RGB_BATCH, "step", True, RGB_RESOLUTION),
     "torch_loop": lambda: _torch_program(VECTOR, BATCH),
 }
 """Each builds (and compiles) one program, once per run; `torch_loop` needs torch."""

@@ -427,14 +427,18 @@ def _worker_env(case: Case) -> dict[str, str] | None:
 
 
 def _obs_kernel(config) -> str:
-    """Which code computes this config's observation here: "native" (the CPU kernel of
-    gigastep/game/_native) or "jax"."""
+    """Which code computes this config's observation here: "native" (a CPU kernel of
+    gigastep/game/_native: the vector observation, the RGB drawing) or "jax"."""
     import jax
 
+    from gigastep.game.observations.rgb import native_rgb_supported
     from gigastep.game.observations.vector import native_supported
 
-    cpu = jax.default_backend() == "cpu"
-    return "native" if config.obs_type == "vector" and cpu and native_supported(config) else "jax"
+    if jax.default_backend() != "cpu":
+        return "jax"
+    if config.obs_type == "vector":
+        return "native" if native_supported(config) else "jax"
+    return "native" if native_rgb_supported(config) else "jax"
 
 
 # Peak memory of a case ~ MEMORY_FACTOR x (bytes of the reset's states and observations) +

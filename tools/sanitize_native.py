@@ -1,17 +1,18 @@
-"""Run the native observation kernel under AddressSanitizer + UndefinedBehaviorSanitizer.
+"""Run the native observation kernels under AddressSanitizer + UndefinedBehaviorSanitizer.
 
     python tools/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
     python tools/sanitize_native.py --opt -O3  # the optimised code the library ships
 
-Builds gigastep/game/_native/vector_obs.cc with ``-fsanitize=address,undefined
+Builds gigastep/game/_native/ (vector_obs.cc, rgb_obs.cc) with ``-fsanitize=address,undefined
 -fno-sanitize-recover=all`` (through ``GIGASTEP_NATIVE_FLAGS``) into a temporary cache
 directory, so the normal cache never holds the instrumented library; preloads the ASan
 runtime (``LD_PRELOAD=$(c++ -print-file-name=libasan.so)``, then libstdc++; ``detect_leaks=0``,
-as Python leaks by design) and runs, each in a subprocess: the kernel's tests
+as Python leaks by design) and runs, each in a subprocess: the kernels' tests
 (tests/game/test_native_vector_obs.py, tests/game/test_native_operands.py,
-tests/game/test_nonfinite.py)
+tests/game/test_nonfinite.py, tests/game/test_native_rgb.py, tests/game/test_rgb.py)
 and a stress of batches of 1 to 10,000 games holding NaN, +-inf and overflowing positions,
-headings and speeds, checked against the JAX path. Exits non-zero on any sanitizer report,
+headings and speeds, checked against the JAX path (the vector observation, then the RGB
+images). Exits non-zero on any sanitizer report,
 test failure or a run that did not load the instrumented library. Not part of the default
 test suite (it needs a GCC or Clang with the sanitizer runtimes and takes minutes).
 """
@@ -31,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/game/test_native_vector_obs.py", "tests/game/test_native_operands.py",
-         "tests/game/test_nonfinite.py"]  # fmt: skip
+         "tests/game/test_nonfinite.py", "tests/game/test_native_rgb.py",
+         "tests/game/test_rgb.py"]  # fmt: skip
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
 
@@ -63,6 +65,15 @@ def _stress(batches: list[int]) -> None:
                                   inputs)  # fmt: skip
             t._assert_same_bits(native_fn(*inputs), jax_fn(*inputs))
             print(f"  {name}: {batch} games ok ({time.perf_counter() - start:.1f} s)", flush=True)
+    from tests.game import test_native_rgb as r
+
+    states, seen, damaged = r._states(r.CFG, batch=64, seed=0, special=0.3)
+    for batch in batches:
+        start = time.perf_counter()
+        args = jax.tree.map(lambda a, b=batch: np.resize(np.asarray(a), (b, *np.shape(a)[1:])),
+                            (states.agents, states.episode, seen, damaged))  # fmt: skip
+        r._assert_same(*r._both(r.CFG, *args))
+        print(f"  RGB images: {batch} games ok ({time.perf_counter() - start:.1f} s)", flush=True)
 
 
 def _run(cmd: list[str], env: dict) -> tuple[int, str]:
