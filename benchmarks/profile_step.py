@@ -200,12 +200,20 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
                            (moved_alive, s.episode, x["geo"].dist, fight.detected,
                             x["noise"].comm, x["boxes"])))  # fmt: skip
     if c.obs_type in ("rgb", "rgb_vector"):
-        from gigastep.game.observations.rgb import rgb_observations
+        from gigastep.game.observations.rgb import (
+            native_rgb_observations,
+            native_rgb_supported,
+            rgb_observations,
+        )
 
         bg = jnp.asarray(background(c))
-        phases.append(("rgb observation",
+        phases.append(("rgb observation (JAX drawing)",
                        lambda ag, ep, sn, td: rgb_observations(c, bg, ag, ep, sn, td),
                        (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
+        if native_rgb_supported(c):
+            phases.append(("rgb observation (native kernel)",
+                           lambda ag, ep, sn, td: native_rgb_observations(c, bg, ag, ep, sn, td),
+                           (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
     phases += [
         ("reset_state (auto-reset)", lambda k: genv.reset_state(c, k), (x["keys"],)),
         ("transition (step given noise)", lambda st, a, u: genv.transition(c, st, a, u),
