@@ -53,6 +53,8 @@ def _ego_renderer(name: str):
         pytest.skip("GIGASTEP_NATIVE=0 switches the native kernels off")
     if _native._compiler() is None:
         pytest.skip("no C++ compiler: the native kernels cannot be built here")
+    if jax.default_backend() != "cpu":
+        pytest.skip("the native kernels run on the CPU only")
     return native_rgb_observations
 
 
