@@ -30,6 +30,7 @@ from gigastep.game.observations.global_state import state_vector, state_vector_s
 from gigastep.game.random import seed_words, split, stream_from_seed, uniforms_from_seed
 from gigastep.game.reset import reset_state, reset_state_streamed
 from gigastep.game.rewards import check_score
+from gigastep.game.xla import count_sum
 from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 from gigastep.types import (
     EnvConfig,
@@ -214,7 +215,7 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     max_health = jnp.asarray(config.max_health, jnp.float32)
     health = (
         moved.health
-        - jnp.sum(fight.damage, axis=1) * np.float32(config.damage_per_second * config.dt)
+        - count_sum(fight.damage, axis=1) * np.float32(config.damage_per_second * config.dt)
         + np.float32(config.healing_per_second * config.dt)
         + max_health * hit
     )

@@ -150,5 +150,5 @@ def combat(
     tracked = jnp.where(lock, agents.tracked + 1, 0)
     lo, hi = config.min_tracking_steps, config.max_tracking_steps
     damage = (jnp.clip(tracked, lo, hi) - lo).astype(jnp.float32)
-    took = jnp.sum(damage, axis=1) > 0
+    took = jnp.any(damage > 0, axis=1)  # damage units are >= 0
     return Combat(detected=detected, tracked=tracked, damage=damage, took_damage=took)

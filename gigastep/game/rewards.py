@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep.game.xla import count_sum
 from gigastep.types import EnvConfig
 
 __all__ = ["WEIGHT_FIELDS", "RewardInputs", "check_score", "reward_terms", "total_reward"]
@@ -69,11 +70,10 @@ def reward_terms(config: EnvConfig, r: RewardInputs) -> dict[str, chex.Array]:
     own_survivors = jnp.where(team1, a1, a0).astype(jnp.float32)
     # Survivors gain from enemy deaths and lose from teammate deaths (deltas are <= 0).
     defeat = jnp.where(team1, d1 - d0, d0 - d1) * alive / (own_survivors + 1.0)
-    detected = r.detected.astype(jnp.float32)
-    det_other = jnp.sum(detected, axis=0)  # enemies agent j detects
-    det_by = jnp.sum(detected, axis=1)  # enemies detecting agent i
-    dealt = jnp.sum(r.damage, axis=0)
-    taken = jnp.sum(r.damage, axis=1)
+    det_other = count_sum(r.detected, axis=0)  # enemies agent j detects
+    det_by = count_sum(r.detected, axis=1)  # enemies detecting agent i
+    dealt = count_sum(r.damage, axis=0)
+    taken = count_sum(r.damage, axis=1)
     eliminated_now = jnp.where(team1, (a0 == 0) & (a0_pre > 0), (a1 == 0) & (a1_pre > 0))
     return {
         "game_won": eliminated_now.astype(jnp.float32) * alive,

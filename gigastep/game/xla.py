@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["stored", "varying_like"]
+__all__ = ["count_sum", "stored", "varying_like"]
 
 
 def stored(x: jax.Array) -> jax.Array:
@@ -39,6 +39,16 @@ def stored(x: jax.Array) -> jax.Array:
         cpu=lambda p: jax.lax.cummax(p, axis=0)[1],
         default=lambda p: jnp.max(p, axis=0),
     )
+
+
+def count_sum(x: jax.Array, axis: int) -> jax.Array:
+    """The float32 sum over `axis` of `x`, whose entries are whole numbers (bools, damage
+    units), summed as int32: the same value bit for bit as a float32 sum (whole numbers below
+    2^24 add exactly in any order), but XLA's CPU backend keeps an integer reduction inside
+    the fusion that computes its input, where a float one is handed to YNNPACK after the
+    input is written out (and padded). Measured on the step, 5v5 pobs with the native kernel:
+    1.08-1.14x at 100,000 games, 1.03x at 1,024 (docs/benchmarks.md)."""
+    return jnp.sum(x.astype(jnp.int32), axis=axis).astype(jnp.float32)
 
 
 def varying_like(inputs: Any, out: Any) -> Any:

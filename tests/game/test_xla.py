@@ -1,4 +1,5 @@
-"""`gigastep.game.xla.stored`: the value itself, computed once."""
+"""`gigastep.game.xla`: `stored` (the value itself, computed once) and `count_sum` (a float sum
+of whole numbers, computed as an integer sum)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep.game.xla import stored
+from gigastep.game.xla import count_sum, stored
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -40,3 +41,16 @@ def test_stored_is_a_reduce_window_on_the_cpu_and_a_reduction_elsewhere(platform
     text = jax.jit(stored).trace(jnp.zeros(5)).lower(lowering_platforms=(platform,)).as_text()
     assert ("reduce_window" in text) is window
     assert ("stablehlo.reduce(" in text) is not window
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_count_sum_is_the_float_sum_of_whole_numbers(axis):
+    rng = np.random.default_rng(0)
+    units = rng.integers(0, 40, (64, 9)).astype(np.float32)  # damage units
+    flags = rng.uniform(size=(64, 9)) < 0.5  # detections
+    for x in (units, flags):
+        out = np.asarray(jax.jit(count_sum, static_argnums=1)(jnp.asarray(x), axis))
+        assert out.dtype == np.float32
+        # By hand: whole numbers below 2^24 sum exactly, so the float64 sum is the value.
+        np.testing.assert_array_equal(out, np.sum(x, axis=axis, dtype=np.float64))
+        np.testing.assert_array_equal(out, np.asarray(jnp.sum(jnp.asarray(x, jnp.float32), axis)))
