@@ -43,6 +43,23 @@ def test_stored_is_a_reduce_window_on_the_cpu_and_a_reduction_elsewhere(platform
     assert ("stablehlo.reduce(" in text) is not window
 
 
+def test_stored_writes_its_value_once_on_the_cpu():
+    """The compiled CPU form is one reduce-window whose output has x's size (not the pair)."""
+    fn = jax.jit(lambda x: stored(jnp.sin(x)) * 2.0)
+    text = fn.trace(jnp.zeros((5, 7))).lower(lowering_platforms=("cpu",)).compile().as_text()
+    windows = [line for line in text.splitlines() if "reduce-window(" in line]
+    assert len(windows) == 1 and "f32[1,5,7]" in windows[0], windows
+    assert "f32[2,5,7]" not in text
+
+
+def test_stored_has_the_identity_s_derivatives_under_jit():
+    # The max window reduction has derivatives; JAX's generic window reduction (what a traced
+    # init value gives) fails reverse mode inside jit.
+    x = jnp.arange(6.0).reshape(2, 3)
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(stored(x) ** 2)))(x)
+    np.testing.assert_array_equal(np.asarray(grad), 2 * np.asarray(x))
+
+
 @pytest.mark.parametrize("axis", [0, 1])
 def test_count_sum_is_the_float_sum_of_whole_numbers(axis):
     rng = np.random.default_rng(0)
