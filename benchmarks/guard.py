@@ -80,8 +80,10 @@ RATIOS: tuple[Ratio, ...] = (
           "the pure JAX observation path (every GPU's) slowed against the native kernel"),
     Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.45, "0.61-0.64",
           "the batched auto-reset costs much more than the step it wraps"),
-    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.45,
-          "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before)",
+    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.38,
+          "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before); 0.45-0.60 (4 runs, "
+          "2026-12-04) once the integer sums made the vector step cheaper; 0.32-0.37 while "
+          "took_damage was recomputed for every pixel (ff1c8a6, caught by this ratio)",
           "the RGB renderer slowed against the vector path"),
     Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2, "1.58-2.16 (3 runs, 2026-12-04)",
           "the native RGB kernel lost its lead over the JAX drawing"),

@@ -314,7 +314,7 @@ def rgb_observations(
     ego = jnp.stack([255 - pz, jnp.full_like(pz, 255), 255 - pz], -1)
     viewers = _Viewers(
         visible=agents.alive.astype(bool),
-        template=took_damage.astype(jnp.int32),
+        template=stored(took_damage.astype(jnp.int32)),
         bar_cut=stored(_bar_cut(config, agents)),
         tail_channel=jnp.where(seen, jnp.where(same, 2, 0), NO_TAIL),
         colour=jnp.where(jnp.eye(n, dtype=bool)[..., None], ego[:, None, :], other),
