@@ -80,12 +80,16 @@ RATIOS: tuple[Ratio, ...] = (
           "the pure JAX observation path (every GPU's) slowed against the native kernel"),
     Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.45, "0.61-0.64",
           "the batched auto-reset costs much more than the step it wraps"),
-    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.38,
+    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.48,
           "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before); 0.45-0.60 (4 runs, "
           "2026-12-04) once the integer sums made the vector step cheaper; 0.32-0.37 while "
-          "took_damage was recomputed for every pixel (ff1c8a6, caught by this ratio)",
+          "took_damage was recomputed for every pixel (ff1c8a6, caught by this ratio); "
+          "0.61-0.70 (5 runs, 2026-12-04) with the RGB step's seen mask and pixel positions "
+          "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree",
           "the RGB renderer slowed against the vector path"),
-    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2, "1.58-2.16 (3 runs, 2026-12-04)",
+    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2,
+          "1.58-2.16 (3 runs, 2026-12-04); 1.50-1.64 (3 runs) once the JAX drawing got "
+          "faster (d35e9df)",
           "the native RGB kernel lost its lead over the JAX drawing"),
     Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38, "0.50-0.51",
           "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),

@@ -98,6 +98,22 @@ def test_the_rgb_step_computes_each_headings_cosine_and_sine_once(monkeypatch_mo
     assert (count_op(text, "cosine"), count_op(text, "sine")) == (1, 1)
 
 
+def test_the_rgb_image_fusions_recompute_no_reduction(monkeypatch_module):
+    """The fusions that write the batch's images (one element per pixel and channel) hold no
+    reduction: a per-agent value computed by one (took damage: any damage unit > 0) is
+    stored, not recomputed for every pixel. In ff1c8a6 the template index read it unstored;
+    XLA pulled the reduction into the template copy (60 instructions per element against 46)
+    and the pure JAX RGB step ran at half its speed. Batch 4 compiles in about a second and
+    shows the same fusion as the guard's 64 games."""
+    monkeypatch_module.setenv("GIGASTEP_NATIVE", "0")
+    config = gigastep.make("identical_5_vs_5_fobs_rgb_maps_cont").config
+    batch, (rx, ry) = 4, config.resolution
+    census = fusion_census(abstract_step_hlo(config, batch))
+    images = [f for f in census if f.root_elements >= batch * config.n_agents * rx * ry * 3]
+    assert images, "the census found no fusion that writes the images"
+    assert [(f.name, f.ops["reduce"]) for f in images if f.ops["reduce"]] == []
+
+
 def test_no_is_finite_inside_fusions_larger_than_the_agent_mask(jax_path_hlo):
     config, text = jax_path_hlo
     mask = BATCH * config.n_agents
