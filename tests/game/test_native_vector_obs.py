@@ -244,6 +244,12 @@ def test_the_cpu_step_uses_the_kernel_and_the_switch_turns_it_off(native, monkey
     assert "gigastep_vector_obs" not in _step_hlo(config)
 
 
+def test_rgb_vector_configs_use_the_kernel_for_their_vector_part(native):
+    config = EnvConfig(teams=(0, 1), obs_type="rgb_vector", resolution_x=16, resolution_y=16)
+    text = _step_hlo(config)
+    assert "gigastep_vector_obs" in text and "gigastep_rgb_obs" in text
+
+
 def test_rgb_and_oversized_configs_use_the_jax_path(native):
     rgb = EnvConfig(teams=(0, 1), obs_type="rgb", resolution_x=16, resolution_y=16)
     assert "gigastep_vector_obs" not in _step_hlo(rgb)
@@ -252,12 +258,16 @@ def test_rgb_and_oversized_configs_use_the_jax_path(native):
 
 
 @pytest.mark.slow
-def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native, monkeypatch):
+@pytest.mark.parametrize("obs_type", ["vector", "rgb_vector"])
+def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native, monkeypatch,
+                                                                         obs_type):  # fmt: skip
     """Whole steps (noise, dynamics, combat, then observations; the kernel hashing the
     communication noise itself) agree bit for bit, through resets and auto-resets (episodes
-    of 2 steps: fresh games' noise streams are taken where games end)."""
-    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type="vector", enable_waypoints=True,
-                       max_episode_length=2)  # fmt: skip
+    of 2 steps: fresh games' noise streams are taken where games end). With rgb_vector the
+    images come from the JAX visibility (the RGB kernel with the kernels on) and the vectors
+    from the kernel."""
+    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type=obs_type, enable_waypoints=True,
+                       max_episode_length=2, resolution_x=16, resolution_y=12)  # fmt: skip
     keys = jax.random.split(jax.random.PRNGKey(5), 16)
     actions = jax.random.uniform(jax.random.PRNGKey(6), (16, 5, 3), minval=-1, maxval=1)
 

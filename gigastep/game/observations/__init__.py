@@ -8,6 +8,8 @@ and the centralised state vector (`global_state`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -38,17 +40,27 @@ def observe(config: EnvConfig, state: EnvState, geo: Geometry, detected: jax.Arr
     (rgb, vector) for "rgb_vector".
     """
     agents, episode = state.agents, state.episode
-    if config.obs_type == "vector" and native_supported(config):
-        # One CPU kernel for visibility + vector observation (the same values, ~2x faster on
-        # the CPU); the JAX code everywhere else.
-        boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
-        args = (agents, episode, geo.dist, detected, comm_noise, boxes, comm_stream)
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=lambda *a: native_vector_observations(config, *a),
-            default=lambda *a: _observe_jax(config, state, geo, detected, took_damage, comm_noise),
-        )
-    return _observe_jax(config, state, geo, detected, took_damage, comm_noise)
+    if config.obs_type not in ("vector", "rgb_vector") or not native_supported(config):
+        return _observe_jax(config, state, geo, detected, took_damage, comm_noise)
+    # One CPU kernel for visibility + vector observation (the same values, ~2x faster on the
+    # CPU); the JAX code everywhere else.
+    boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
+    args = (agents, episode, geo.dist, detected, comm_noise, boxes, comm_stream)
+
+    def cpu(*a: Any) -> Observation:
+        vector = native_vector_observations(config, *a)
+        if config.obs_type == "vector":
+            return vector
+        # rgb_vector: the images need the seen mask, which the vector kernel keeps to itself
+        seen = visibility(config, agents.alive, geo.dist, detected, comm_noise,
+                          finite_agents(agents))  # fmt: skip
+        return _rgb_images(config, agents, episode, seen, took_damage), vector
+
+    return jax.lax.platform_dependent(
+        *args,
+        cpu=cpu,
+        default=lambda *a: _observe_jax(config, state, geo, detected, took_damage, comm_noise),
+    )
 
 
 def _observe_jax(
