@@ -52,8 +52,7 @@ def observe(config: EnvConfig, state: EnvState, geo: Geometry, detected: jax.Arr
         if config.obs_type == "vector":
             return vector
         # rgb_vector: the images need the seen mask, which the vector kernel keeps to itself
-        seen = visibility(config, agents.alive, geo.dist, detected, comm_noise,
-                          finite_agents(agents))  # fmt: skip
+        seen = _seen(config, agents, geo, detected, comm_noise)
         return _rgb_images(config, agents, episode, seen, took_damage), vector
 
     return jax.lax.platform_dependent(
@@ -72,8 +71,7 @@ def _observe_jax(
     comm_noise: jax.Array,
 ) -> Observation:
     agents, episode = state.agents, state.episode
-    finite = finite_agents(agents)
-    seen = visibility(config, agents.alive, geo.dist, detected, comm_noise, finite)
+    seen = _seen(config, agents, geo, detected, comm_noise)
     out: list[jax.Array] = []
     if config.obs_type in ("rgb", "rgb_vector"):
         out.append(_rgb_images(config, agents, episode, seen, took_damage))
@@ -81,6 +79,12 @@ def _observe_jax(
         boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
+
+
+def _seen(config: EnvConfig, agents: AgentState, geo: Geometry, detected: jax.Array,
+          comm_noise: jax.Array) -> jax.Array:  # fmt: skip
+    """(n, n) bool seen[e, i]: ego e sees agent i (`visibility`)."""
+    return visibility(config, agents.alive, geo.dist, detected, comm_noise, finite_agents(agents))
 
 
 def _rgb_images(config: EnvConfig, agents: AgentState, episode: EpisodeState, seen: jax.Array,
