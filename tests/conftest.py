@@ -234,3 +234,21 @@ class Harness:
 @pytest.fixture(scope="session")
 def gs() -> Harness:
     return Harness()
+
+
+@pytest.fixture(scope="session")
+def native():
+    """The native CPU kernels, built and registered: skips where they may not or cannot run
+    (GIGASTEP_NATIVE=0, as the CI's JAX-path run sets; no C++ compiler; a non-CPU default
+    backend); with a compiler, a failed build is a failure."""
+    from gigastep.game import _native
+
+    if not _native.enabled():
+        pytest.skip("GIGASTEP_NATIVE=0 switches the native kernels off")
+    if _native._compiler() is None:
+        pytest.skip("no C++ compiler: the native kernels cannot be built here")
+    if jax.default_backend() != "cpu":
+        pytest.skip("the native kernels run on the CPU only")
+    ok, detail = _native._load_cached()
+    assert ok, detail
+    return True

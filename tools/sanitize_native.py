@@ -3,13 +3,15 @@
     python tools/sanitize_native.py            # -O1 -g build, kernel tests + stress, ~4 min
     python tools/sanitize_native.py --opt -O3  # the optimised code the library ships
 
-Builds gigastep/game/_native/ (vector_obs.cc, rgb_obs.cc) with ``-fsanitize=address,undefined
+Builds gigastep/game/_native/ (vector_obs.cc, rgb_obs.cc, hazards.cc) with
+``-fsanitize=address,undefined
 -fno-sanitize-recover=all`` (through ``GIGASTEP_NATIVE_FLAGS``) into a temporary cache
 directory, so the normal cache never holds the instrumented library; preloads the ASan
 runtime (``LD_PRELOAD=$(c++ -print-file-name=libasan.so)``, then libstdc++; ``detect_leaks=0``,
 as Python leaks by design) and runs, each in a subprocess: the kernels' tests
 (tests/game/test_native_vector_obs.py, tests/game/test_native_operands.py,
-tests/game/test_nonfinite.py, tests/game/test_native_rgb.py, tests/game/test_rgb.py)
+tests/game/test_nonfinite.py, tests/game/test_native_rgb.py, tests/game/test_rgb.py,
+tests/game/test_native_hazards.py)
 and a stress of batches of 1 to 10,000 games holding NaN, +-inf and overflowing positions,
 headings and speeds, checked against the JAX path (the vector observation, then the RGB
 images). Exits non-zero on any sanitizer report,
@@ -33,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/game/test_native_vector_obs.py", "tests/game/test_native_operands.py",
          "tests/game/test_nonfinite.py", "tests/game/test_native_rgb.py",
-         "tests/game/test_rgb.py"]  # fmt: skip
+         "tests/game/test_rgb.py", "tests/game/test_native_hazards.py"]  # fmt: skip
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
 

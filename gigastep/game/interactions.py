@@ -15,10 +15,11 @@ import numpy as np
 
 from gigastep._pytree import PytreeData, pytree_dataclass
 from gigastep.game.dynamics import heading_trig, wrap_angle
-from gigastep.game.xla import stored
+from gigastep.game.xla import stored, varying_like
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "combat"]
+__all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "jax_hazards", "combat",
+           "native_supported", "native_hazards"]  # fmt: skip
 
 
 @pytree_dataclass
@@ -73,9 +74,25 @@ def hazards(
 ) -> Hazards:
     """Out of bounds, then collisions among the agents still alive, then boxes.
 
+    On the CPU the native kernel computes them where it serves the config (`native_hazards`:
+    the same values; XLA's CPU code for the collision test, a reduction over the other agents,
+    runs one agent at a time), elsewhere the JAX code (`jax_hazards`).
+
     Args:
         boxes: (B, 4) float32 boxes of the current map; box_valid: (B,) bool.
     """
+    if not native_supported(config, boxes.shape[0]):
+        return jax_hazards(config, agents, geo, boxes, box_valid)
+    return jax.lax.platform_dependent(
+        cpu=lambda: native_hazards(config, agents, boxes, box_valid),
+        default=lambda: jax_hazards(config, agents, geo, boxes, box_valid),
+    )
+
+
+def jax_hazards(
+    config: EnvConfig, agents: AgentState, geo: Geometry, boxes: jax.Array, box_valid: jax.Array
+) -> Hazards:
+    """`hazards` in JAX (what runs on GPUs): the rules as written."""
     x, y = agents.x, agents.y
     oob = (x < 0) | (x > config.limit_x) | (y < 0) | (y > config.limit_y)
     alive = agents.alive & ~oob
@@ -152,3 +169,44 @@ def combat(
     damage = (jnp.clip(tracked, lo, hi) - lo).astype(jnp.float32)
     took = jnp.any(damage > 0, axis=1)  # damage units are >= 0
     return Combat(detected=detected, tracked=tracked, damage=damage, took_damage=took)
+
+
+# ------------------------------------------------------------------------------------------
+# The native CPU kernel of the hazards (gigastep/game/_native/hazards.cc)
+# ------------------------------------------------------------------------------------------
+
+_NATIVE_MAX_AGENTS = 64
+_NATIVE_MAX_BOXES = 64
+
+
+def native_supported(config: EnvConfig, n_boxes: int) -> bool:
+    """Whether `native_hazards` serves this config: JAX's default backend is the CPU, the
+    kernels are built and loaded, at most 64 agents and 64 boxes per map."""
+    from gigastep.game import _native
+
+    return (config.n_agents <= _NATIVE_MAX_AGENTS and n_boxes <= _NATIVE_MAX_BOXES
+            and jax.default_backend() == "cpu" and _native.load())  # fmt: skip
+
+
+def native_hazards(config: EnvConfig, agents: AgentState, boxes: jax.Array,
+                   box_valid: jax.Array) -> Hazards:  # fmt: skip
+    """`hazards` of one game as one CPU kernel call (FFI target ``gigastep_hazards``): the
+    same values bit for bit, finite or not. CPU only (callers pick it with
+    `jax.lax.platform_dependent`). Its outputs are booleans, so it has no derivatives (its
+    float inputs are read through `stop_gradient`)."""
+    n = config.n_agents
+    f32 = jnp.float32
+    call = jax.ffi.ffi_call("gigastep_hazards", jax.ShapeDtypeStruct((n, 3), jnp.bool_),
+                            vmap_method="broadcast_all")  # fmt: skip
+    inputs = (*(jax.lax.stop_gradient(v.astype(f32)) for v in (agents.x, agents.y, agents.z)),
+              agents.alive.astype(bool), jax.lax.stop_gradient(boxes.astype(f32)),
+              box_valid.astype(bool))  # fmt: skip
+    flags = varying_like(inputs, call(
+        *inputs, collisions=bool(config.collision_range > 0),
+        limit_x=np.float32(config.limit_x), limit_y=np.float32(config.limit_y),
+        coll_r2=np.float32(config.collision_range**2),
+        coll_alt=np.float32(config.collision_altitude),
+    ))  # fmt: skip
+    oob, collided, in_box = flags[..., 0], flags[..., 1], flags[..., 2]
+    return Hazards(oob=oob, collided=collided, in_box=in_box,
+                   alive=agents.alive & ~oob & ~collided & ~in_box)  # fmt: skip

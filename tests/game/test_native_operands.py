@@ -27,14 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def native():
-    if _native._compiler() is None:
-        pytest.skip("no C++ compiler: the native kernel cannot be built here")
-    ok, detail = _native._load_cached()
-    assert ok, detail
-
-
 def _operands(batch: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Well-formed operands of one kernel call, in the handler's order, for `batch` games."""
     rng = np.random.default_rng(0)

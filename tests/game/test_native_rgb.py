@@ -34,16 +34,6 @@ CFG = EnvConfig(
 SPECIAL = np.float32([np.nan, np.inf, -np.inf, 3e38, -3e38, 1e9, -1e9, -0.0])
 
 
-@pytest.fixture(scope="module")
-def native():
-    if _native._compiler() is None:
-        pytest.skip("no C++ compiler: the native kernels cannot be built here")
-    if jax.default_backend() != "cpu":
-        pytest.skip("the native kernels run on the CPU only")
-    ok, detail = _native._load_cached()
-    assert ok, detail
-
-
 def _states(cfg: EnvConfig, batch: int, seed: int, special: float = 0.0):
     """`batch` random games; with `special` > 0 that share of x, y, z, heading, health and
     waypoint entries is NaN, +-inf or a float far outside the map."""

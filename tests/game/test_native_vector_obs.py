@@ -32,20 +32,6 @@ from gigastep.types import EnvConfig, EnvState
 F32 = np.float32
 
 
-@pytest.fixture(scope="module")
-def native():
-    """The kernel, built and registered. Skips where no C++ compiler exists or the kernel is
-    switched off (GIGASTEP_NATIVE=0, as the CI's JAX-path run sets); with a compiler, a failed
-    build is a failure."""
-    if not _native.enabled():
-        pytest.skip("GIGASTEP_NATIVE=0 switches the native kernel off")
-    if _native._compiler() is None:
-        pytest.skip("no C++ compiler: the native kernel cannot be built here")
-    ok, detail = _native._load_cached()
-    assert ok, detail
-    return True
-
-
 def _teams(n, rng):
     return tuple(int(t) for t in rng.permutation(np.arange(n) % 2))
 

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep.game import _native
 from gigastep.game.maps import prerender
 from gigastep.game.observations.rgb import global_view, native_rgb_observations, rgb_observations
 from gigastep.types import EnvConfig, EnvState, MapSpec
@@ -44,17 +43,12 @@ def _config(**fields) -> EnvConfig:
     return EnvConfig(**base)
 
 
-def _ego_renderer(name: str):
+def _ego_renderer(name: str, request):
     """The ego-image renderer called `name` ("jax" or "native"); skips where the native
-    kernel is switched off or cannot be built."""
+    kernels are switched off or cannot be built (the `native` fixture)."""
     if name == "jax":
         return rgb_observations
-    if not _native.enabled():
-        pytest.skip("GIGASTEP_NATIVE=0 switches the native kernels off")
-    if _native._compiler() is None:
-        pytest.skip("no C++ compiler: the native kernels cannot be built here")
-    if jax.default_backend() != "cpu":
-        pytest.skip("the native kernels run on the CPU only")
+    request.getfixturevalue("native")
     return native_rgb_observations
 
 
@@ -89,7 +83,7 @@ class _Renderer:
 
 @pytest.fixture(scope="module", params=RENDERERS)
 def render(request) -> _Renderer:
-    return _Renderer(_ego_renderer(request.param))
+    return _Renderer(_ego_renderer(request.param, request))
 
 
 def _ego_frame(rx, ry, damaged=False, cut=None) -> np.ndarray:
@@ -542,8 +536,8 @@ def _stack(cfg, states):
 
 
 @pytest.mark.parametrize("renderer", RENDERERS)
-def test_matches_step_by_step_reference_under_vmap(renderer):
-    draw = _ego_renderer(renderer)
+def test_matches_step_by_step_reference_under_vmap(renderer, request):
+    draw = _ego_renderer(renderer, request)
     cfg = RANDOM_CFG
     bg = prerender(cfg)
     states, seen, damaged = _random_states(cfg, np.random.default_rng(0), batch=24)

@@ -1,6 +1,6 @@
 """Optional CPU kernels, compiled on first use and registered as XLA FFI targets.
 
-Two kernels. ``gigastep_rgb_obs`` (``rgb_obs.cc``) draws the ego images of the RGB
+Three kernels. ``gigastep_rgb_obs`` (``rgb_obs.cc``) draws the ego images of the RGB
 observation from the integer inputs that `gigastep.game.observations.rgb` computes, the same
 bytes as its JAX drawing, one image at a time. ``gigastep_vector_obs`` (``vector_obs.cc``) is
 visibility plus the vector observation of a batch of games in one pass. On the CPU it
@@ -8,9 +8,14 @@ replaces the XLA lowering of
 `gigastep.game.observations.visibility` + `gigastep.game.observations.vector` with the same values
 bit for bit on every state, finite or not, except that where both give NaN its sign and
 payload bits are not promised (`gigastep.game.observations.vector` defines non-finite states; the
-tests compare both paths); on other platforms the JAX code runs. Every operand's shape and
-dtype is checked by the kernel itself (an FFI error naming the operand, never a read out of
-bounds) and before the call.
+tests compare both paths); on other platforms the JAX code runs. ``gigastep_hazards``
+(``hazards.cc``) is `gigastep.game.interactions.hazards` (leaving the map, collisions, boxes),
+the same booleans. Every operand's shape and dtype is checked by the kernel itself (an FFI
+error naming the operand, never a read out of bounds) and before the call.
+
+Bit for bit agreement needs one fact about the machine: whether XLA's CPU backend fuses
+``a * b + c * d`` into one multiply-add (it does where the host has them). XLA is asked once
+per process (`xla_fuses_multiply_add`) and the kernels are compiled to do the same.
 
 The shared library is built with the system C++ compiler the first time a CPU step needs it
 (a few seconds) and cached under ``$GIGASTEP_CACHE_DIR`` (default
@@ -38,14 +43,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BuildError", "build_library", "enabled", "load", "status"]
+__all__ = ["BuildError", "build_library", "enabled", "load", "status", "xla_fuses_multiply_add"]
 
-_SOURCES = [Path(__file__).with_name(name) for name in ("vector_obs.cc", "rgb_obs.cc")]
+_SOURCES = [Path(__file__).with_name(name)
+            for name in ("vector_obs.cc", "rgb_obs.cc", "hazards.cc")]  # fmt: skip
 _HEADERS = [Path(__file__).with_name("common.h")]
-_TARGETS = {"gigastep_vector_obs": "GigastepVectorObs", "gigastep_rgb_obs": "GigastepRgbObs"}
-# -ffp-contract=off: no fused multiply-adds, so every result matches XLA's (which does not
-# contract) bit for bit. No -march=native: a cache shared by machines of a cluster must not
-# hold code that some of them cannot run.
+_TARGETS = {"gigastep_vector_obs": "GigastepVectorObs", "gigastep_rgb_obs": "GigastepRgbObs",
+            "gigastep_hazards": "GigastepHazards"}  # fmt: skip
+# -ffp-contract=off: the compiler fuses no multiply-add of its own accord; the kernels fuse
+# exactly where XLA does (`xla_fuses_multiply_add`), so every result matches XLA's bit for
+# bit. No -march=native: a cache shared by machines of a cluster must not hold code that
+# some of them cannot run (-mfma is added only where XLA itself fuses, i.e. the host has it).
 _FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-w"]
 _lock = threading.Lock()
 
@@ -67,8 +75,55 @@ def _compiler() -> str | None:
 
 
 def _flags() -> list[str]:
-    """The compiler flags: ours, then those of ``$GIGASTEP_NATIVE_FLAGS`` (later flags win)."""
-    return [*_FLAGS, *shlex.split(os.environ.get("GIGASTEP_NATIVE_FLAGS", ""))]
+    """The compiler flags: ours, those that make the kernels fuse multiply-adds where XLA
+    does, then those of ``$GIGASTEP_NATIVE_FLAGS`` (later flags win).
+
+    Raises:
+        BuildError: XLA's way of computing multiply-adds here is neither of the known two.
+    """
+    fused = xla_fuses_multiply_add()
+    if fused is None:
+        raise BuildError(
+            "XLA's CPU backend computes a * b + c * d here neither as one fused "
+            "multiply-add nor as two roundings, so the kernels cannot match it"
+        )
+    fma: list[str] = []
+    if fused:
+        fma = ["-DGIGASTEP_XLA_FMA=1"]
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            fma.append("-mfma")
+    return [*_FLAGS, *fma, *shlex.split(os.environ.get("GIGASTEP_NATIVE_FLAGS", ""))]
+
+
+@cache
+def xla_fuses_multiply_add() -> bool | None:
+    """How XLA's CPU backend computes ``a * b + c * d`` in float32 on this machine: True if it
+    fuses it into fma(a, b, c * d) (one rounding; hosts with fused multiply-adds), False if
+    it rounds the product and the sum apart, None if neither (then no kernel is built: they
+    could not match XLA's values). Asked of XLA once per process, on values where the two
+    differ.
+
+    With a = 1 + 2^-12 and b = d = 2^-12 (c = b): a^2 + b^2 = 1 + 2^-11 + 2^-23 exactly,
+    which fma gives; rounding a^2 first gives 1 + 2^-11 and the sum rounds back to it.
+    """
+    import jax
+    import numpy as np
+
+    a = np.float32(1 + 2.0**-12)
+    b = np.float32(2.0**-12)
+    values = np.asarray([[a, b], [b, a]], np.float32)  # both operand orders
+    # Compiled and run apart from any trace in progress (this is asked while tracing a step).
+    with jax.ensure_compile_time_eval():
+        arg = jax.device_put(values, jax.local_devices(backend="cpu")[0])
+        square_sum = jax.jit(lambda v: v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1])
+        out = np.asarray(square_sum.lower(arg).compile()(arg))
+    fused = np.float32(1 + 2.0**-11 + 2.0**-23)
+    apart = np.float32(1 + 2.0**-11)
+    if out[0] == fused and out[1] == apart:
+        return True  # fma(first product's operands, second product)
+    if out[0] == apart and out[1] == apart:
+        return False
+    return None
 
 
 def _cache_dir() -> Path:
@@ -176,4 +231,4 @@ def status() -> dict[str, Any]:
     if not enabled():
         return {"native": False, "detail": "disabled by GIGASTEP_NATIVE"}
     ok, detail = _load_cached()
-    return {"native": ok, "detail": detail}
+    return {"native": ok, "detail": detail, "xla_fuses_multiply_add": xla_fuses_multiply_add()}

@@ -8,8 +8,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
+
+// 1 where XLA's CPU backend fuses a * b + c * d into one multiply-add (the Python side asks
+// XLA, `gigastep.game._native.xla_fuses_multiply_add`, and defines it so), else 0.
+#ifndef GIGASTEP_XLA_FMA
+#define GIGASTEP_XLA_FMA 0
+#endif
 
 namespace gigastep_native {
 
@@ -63,6 +70,21 @@ std::string ShapeText(const Dims& dims) {
     s += std::to_string(dims[k]);
   }
   return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+// Success iff `dims` is `lead` followed by `tail`; else an error of `target` naming the
+// operand and both shapes.
+template <typename Dims>
+ffi::Error CheckShape(const char* target, const char* name, const Dims& dims,
+                      const std::vector<int64_t>& lead, std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> want(lead);
+  want.insert(want.end(), tail);
+  bool same = dims.size() == want.size();
+  for (size_t k = 0; same && k < want.size(); ++k) same = dims[k] == want[k];
+  if (same) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(std::string(target) + ": operand " + name + " has shape " +
+                                     ShapeText(dims) + ", expected " + ShapeText(want) +
+                                     " (batch dims and n from x)");
 }
 
 }  // namespace gigastep_native

@@ -34,6 +34,9 @@ namespace {
 
 using gigastep_native::ParallelFor;
 using gigastep_native::ShapeText;
+using gigastep_native::CheckShape;
+
+constexpr char kTarget[] = "gigastep_vector_obs";  // in error messages
 
 constexpr int kMaxAgents = 64;       // bit sets are one 64-bit word per agent
 constexpr int kCountingSortMax = 16; // up to this n: branch-free rank counting
@@ -70,16 +73,21 @@ inline float Floor(float a) {
 
 // wrap_angle of gigastep/dynamics.py, a - 2 pi floor((a + pi) / (2 pi)), evaluated the way
 // XLA's CPU backend evaluates it: the division by the constant 2 pi becomes a multiplication
-// by its float32 reciprocal, and a - 2 pi k is fused into one multiply-add (one rounding).
-// The fused form is computed exactly in double: 2 pi k needs at most 24 + 29 bits for
-// |k| < 2^29 and the difference fits in 53 bits, so one rounding to float gives fmaf's
-// result without a libm call.
+// by its float32 reciprocal, and where XLA fuses multiply-adds (GIGASTEP_XLA_FMA, see
+// `gigastep.game._native.xla_fuses_multiply_add`) a - 2 pi k is one multiply-add (one
+// rounding), else a product and a difference (two). The fused form is computed exactly in
+// double: 2 pi k needs at most 24 + 29 bits for |k| < 2^29 and the difference fits in 53
+// bits, so one rounding to float gives fmaf's result without a libm call.
 inline float WrapAngle(float a) {
   const float two_pi = static_cast<float>(2.0 * M_PI), pi = static_cast<float>(M_PI);
   const float inv_two_pi = 1.0f / two_pi;
   const float k = Floor((a + pi) * inv_two_pi);
+#if GIGASTEP_XLA_FMA
   return static_cast<float>(static_cast<double>(a) -
                             static_cast<double>(two_pi) * static_cast<double>(k));
+#else
+  return a - two_pi * k;
+#endif
 }
 
 // gigastep/random.py: Wellons' lowbias32 hash, and uniform number k of a counter stream
@@ -321,21 +329,6 @@ void ObserveGame(const Params& p, const Game& g) {
   }
 }
 
-// Success iff `dims` is `lead` followed by `tail`; else an error naming the operand and both
-// shapes.
-template <typename Dims>
-ffi::Error CheckShape(const char* name, const Dims& dims, const std::vector<int64_t>& lead,
-                      std::initializer_list<int64_t> tail) {
-  std::vector<int64_t> want(lead);
-  want.insert(want.end(), tail);
-  bool same = dims.size() == want.size();
-  for (size_t k = 0; same && k < want.size(); ++k) same = dims[k] == want[k];
-  if (same) return ffi::Error::Success();
-  return ffi::Error::InvalidArgument(std::string("gigastep_vector_obs: operand ") + name +
-                                     " has shape " + ShapeText(dims) + ", expected " +
-                                     ShapeText(want) + " (batch dims and n from x)");
-}
-
 ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> y,
                          ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> heading,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> health,
@@ -377,20 +370,20 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
         "stream (..., 3)");
   }
   for (const ffi::Error& err : {
-           CheckShape("y", y.dimensions(), lead, {n64}),
-           CheckShape("z", z.dimensions(), lead, {n64}),
-           CheckShape("heading", heading.dimensions(), lead, {n64}),
-           CheckShape("v", v.dimensions(), lead, {n64}),
-           CheckShape("health", health.dimensions(), lead, {n64}),
-           CheckShape("alive", alive.dimensions(), lead, {n64}),
-           CheckShape("dist", dist.dimensions(), lead, {n64, n64}),
-           CheckShape("detected", detected.dimensions(), lead, {n64, n64}),
-           from_stream ? CheckShape("comm (uint32 stream)", comm.dimensions(), lead, {3})
-                       : CheckShape("comm (float32 noise)", comm.dimensions(), lead, {n64, n64}),
-           CheckShape("boxes", box_dims, lead, {std::max(nb, n_boxes), 4}),
-           CheckShape("waypoint", waypoint.dimensions(), lead, {4}),
-           CheckShape("waypoint_time", waypoint_time.dimensions(), lead, {}),
-           CheckShape("out", out->dimensions(), lead, {n64, L}),
+           CheckShape(kTarget, "y", y.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "z", z.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "heading", heading.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "v", v.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "health", health.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "alive", alive.dimensions(), lead, {n64}),
+           CheckShape(kTarget, "dist", dist.dimensions(), lead, {n64, n64}),
+           CheckShape(kTarget, "detected", detected.dimensions(), lead, {n64, n64}),
+           from_stream ? CheckShape(kTarget, "comm (uint32 stream)", comm.dimensions(), lead, {3})
+                       : CheckShape(kTarget, "comm (float32 noise)", comm.dimensions(), lead, {n64, n64}),
+           CheckShape(kTarget, "boxes", box_dims, lead, {std::max(nb, n_boxes), 4}),
+           CheckShape(kTarget, "waypoint", waypoint.dimensions(), lead, {4}),
+           CheckShape(kTarget, "waypoint_time", waypoint_time.dimensions(), lead, {}),
+           CheckShape(kTarget, "out", out->dimensions(), lead, {n64, L}),
        }) {
     if (err.failure()) return err;
   }
