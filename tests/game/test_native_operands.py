@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _operands(batch: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Well-formed operands of one kernel call, in the handler's order, for `batch` games."""
+    """Well-formed operands of one kernel call, in the handler's order, for `batch` games;
+    and "dist", which `native_vector_observations` takes but the handler does not (it
+    computes the distances itself)."""
     rng = np.random.default_rng(0)
     f = np.float32
     ops = {name: rng.uniform(0, 10, (*batch, N)).astype(f) for name in ("x", "y", "z")}
@@ -51,20 +53,26 @@ def _ffi(ops: dict, out_shape=None):
     """The registered target called directly: no Python-side check."""
     shape = out_shape or (*np.shape(ops["x"]), CONFIG.vector_size)
     call = jax.ffi.ffi_call("gigastep_vector_obs", jax.ShapeDtypeStruct(shape, jnp.float32))
-    return np.asarray(call(*ops.values(), **native_attributes(CONFIG)))
+    return np.asarray(call(*_handler_operands(ops), **native_attributes(CONFIG)))
+
+
+def _handler_operands(ops: dict) -> list[np.ndarray]:
+    return [value for name, value in ops.items() if name != "dist"]
 
 
 # operand -> a wrong (per-game) shape. The batch axis is prepended for the FFI calls.
 WRONG = {
     "y": (N - 1,), "z": (N + 1,), "heading": (3,), "v": (N, 1), "health": (1,),
-    "alive": (3,), "dist": (N, N - 1), "detected": (2, 2), "comm": (N, 2),
+    "alive": (3,), "detected": (2, 2), "comm": (N, 2),
     "boxes": (CONFIG.max_boxes, 3), "waypoint": (2,), "waypoint_time": (0,),
 }  # fmt: skip
+# ... and for the Python check, which also checks the distances the handler does not take
+WRONG_PYTHON = {**WRONG, "dist": (N, N - 1)}
 
 
 def _wrong(name: str, batch: tuple[int, ...]) -> np.ndarray:
     good = _operands(batch)[name]
-    return np.zeros((*batch, *WRONG[name]), good.dtype)
+    return np.zeros((*batch, *WRONG_PYTHON[name]), good.dtype)
 
 
 def test_well_formed_operands_are_accepted_by_the_handler(native):
@@ -82,7 +90,7 @@ def test_the_handler_refuses_an_operand_of_the_wrong_shape(native, name):
         _ffi(ops)
 
 
-@pytest.mark.parametrize("name", ["y", "dist", "comm", "waypoint", "waypoint_time", "boxes"])
+@pytest.mark.parametrize("name", ["y", "detected", "comm", "waypoint", "waypoint_time", "boxes"])
 def test_the_handler_refuses_an_operand_of_another_batch(native, name):
     ops = _operands((B,))
     ops[name] = _operands((B + 1,))[name]
@@ -129,7 +137,7 @@ def test_the_handler_refuses_inconsistent_agent_counts(native):
         "gigastep_vector_obs", jax.ShapeDtypeStruct((B, N, CONFIG.vector_size), jnp.float32)
     )
     with pytest.raises(jax.errors.JaxRuntimeError, match="n = 4 agents .* teams 3"):
-        np.asarray(call(*ops.values(), **attrs))
+        np.asarray(call(*_handler_operands(ops), **attrs))
 
 
 # ------------------------------------------------------------------------------------------
@@ -154,7 +162,7 @@ def test_well_formed_operands_pass_the_python_check(native):
     np.testing.assert_array_equal(obs, _ffi(_operands(())))
 
 
-@pytest.mark.parametrize("name", list(WRONG))
+@pytest.mark.parametrize("name", list(WRONG_PYTHON))
 def test_the_python_check_refuses_an_operand_of_the_wrong_shape(name):
     agents, episode, dist, detected, comm, boxes = _python_args(_operands(()))
     args = {"dist": dist, "detected": detected, "comm": comm, "boxes": boxes}
@@ -166,7 +174,7 @@ def test_the_python_check_refuses_an_operand_of_the_wrong_shape(name):
     else:
         agents = agents.replace(**{name: wrong})
     label = PYTHON_NAME.get(name, f"agents.{name}")
-    shape = tuple(WRONG[name])
+    shape = tuple(WRONG_PYTHON[name])
     with pytest.raises(ValueError, match=rf"{label} has shape {shape!r}".replace("(", r"\(")
                        .replace(")", r"\)")):  # fmt: skip
         native_vector_observations(CONFIG, agents, episode, args["dist"], args["detected"],

@@ -1,7 +1,10 @@
-// What the native kernels share: the thread pool loop and the shape text of error messages.
+// What the native kernels share: the thread pool loop, four-lane float arithmetic that rounds as
+// XLA does, and the shape checks of operands.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -9,6 +12,10 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #include "xla/ffi/api/ffi.h"
 
@@ -59,6 +66,50 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t total, int64_t grain, const Body
   run();
   std::unique_lock<std::mutex> lock(state->mu);
   state->cv.wait(lock, [&] { return state->done.load() == chunks; });
+}
+
+// a * b + c as XLA computes `a * b + (product)`: fused (one rounding) where XLA fuses.
+inline float Madd(float a, float b, float c) {
+#if GIGASTEP_XLA_FMA
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+
+inline F4 Splat(float a) { return F4{a, a, a, a}; }
+inline I4 SplatI(int32_t a) { return I4{a, a, a, a}; }
+inline F4 Load(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline I4 LoadI(const int32_t* p) {
+  I4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// Madd per lane (four lanes), and the correctly rounded square root per lane.
+inline F4 Madd4(F4 a, F4 b, F4 c) {
+#if GIGASTEP_XLA_FMA && defined(__FMA__)
+  return (F4)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+#else
+  F4 r;
+  for (int k = 0; k < 4; ++k) r[k] = Madd(a[k], b[k], c[k]);
+  return r;
+#endif
+}
+inline F4 Sqrt4(F4 a) {
+#if defined(__SSE__)
+  return (F4)_mm_sqrt_ps((__m128)a);
+#else
+  F4 r;
+  for (int k = 0; k < 4; ++k) r[k] = std::sqrt(a[k]);
+  return r;
+#endif
 }
 
 // "(2, 3)" for dims {2, 3}, "()" for a scalar.

@@ -24,10 +24,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
-
 #include "xla/ffi/api/ffi.h"
 #include "common.h"
 
@@ -38,46 +34,19 @@ namespace {
 using gigastep_native::ParallelFor;
 using gigastep_native::ShapeText;
 using gigastep_native::CheckShape;
+using gigastep_native::F4;
+using gigastep_native::I4;
+using gigastep_native::Load;
+using gigastep_native::LoadI;
+using gigastep_native::Madd4;
+using gigastep_native::Splat;
+using gigastep_native::SplatI;
 
 constexpr char kTarget[] = "gigastep_hazards";  // in error messages
 
 constexpr int kMaxAgents = 64;
 constexpr int kMaxBoxes = 64;
 
-// a * b + c as XLA computes `a * b + (product)`: fused (one rounding) where XLA fuses.
-inline float Madd(float a, float b, float c) {
-#if GIGASTEP_XLA_FMA
-  return __builtin_fmaf(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-
-typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
-
-inline F4 Splat(float a) { return F4{a, a, a, a}; }
-inline I4 SplatI(int32_t a) { return I4{a, a, a, a}; }
-inline F4 Load(const float* p) {
-  F4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline I4 LoadI(const int32_t* p) {
-  I4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-// Madd per lane.
-inline F4 Madd4(F4 a, F4 b, F4 c) {
-#if GIGASTEP_XLA_FMA && defined(__FMA__)
-  return (F4)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
-#else
-  F4 r;
-  for (int k = 0; k < 4; ++k) r[k] = Madd(a[k], b[k], c[k]);
-  return r;
-#endif
-}
 struct Params {
   int n, nb;
   bool collisions;

@@ -1,12 +1,15 @@
 // Visibility + vector observation of a batch of games in one pass (XLA FFI, CPU).
 //
-// The same computation as gigastep/observations/visibility.py followed by
-// gigastep/observations/vector.py, written per game so that nothing is recomputed per
-// element: XLA's CPU backend re-evaluates fused producers (bit sets, the counting sort)
+// The same computation as gigastep/game/observations/visibility.py followed by
+// gigastep/game/observations/vector.py (with the planar distances of
+// gigastep/game/interactions.py `geometry`, computed here from the positions so that XLA
+// need not write a (games, n, n) matrix out), written per game so that nothing is recomputed
+// per element: XLA's CPU backend re-evaluates fused producers (bit sets, the counting sort)
 // for every element of a gathered consumer. Every floating-point operation below is the one
 // XLA's CPU backend performs for the JAX code, in the same order, so the two paths agree bit
 // for bit on every state, except that where both give NaN its sign and payload bits are not
-// promised; tests/test_native_vector_obs.py and tests/test_nonfinite.py hold them to that.
+// promised; tests/game/test_native_vector_obs.py and tests/game/test_nonfinite.py hold them
+// to that.
 // Non-finite states are defined, in both paths alike: an agent whose x, y, z, heading or
 // speed is not finite is seen by nobody, observes all zeros (as a dead ego) and shares
 // nothing, not even its detections; a seen agent at a distance that is not below +inf sorts
@@ -52,8 +55,11 @@ struct Params {
 };
 
 struct Game {
-  const float *x, *y, *z, *h, *v, *health, *dist, *comm, *boxes, *waypoint;
-  const float* dist_end;  // one past the batch's last distance (bounds the vector loads)
+  const float *x, *y, *z, *h, *v, *health, *comm, *boxes, *waypoint;
+  // planar distances, row e at dist + e * stride (stride: n rounded up to 4 lanes), computed
+  // by ObserveGame from x and y
+  const float* dist;
+  int stride;
   const uint32_t* stream;  // when comm is null: (seed0, seed1, start)
   const bool *alive, *detected;
   float waypoint_time;
@@ -146,7 +152,7 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
       const uint64_t mates = (p.teams[e] == 1 ? team1 : ~team1) & alive;
       for (uint64_t bits = mates; bits; bits &= bits - 1) {
         const int j = __builtin_ctzll(bits), k = e * n + j;
-        const float d = g.dist[k];
+        const float d = g.dist[e * g.stride + j];
         float ratio;
         if (p.comm_range > 0) {
           ratio = std::min(std::max(d * p.inv_comm_range, 0.0f), 1.0f);
@@ -184,7 +190,7 @@ inline float SeenKey(float d) { return d < INFINITY ? d : FLT_MAX; }
 // stable partial sort). The remaining rows belong to unseen agents and are all zero.
 void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, int* idx) {
   const int n = p.n;
-  const float* dist = g.dist + e * n;
+  const float* dist = g.dist + e * g.stride;
   for (int r = 0; r < rows; ++r) idx[r] = e;  // valid indices even for NaN keys
   if (n <= kCountingSortMax) {
     // Counting sort: the row of i is the number of agents ordered before it. For each
@@ -200,9 +206,9 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
       lane[w] = I4{0, 1, 2, 3} + 4 * w;
       before[w] = I4{0, 0, 0, 0};
     }
-    if (dist + 4 * words <= g.dist_end) {
-      // The row's keys straight into vector registers: lanes past n read the next row(s), and
-      // are masked off with the unseen agents (their bits of seen_e are 0).
+    {
+      // The row's keys straight into vector registers (rows are padded to whole vectors):
+      // lanes past n are masked off with the unseen agents (their bits of seen_e are 0).
       const F4 fmax = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX};
       const I4 seen4 = I4{1, 1, 1, 1} * static_cast<int32_t>(seen_e & 0xFFFF);
       for (int w = 0; w < words; ++w) {
@@ -212,10 +218,6 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
         const I4 seen_lane = (seen4 & pow2) != 0;
         const I4 key = ((I4)d & (d < inf)) | ((I4)fmax & ~(d < inf));  // SeenKey
         keys[w] = (F4)((key & seen_lane) | ((I4)inf & ~seen_lane));
-      }
-    } else {
-      for (int i = 0; i < n; ++i) {
-        if ((seen_e >> i) & 1) keys[i / 4][i % 4] = SeenKey(dist[i]);
       }
     }
     const F4 minus_one = {-1.0f, -1.0f, -1.0f, -1.0f};
@@ -259,8 +261,33 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
   }
 }
 
-void ObserveGame(const Params& p, const Game& g) {
+// dist[e * stride + i] = sqrt(dx dx + dy dy), dx = x_e - x_i, dy = y_e - y_i, as
+// `geometry` computes it (XLA fusing the multiply-add where it does); stride is n rounded up
+// to whole four-lane vectors, and the padding lanes hold distances to the origin.
+void Distances(const Game& g, int n, int stride, float* dist) {
+  using gigastep_native::F4;
+  alignas(16) float X[kMaxAgents], Y[kMaxAgents];
+  for (int j = 0; j < stride; ++j) {
+    X[j] = j < n ? g.x[j] : 0.0f;
+    Y[j] = j < n ? g.y[j] : 0.0f;
+  }
+  for (int e = 0; e < n; ++e) {
+    const F4 xe = gigastep_native::Splat(X[e]), ye = gigastep_native::Splat(Y[e]);
+    for (int w = 0; w < stride; w += 4) {
+      const F4 dx = xe - gigastep_native::Load(X + w), dy = ye - gigastep_native::Load(Y + w);
+      const F4 d = gigastep_native::Sqrt4(gigastep_native::Madd4(dx, dx, dy * dy));
+      std::memcpy(dist + e * stride + w, &d, sizeof d);
+    }
+  }
+}
+
+void ObserveGame(const Params& p, const Game& game) {
   const int n = p.n, m = p.m, L = p.L;
+  alignas(16) float dist[kMaxAgents * kMaxAgents];
+  Game g = game;
+  g.stride = (n + 3) & ~3;
+  Distances(g, n, g.stride, dist);
+  g.dist = dist;
   uint64_t seen[kMaxAgents], finite;
   const uint64_t valid = Observable(p, g, &finite);
   Visibility(p, g, valid, finite, seen);
@@ -332,8 +359,7 @@ void ObserveGame(const Params& p, const Game& g) {
 ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> y,
                          ffi::Buffer<ffi::F32> z, ffi::Buffer<ffi::F32> heading,
                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> health,
-                         ffi::Buffer<ffi::PRED> alive, ffi::Buffer<ffi::F32> dist,
-                         ffi::Buffer<ffi::PRED> detected, ffi::AnyBuffer comm,
+                         ffi::Buffer<ffi::PRED> alive, ffi::Buffer<ffi::PRED> detected, ffi::AnyBuffer comm,
                          ffi::Buffer<ffi::F32> boxes, ffi::Buffer<ffi::F32> waypoint,
                          ffi::Buffer<ffi::F32> waypoint_time, ffi::ResultBuffer<ffi::F32> out,
                          int64_t m, int64_t n_boxes, bool stochastic_comm, bool waypoints,
@@ -376,7 +402,6 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
            CheckShape(kTarget, "v", v.dimensions(), lead, {n64}),
            CheckShape(kTarget, "health", health.dimensions(), lead, {n64}),
            CheckShape(kTarget, "alive", alive.dimensions(), lead, {n64}),
-           CheckShape(kTarget, "dist", dist.dimensions(), lead, {n64, n64}),
            CheckShape(kTarget, "detected", detected.dimensions(), lead, {n64, n64}),
            from_stream ? CheckShape(kTarget, "comm (uint32 stream)", comm.dimensions(), lead, {3})
                        : CheckShape(kTarget, "comm (float32 noise)", comm.dimensions(), lead, {n64, n64}),
@@ -418,8 +443,6 @@ ffi::Error VectorObsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
       g.v = v.typed_data() + a;
       g.health = health.typed_data() + a;
       g.alive = alive.typed_data() + a;
-      g.dist = dist.typed_data() + aa;
-      g.dist_end = dist.typed_data() + dist.element_count();
       g.detected = detected.typed_data() + aa;
       g.comm = from_stream ? nullptr : comm.typed_data<float>() + aa;
       g.stream = from_stream ? comm.typed_data<uint32_t>() + 3 * b : nullptr;
@@ -447,7 +470,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GigastepVectorObs, VectorObsImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // v
                                   .Arg<ffi::Buffer<ffi::F32>>()  // health
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // alive
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // dist
                                   .Arg<ffi::Buffer<ffi::PRED>>()  // detected
                                   .Arg<ffi::AnyBuffer>()  // comm noise or stream
                                   .Arg<ffi::Buffer<ffi::F32>>()  // boxes

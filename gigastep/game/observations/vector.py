@@ -172,6 +172,10 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
     pick it with `jax.lax.platform_dependent`).
 
     Args:
+        dist: (n, n) float32 planar distances of these agents, `geometry(agents).dist`. The
+            kernel computes them itself from x and y, with the same float32 operations, so in
+            a compiled step XLA need not write them out; the JAX path and derivatives read
+            them.
         detected: (n, n) bool HD[i, j]. comm_noise: (n, n) float32 uniforms [e, j].
         comm_stream: optional (3,) uint32 counter stream those uniforms come from
             (`gigastep.game.random.stream`); the kernel then hashes them itself and `comm_noise`
@@ -235,7 +239,7 @@ def _native_call(config: EnvConfig, agents: AgentState, episode: EpisodeState,
     return varying_like(inputs, call(
         agents.x.astype(f32), agents.y.astype(f32), agents.z.astype(f32),
         agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
-        agents.alive.astype(bool), dist.astype(f32), detected.astype(bool),
+        agents.alive.astype(bool), detected.astype(bool),
         comm, boxes.astype(f32), episode.waypoint.astype(f32),
         episode.waypoint_time.astype(f32), **native_attributes(config),
     ))  # fmt: skip
