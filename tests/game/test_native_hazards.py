@@ -218,6 +218,22 @@ def test_the_multiply_add_probe_describes_the_step_geometry(native):
     assert not np.array_equal(joined, apart)  # the two forms do differ on these values
 
 
+def test_without_a_cpu_backend_the_probe_answers_none_and_no_kernel_is_built(monkeypatch):
+    """A process without XLA's CPU backend (JAX_PLATFORMS=cuda) cannot be asked: the probe
+    says None and building the kernels fails with a BuildError naming why (which `load`
+    turns into a warning and the pure JAX path), not a crash."""
+
+    def no_cpu(backend=None):
+        raise RuntimeError(f"Unknown backend {backend}")
+
+    monkeypatch.setattr(jax, "local_devices", no_cpu)
+    probe = _native.xla_fuses_multiply_add.__wrapped__
+    assert probe() is None
+    monkeypatch.setattr(_native, "xla_fuses_multiply_add", probe)
+    with pytest.raises(_native.BuildError, match="neither as one fused multiply-add"):
+        _native._flags()
+
+
 _SEPARATE_ROUNDINGS = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from gigastep.game import _native

@@ -85,7 +85,8 @@ def _flags() -> list[str]:
     if fused is None:
         raise BuildError(
             "XLA's CPU backend computes a * b + c * d here neither as one fused "
-            "multiply-add nor as two roundings, so the kernels cannot match it"
+            "multiply-add nor as two roundings (or has no CPU backend in this process), so "
+            "the kernels cannot match it"
         )
     fma: list[str] = []
     if fused:
@@ -112,11 +113,15 @@ def xla_fuses_multiply_add() -> bool | None:
     a = np.float32(1 + 2.0**-12)
     b = np.float32(2.0**-12)
     values = np.asarray([[a, b], [b, a]], np.float32)  # both operand orders
-    # Compiled and run apart from any trace in progress (this is asked while tracing a step).
-    with jax.ensure_compile_time_eval():
-        arg = jax.device_put(values, jax.local_devices(backend="cpu")[0])
-        square_sum = jax.jit(lambda v: v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1])
-        out = np.asarray(square_sum.lower(arg).compile()(arg))
+    # Compiled and run apart from any trace in progress (this is asked while tracing a step),
+    # on this process's CPU (never a computation spanning the processes of a distributed run).
+    try:
+        with jax.ensure_compile_time_eval():
+            arg = jax.device_put(values, jax.local_devices(backend="cpu")[0])
+            square_sum = jax.jit(lambda v: v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1])
+            out = np.asarray(square_sum.lower(arg).compile()(arg))
+    except RuntimeError:  # no CPU backend in this process (say JAX_PLATFORMS=cuda)
+        return None
     fused = np.float32(1 + 2.0**-11 + 2.0**-23)
     apart = np.float32(1 + 2.0**-11)
     if out[0] == fused and out[1] == apart:
