@@ -32,7 +32,6 @@ namespace ffi = xla::ffi;
 namespace {
 
 using gigastep_native::ParallelFor;
-using gigastep_native::ShapeText;
 using gigastep_native::CheckShape;
 using gigastep_native::F4;
 using gigastep_native::I4;

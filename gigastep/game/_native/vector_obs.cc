@@ -35,9 +35,14 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-using gigastep_native::ParallelFor;
-using gigastep_native::ShapeText;
 using gigastep_native::CheckShape;
+using gigastep_native::F4;
+using gigastep_native::I4;
+using gigastep_native::Load;
+using gigastep_native::Madd4;
+using gigastep_native::ParallelFor;
+using gigastep_native::Splat;
+using gigastep_native::Sqrt4;
 
 constexpr char kTarget[] = "gigastep_vector_obs";  // in error messages
 
@@ -196,8 +201,6 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
     // Counting sort: the row of i is the number of agents ordered before it. For each
     // seen j, compare its key with all keys at once (four 4-lane vectors; padding keys +inf) and
     // count per lane; no horizontal sums.
-    typedef float F4 __attribute__((vector_size(16)));
-    typedef int32_t I4 __attribute__((vector_size(16)));
     const int words = (n + 3) / 4;
     const F4 inf = {INFINITY, INFINITY, INFINITY, INFINITY};
     F4 keys[4] = {inf, inf, inf, inf};
@@ -265,17 +268,16 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
 // `geometry` computes it (XLA fusing the multiply-add where it does); stride is n rounded up
 // to whole four-lane vectors, and the padding lanes hold distances to the origin.
 void Distances(const Game& g, int n, int stride, float* dist) {
-  using gigastep_native::F4;
   alignas(16) float X[kMaxAgents], Y[kMaxAgents];
   for (int j = 0; j < stride; ++j) {
     X[j] = j < n ? g.x[j] : 0.0f;
     Y[j] = j < n ? g.y[j] : 0.0f;
   }
   for (int e = 0; e < n; ++e) {
-    const F4 xe = gigastep_native::Splat(X[e]), ye = gigastep_native::Splat(Y[e]);
+    const F4 xe = Splat(X[e]), ye = Splat(Y[e]);
     for (int w = 0; w < stride; w += 4) {
-      const F4 dx = xe - gigastep_native::Load(X + w), dy = ye - gigastep_native::Load(Y + w);
-      const F4 d = gigastep_native::Sqrt4(gigastep_native::Madd4(dx, dx, dy * dy));
+      const F4 dx = xe - Load(X + w), dy = ye - Load(Y + w);
+      const F4 d = Sqrt4(Madd4(dx, dx, dy * dy));
       std::memcpy(dist + e * stride + w, &d, sizeof d);
     }
   }
