@@ -42,6 +42,7 @@ using gigastep_native::Load;
 using gigastep_native::Madd4;
 using gigastep_native::ParallelFor;
 using gigastep_native::Splat;
+using gigastep_native::SplatI;
 using gigastep_native::Sqrt4;
 
 constexpr char kTarget[] = "gigastep_vector_obs";  // in error messages
@@ -71,36 +72,6 @@ struct Game {
   float* out;
 };
 
-// floor without a libm call (baseline x86-64 has no rounding instruction): exact for every
-// float, as floats of magnitude >= 2^23 (and NaN, inf) are returned unchanged. Branch-free
-// (selects): the sign of a heading difference is a coin flip, which a branch mispredicts.
-inline float Floor(float a) {
-  const bool small = std::fabs(a) < 8388608.0f;
-  const float c = small ? a : 0.0f;  // in int32 range, so the conversion is defined
-  const float t = static_cast<float>(static_cast<int32_t>(c));  // truncation toward zero
-  const float f = t - (t > c ? 1.0f : 0.0f);
-  return small ? f : a;
-}
-
-// wrap_angle of gigastep/dynamics.py, a - 2 pi floor((a + pi) / (2 pi)), evaluated the way
-// XLA's CPU backend evaluates it: the division by the constant 2 pi becomes a multiplication
-// by its float32 reciprocal, and where XLA fuses multiply-adds (GIGASTEP_XLA_FMA, see
-// `gigastep.game._native.xla_fuses_multiply_add`) a - 2 pi k is one multiply-add (one
-// rounding), else a product and a difference (two). The fused form is computed exactly in
-// double: 2 pi k needs at most 24 + 29 bits for |k| < 2^29 and the difference fits in 53
-// bits, so one rounding to float gives fmaf's result without a libm call.
-inline float WrapAngle(float a) {
-  const float two_pi = static_cast<float>(2.0 * M_PI), pi = static_cast<float>(M_PI);
-  const float inv_two_pi = 1.0f / two_pi;
-  const float k = Floor((a + pi) * inv_two_pi);
-#if GIGASTEP_XLA_FMA
-  return static_cast<float>(static_cast<double>(a) -
-                            static_cast<double>(two_pi) * static_cast<double>(k));
-#else
-  return a - two_pi * k;
-#endif
-}
-
 // gigastep/random.py: Wellons' lowbias32 hash, and uniform number k of a counter stream
 // (seed0, seed1, start): lowbias32(lowbias32((start + k) * golden ^ seed0) + seed1) >> 8,
 // times 2^-24. Unsigned arithmetic wraps as XLA's uint32 does.
@@ -116,6 +87,53 @@ inline float StreamUniform(const uint32_t* stream, int k) {
   const uint32_t counter = stream[2] + static_cast<uint32_t>(k);
   const uint32_t bits = LowBias32(LowBias32((counter * 0x9E3779B9u) ^ stream[0]) + stream[1]);
   return static_cast<float>(bits >> 8) * 0x1p-24f;
+}
+
+// The same, four counters k, k + 1, k + 2, k + 3 at a time.
+typedef uint32_t U4 __attribute__((vector_size(16)));
+inline U4 LowBias32(U4 x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+inline F4 StreamUniform4(const uint32_t* stream, int k) {
+  const U4 counter = stream[2] + static_cast<uint32_t>(k) + U4{0, 1, 2, 3};
+  const U4 bits = LowBias32(LowBias32((counter * 0x9E3779B9u) ^ stream[0]) + stream[1]);
+  return __builtin_convertvector(bits >> 8, F4) * 0x1p-24f;
+}
+
+// floor, four lanes, without a libm call (baseline x86-64 has no rounding instruction):
+// exact for every float, as floats of magnitude >= 2^23 (and NaN, inf) are returned
+// unchanged; the others are truncated toward zero (in int32 range, so the conversion is
+// defined) and stepped down where that rounded up.
+inline F4 Floor4(F4 a) {
+  const I4 small = (F4)((I4)a & SplatI(0x7FFFFFFF)) < Splat(8388608.0f);
+  const F4 c = (F4)((I4)a & small);
+  const F4 t = __builtin_convertvector(__builtin_convertvector(c, I4), F4);
+  const F4 f = t - (F4)((I4)Splat(1.0f) & (t > c));
+  return (F4)(((I4)f & small) | ((I4)a & ~small));
+}
+
+// wrap_angle of gigastep/dynamics.py, a - 2 pi floor((a + pi) / (2 pi)), four lanes,
+// evaluated the way XLA's CPU backend evaluates it: the division by the constant 2 pi becomes
+// a multiplication by its float32 reciprocal, and where XLA fuses multiply-adds
+// (GIGASTEP_XLA_FMA, see `gigastep.game._native.xla_fuses_multiply_add`) a - 2 pi k is one
+// multiply-add (one rounding), else a product and a difference (two).
+inline F4 WrapAngle4(F4 a) {
+  const float two_pi = static_cast<float>(2.0 * M_PI), pi = static_cast<float>(M_PI);
+  const F4 k = Floor4((a + Splat(pi)) * Splat(1.0f / two_pi));
+  return Madd4(Splat(-two_pi), k, a);
+}
+
+// Bit j set iff lane j of the four-lane mask is set.
+inline uint32_t MaskBits(I4 mask) {
+#if defined(__SSE__)
+  return static_cast<uint32_t>(_mm_movemask_ps((__m128)mask));
+#else
+  return (mask[0] & 1) | (mask[1] & 2) | (mask[2] & 4) | (mask[3] & 8);
+#endif
 }
 
 // Bit j set iff agent j is alive and its x, y, z, heading and speed are finite: only these
@@ -138,10 +156,25 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
                 uint64_t* seen) {
   const int n = p.n;
   uint64_t det[kMaxAgents];  // det[i]: bit j set iff j (finite) detects i
-  for (int i = 0; i < n; ++i) {
-    uint64_t b = 0;
-    for (int j = 0; j < n; ++j) b |= static_cast<uint64_t>(g.detected[i * n + j]) << j;
-    det[i] = b & finite;
+#if defined(__SSE2__)
+  if (n <= 16) {  // a row of bools (bytes 0 or 1) at a time, from a padded copy
+    alignas(16) uint8_t rows[16 * 16 + 16];
+    std::memcpy(rows, g.detected, static_cast<size_t>(n) * n);
+    std::memset(rows + n * n, 0, 16);  // the last rows' loads reach past the matrix
+    for (int i = 0; i < n; ++i) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + i * n));
+      const uint32_t bits = static_cast<uint32_t>(
+          _mm_movemask_epi8(_mm_cmpgt_epi8(bytes, _mm_setzero_si128())));
+      det[i] = bits & finite;  // finite has no bits past n
+    }
+  } else
+#endif
+  {
+    for (int i = 0; i < n; ++i) {
+      uint64_t b = 0;
+      for (int j = 0; j < n; ++j) b |= static_cast<uint64_t>(g.detected[i * n + j]) << j;
+      det[i] = b & finite;
+    }
   }
   uint64_t team1 = 0;
   for (int j = 0; j < n; ++j) team1 |= static_cast<uint64_t>(p.teams[j] == 1) << j;
@@ -151,22 +184,34 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
         seen[e] = 0;
         continue;
       }
-      // Teammates j that share with e: alive, and ratio <= noise. Only these pairs' noise
-      // matters, so only these are read or hashed.
+      // Teammates j that share with e: alive, and ratio <= noise. Four j at a time (the
+      // distance rows are padded to whole vectors; lanes of other agents are masked off).
       uint64_t share = 0;
       const uint64_t mates = (p.teams[e] == 1 ? team1 : ~team1) & alive;
-      for (uint64_t bits = mates; bits; bits &= bits - 1) {
-        const int j = __builtin_ctzll(bits), k = e * n + j;
-        const float d = g.dist[e * g.stride + j];
-        float ratio;
-        if (p.comm_range > 0) {
-          ratio = std::min(std::max(d * p.inv_comm_range, 0.0f), 1.0f);
+      const float* drow = g.dist + e * g.stride;
+      for (int w = 0; w < n; w += 4) {
+        if (((mates >> w) & 0xF) == 0) continue;
+        const F4 d = Load(drow + w);
+        F4 ratio;
+        if (p.comm_range > 0) {  // std::min(std::max(t, 0), 1), as selects
+          const F4 t = d * Splat(p.inv_comm_range);
+          const F4 lo = (F4)((I4)t & ~(t < Splat(0.0f)));
+          const I4 over = Splat(1.0f) < lo;
+          ratio = (F4)(((I4)Splat(1.0f) & over) | ((I4)lo & ~over));
         } else {
-          ratio = d > 0 ? 1.0f : 0.0f;
+          ratio = (F4)((I4)Splat(1.0f) & (d > Splat(0.0f)));
         }
-        const float u = g.comm != nullptr ? g.comm[k] : StreamUniform(g.stream, k);
-        share |= static_cast<uint64_t>(ratio <= u) << j;
+        F4 u;
+        if (g.comm != nullptr) {
+          alignas(16) float c[4] = {};
+          for (int k = 0; k < 4 && w + k < n; ++k) c[k] = g.comm[e * n + w + k];
+          u = Load(c);
+        } else {
+          u = StreamUniform4(g.stream, e * n + w);
+        }
+        share |= static_cast<uint64_t>(MaskBits(ratio <= u)) << w;
       }
+      share &= mates;
       uint64_t row = share;  // i itself shares, or a sharing teammate detects i
       for (int i = 0; i < n; ++i) row |= static_cast<uint64_t>((share & det[i]) != 0) << i;
       seen[e] = row & finite;
@@ -190,7 +235,8 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
 // +inf), so that every seen agent sorts before the unseen ones (key +inf).
 inline float SeenKey(float d) { return d < INFINITY ? d : FLT_MAX; }
 
-// idx[0..rows): the agents of ego e's first rows, rows = min(m, agents e sees): the ego
+// idx[0..rows): the agents of ego e's first rows, rows = min(m, agents e sees) (idx[rows] is
+// scratch, so idx holds at least rows + 1 entries): the ego
 // (key -1), then the agents it sees by increasing distance, ties by index (vector.py's
 // stable partial sort). The remaining rows belong to unseen agents and are all zero.
 void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, int* idx) {
@@ -237,10 +283,11 @@ void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, 
         before[w] -= (kj < keys[w]) | ((kj == keys[w]) & (j < lane[w]));
       }
     }
-    for (int i = 0; i < n; ++i) {
-      const int pos = before[i / 4][i % 4];
-      if (pos < rows) idx[pos] = i;
-    }
+    // Each agent to its row; those at row >= rows (unseen, or seen beyond the m rows) to the
+    // spare entry idx[rows] (a select, not a branch: which agents are seen is a coin flip).
+    alignas(16) int32_t pos[16];
+    for (int w = 0; w < words; ++w) std::memcpy(pos + 4 * w, &before[w], sizeof before[w]);
+    for (int i = 0; i < n; ++i) idx[std::min<int32_t>(pos[i], rows)] = i;
     return;
   }
   // Insertion of the seen agents into the rows - 1 nearest so far; visiting i in index order
@@ -304,7 +351,9 @@ void ObserveGame(const Params& p, const Game& game) {
     box[4 * b + 3] = src[3] * p.recip_ly;
   }
   const float active = g.waypoint_time > 0 ? 1.0f : 0.0f;
-  int idx[kMaxAgents];
+  alignas(16) float H[kMaxAgents];  // headings, padded to whole vectors
+  for (int j = 0; j < g.stride; ++j) H[j] = j < n ? g.h[j] : 0.0f;
+  int idx[kMaxAgents + 1];
   for (int e = 0; e < n; ++e) {
     float* o = g.out + static_cast<int64_t>(e) * L;
     if (!((valid >> e) & 1)) {  // a dead (or non-finite) ego observes nothing
@@ -320,6 +369,11 @@ void ObserveGame(const Params& p, const Game& game) {
     // (x, y, z, heading, speed), else 0; the team column becomes 1 - |d| and another agent's
     // heading difference is wrapped. Scale-1 products are left out (exact).
     const float xe = g.x[e], ye = g.y[e], ze = g.z[e], he = g.h[e], ve = g.v[e];
+    alignas(16) float wrapped[kMaxAgents];  // WrapAngle(h_i - h_e) of every agent i
+    for (int w = 0; w < g.stride; w += 4) {
+      const F4 d = WrapAngle4(Load(H + w) - Splat(he));
+      std::memcpy(wrapped + w, &d, sizeof d);
+    }
     const float te = static_cast<float>(p.teams[e]), he_health = g.health[e];
     const float se = p.sprites[e];
     o[0] = 1.0f;
@@ -339,7 +393,7 @@ void ObserveGame(const Params& p, const Game& game) {
       q[2] = (g.x[i] - xe) * p.inv_lx;
       q[3] = (g.y[i] - ye) * p.inv_ly;
       q[4] = (g.z[i] - ze) * p.inv_z;
-      q[5] = WrapAngle(g.h[i] - he);
+      q[5] = wrapped[i];
       q[6] = (g.v[i] - ve) * p.inv_diag;
       q[7] = g.health[i] - 0.0f * he_health;
       q[8] = p.sprites[i] - 0.0f * se;
