@@ -157,8 +157,10 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
   const int n = p.n;
   uint64_t det[kMaxAgents];  // det[i]: bit j set iff j (finite) detects i
 #if defined(__SSE2__)
+  __m128i det16[2] = {};  // for n <= 16: det[0..16) as 16-bit lanes (0 past n)
   if (n <= 16) {  // a row of bools (bytes 0 or 1) at a time, from a padded copy
     alignas(16) uint8_t rows[16 * 16 + 16];
+    alignas(16) uint16_t d16[16] = {};
     std::memcpy(rows, g.detected, static_cast<size_t>(n) * n);
     std::memset(rows + n * n, 0, 16);  // the last rows' loads reach past the matrix
     for (int i = 0; i < n; ++i) {
@@ -166,7 +168,10 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
       const uint32_t bits = static_cast<uint32_t>(
           _mm_movemask_epi8(_mm_cmpgt_epi8(bytes, _mm_setzero_si128())));
       det[i] = bits & finite;  // finite has no bits past n
+      d16[i] = static_cast<uint16_t>(det[i]);
     }
+    det16[0] = _mm_load_si128(reinterpret_cast<const __m128i*>(d16));
+    det16[1] = _mm_load_si128(reinterpret_cast<const __m128i*>(d16 + 8));
   } else
 #endif
   {
@@ -213,7 +218,19 @@ void Visibility(const Params& p, const Game& g, uint64_t alive, uint64_t finite,
       }
       share &= mates;
       uint64_t row = share;  // i itself shares, or a sharing teammate detects i
-      for (int i = 0; i < n; ++i) row |= static_cast<uint64_t>((share & det[i]) != 0) << i;
+#if defined(__SSE2__)
+      if (n <= 16) {  // eight agents' detector sets per compare
+        const __m128i s16 = _mm_set1_epi16(static_cast<int16_t>(share));
+        const __m128i none0 = _mm_cmpeq_epi16(_mm_and_si128(det16[0], s16), _mm_setzero_si128());
+        const __m128i none1 = _mm_cmpeq_epi16(_mm_and_si128(det16[1], s16), _mm_setzero_si128());
+        const uint32_t none = static_cast<uint32_t>(
+            _mm_movemask_epi8(_mm_packs_epi16(none0, none1)));
+        row |= ~none & ((uint32_t{1} << n) - 1);
+      } else
+#endif
+      {
+        for (int i = 0; i < n; ++i) row |= static_cast<uint64_t>((share & det[i]) != 0) << i;
+      }
       seen[e] = row & finite;
     }
   } else {
@@ -242,7 +259,8 @@ inline float SeenKey(float d) { return d < INFINITY ? d : FLT_MAX; }
 void RowOrder(const Params& p, const Game& g, int e, uint64_t seen_e, int rows, int* idx) {
   const int n = p.n;
   const float* dist = g.dist + e * g.stride;
-  for (int r = 0; r < rows; ++r) idx[r] = e;  // valid indices even for NaN keys
+  // Every row below `rows` is written: keys are never NaN (SeenKey), so "before" is a strict
+  // total order and the seen agents' counts are 0, 1, ..., count - 1.
   if (n <= kCountingSortMax) {
     // Counting sort: the row of i is the number of agents ordered before it. For each
     // seen j, compare its key with all keys at once (four 4-lane vectors; padding keys +inf) and
