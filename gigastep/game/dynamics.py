@@ -70,9 +70,9 @@ def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentSta
     # fusion with x and y, XLA computed the trigonometry again for each field that needed it,
     # and the geometry a second time; this order: native step 1.15-1.19x, pure JAX
     # 1.03-1.04x, 5v5 pobs, 1,024 games, values bit for bit the same.
-    heading, step, z, v = stored(jnp.stack([heading, step, z, v]))
+    heading, step, z, v = (stored(a) for a in (heading, step, z, v))
     cos_h, sin_h = heading_trig(heading)
-    x, y = stored(jnp.stack([agents.x + step * cos_h, agents.y + step * sin_h]))
+    x, y = stored(agents.x + step * cos_h), stored(agents.y + step * sin_h)
     return agents.replace(x=x, y=y, z=z, v=v, heading=heading)
 
 
