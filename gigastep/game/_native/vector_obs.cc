@@ -72,24 +72,10 @@ struct Game {
   float* out;
 };
 
-// gigastep/random.py: Wellons' lowbias32 hash, and uniform number k of a counter stream
-// (seed0, seed1, start): lowbias32(lowbias32((start + k) * golden ^ seed0) + seed1) >> 8,
-// times 2^-24. Unsigned arithmetic wraps as XLA's uint32 does.
-inline uint32_t LowBias32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  return x ^ (x >> 16);
-}
-
-inline float StreamUniform(const uint32_t* stream, int k) {
-  const uint32_t counter = stream[2] + static_cast<uint32_t>(k);
-  const uint32_t bits = LowBias32(LowBias32((counter * 0x9E3779B9u) ^ stream[0]) + stream[1]);
-  return static_cast<float>(bits >> 8) * 0x1p-24f;
-}
-
-// The same, four counters k, k + 1, k + 2, k + 3 at a time.
+// gigastep/random.py: Wellons' lowbias32 hash, and uniform numbers k, k + 1, k + 2, k + 3
+// of a counter stream (seed0, seed1, start), four lanes at a time:
+// lowbias32(lowbias32((start + k) * golden ^ seed0) + seed1) >> 8, times 2^-24. Unsigned
+// arithmetic wraps as XLA's uint32 does.
 typedef uint32_t U4 __attribute__((vector_size(16)));
 inline U4 LowBias32(U4 x) {
   x ^= x >> 16;
