@@ -22,6 +22,10 @@ alternated calls): on a machine shared with other jobs, wall time also counts th
 core and its ratios swing; the CPU time each program costs does not. On an idle machine the
 two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
 
+A ratio below its floor is timed again, up to `ATTEMPTS` times in all, and judged by its best
+timing: load can still inflate one program's CPU time for a few seconds (see `ATTEMPTS`), a
+regression inflates it on every attempt.
+
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~15-30% below the lowest value in the measurements recorded next to it (runs of
 this module on a 2-core Intel Xeon VM, CPU only, JAX 0.10.2, torch 2.13.0, 2026-12-02: three
@@ -85,7 +89,9 @@ RATIOS: tuple[Ratio, ...] = (
           "2026-12-04) once the integer sums made the vector step cheaper; 0.32-0.37 while "
           "took_damage was recomputed for every pixel (ff1c8a6, caught by this ratio); "
           "0.61-0.70 (5 runs, 2026-12-04) with the RGB step's seen mask and pixel positions "
-          "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree",
+          "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree; "
+          "0.59-0.60 (2 runs, AMD EPYC VM, 2026-12-04) after the stored move (a23eb21), "
+          "0.415 once in CI while the machine was loaded (1.39 M for jax_rgb seconds later)",
           "the RGB renderer slowed against the vector path"),
     Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2,
           "1.58-2.16 (3 runs, 2026-12-04); 1.50-1.64 (3 runs) once the JAX drawing got "
@@ -173,9 +179,50 @@ def _block_torch(out: Any) -> Any:
     return out
 
 
-def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9) -> list[dict[str, Any]]:
+def _time_pair(
+    num: tuple[Callable[[int], Any], int], den: tuple[Callable[[int], Any], int], repeats: int
+) -> dict[str, Any]:
+    """One alternated timing of two built programs: rates (agent-steps per CPU-second,
+    medians of `repeats` calls each) and the per-repeat ratios."""
+    (num_call, num_work), (den_call, den_work) = num, den
+    timing = time_interleaved(
+        {
+            "num": lambda i, f=num_call: _block_torch(f(i)),
+            "den": lambda i, f=den_call: _block_torch(f(i)),
+        },
+        repeats=repeats,
+        warmup=2,
+    )
+    # Process CPU time (all threads), not wall time: on a shared machine it leaves out the
+    # time spent waiting for a core (wall-time ratios of alternated calls swung 0.1-2.5
+    # under load; CPU-time ratios stay within a few percent).
+    num_rate = num_work / timing["num"].cpu_median
+    den_rate = den_work / timing["den"].cpu_median
+    # Per-repeat ratios (alternated neighbours) give the spread within the run.
+    per = sorted((num_work / a) / (den_work / b)
+                 for a, b in zip(timing["num"].cpu_times, timing["den"].cpu_times,
+                                 strict=True))  # fmt: skip
+    return {"value": num_rate / den_rate, "per_repeat": per, "num_rate": num_rate,
+            "den_rate": den_rate}  # fmt: skip
+
+
+ATTEMPTS = 3
+"""Timings of a ratio before it fails: a second and third only when the one before is below
+its floor. CPU time is not immune to load: when the hypervisor or another process takes a
+core, XLA's worker threads spin while they wait for each other and bill that to the process
+(with a busy loop on one of two cores, the per-repeat `rgb_vs_vector` ratios spread 0.40-0.67
+against 0.55-0.60 alone). CI once saw `jax_rgb` at 0.72 M agent-steps per CPU-s in one pairing
+and 1.39 M in the next, seconds later (2026-12-04). A regression is slow on every attempt;
+such a spell passes."""
+
+
+def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
+            attempts: int = ATTEMPTS) -> list[dict[str, Any]]:  # fmt: skip
     """One row per ratio: both programs built in this process, then timed alternated
-    (`repeats` calls each, medians); `value` = median rate of the numerator / denominator."""
+    (`repeats` calls each, medians); `value` = median rate of the numerator / denominator,
+    the best of up to `attempts` timings (the next one only while below the floor)."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
     rows = []
     built: dict[str, tuple[Callable[[int], Any], int]] = {}
     for ratio in ratios:
@@ -183,33 +230,19 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9) -> list[dict[s
         for name in (ratio.numerator, ratio.denominator):
             if name not in built:
                 built[name] = PROGRAMS[name]()
-        (num_call, num_work) = built[ratio.numerator]
-        (den_call, den_work) = built[ratio.denominator]
         build_s = time.perf_counter() - t0
-        timing = time_interleaved(
-            {
-                "num": lambda i, f=num_call: _block_torch(f(i)),
-                "den": lambda i, f=den_call: _block_torch(f(i)),
-            },
-            repeats=repeats,
-            warmup=2,
-        )
-        # Process CPU time (all threads), not wall time: on a shared machine it leaves out the
-        # time spent waiting for a core (wall-time ratios of alternated calls swung 0.1-2.5
-        # under load; CPU-time ratios stay within a few percent).
-        num_rate = num_work / timing["num"].cpu_median
-        den_rate = den_work / timing["den"].cpu_median
-        # Per-repeat ratios (alternated neighbours) give the spread within the run.
-        per = sorted((num_work / a) / (den_work / b)
-                     for a, b in zip(timing["num"].cpu_times, timing["den"].cpu_times,
-                                     strict=True))  # fmt: skip
+        tries: list[dict[str, Any]] = []
+        while len(tries) < attempts and (not tries or tries[-1]["value"] < ratio.floor):
+            tries.append(_time_pair(built[ratio.numerator], built[ratio.denominator], repeats))
+        best = max(tries, key=lambda t: t["value"])
+        per = best["per_repeat"]
         rows.append({
             "ratio": ratio.name, "numerator": ratio.numerator, "denominator": ratio.denominator,
-            "value": num_rate / den_rate, "floor": ratio.floor,
-            "ok": num_rate / den_rate >= ratio.floor,
+            "value": best["value"], "floor": ratio.floor, "ok": best["value"] >= ratio.floor,
+            "attempts": [t["value"] for t in tries],
             "per_repeat_min": per[0], "per_repeat_median": statistics.median(per),
-            "per_repeat_max": per[-1], "numerator_agent_steps_per_s": num_rate,
-            "denominator_agent_steps_per_s": den_rate, "build_and_compile_s": build_s,
+            "per_repeat_max": per[-1], "numerator_agent_steps_per_s": best["num_rate"],
+            "denominator_agent_steps_per_s": best["den_rate"], "build_and_compile_s": build_s,
             "measured_on_reference": ratio.measured, "guards": ratio.guards,
         })  # fmt: skip
         print(_line(rows[-1]), flush=True)
@@ -218,19 +251,28 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9) -> list[dict[s
 
 def _line(row: dict[str, Any]) -> str:
     verdict = "ok" if row["ok"] else "BELOW FLOOR"
+    attempts = row.get("attempts", [row["value"]])
+    tries = ("; attempts " + ", ".join(f"{v:.3f}" for v in attempts)) if len(attempts) > 1 else ""
     return (f"{row['ratio']}: {row['value']:.3f} (floor {row['floor']}, per-repeat "
             f"{row['per_repeat_min']:.3f}-{row['per_repeat_max']:.3f}; "
             f"{row['numerator']} {row['numerator_agent_steps_per_s'] / 1e6:.2f} M vs "
             f"{row['denominator']} {row['denominator_agent_steps_per_s'] / 1e6:.2f} M "
-            f"agent-steps per CPU-s; built in {row['build_and_compile_s']:.0f} s) "
+            f"agent-steps per CPU-s; built in {row['build_and_compile_s']:.0f} s{tries}) "
             f"{verdict}")  # fmt: skip
 
 
 def check(rows: list[dict[str, Any]]) -> list[str]:
     """Failure messages, one per ratio below its floor."""
-    return [f"performance guard: {r['ratio']} = {r['value']:.3f} is below its floor "
-            f"{r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
+    return [f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
+            f"floor {r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
             for r in rows if not r["ok"]]  # fmt: skip
+
+
+def _best_of(row: dict[str, Any]) -> str:
+    attempts = row.get("attempts", [])
+    if len(attempts) < 2:
+        return ""
+    return f" (best of {len(attempts)} attempts: {', '.join(f'{v:.3f}' for v in attempts)})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,11 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=names, metavar="RATIO",
                         help=f"check only these ratios ({', '.join(names)})")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=9, help="timed calls per program")
+    parser.add_argument("--attempts", type=int, default=ATTEMPTS,
+                        help="timings of a ratio before it fails (the next only while below "
+                             "its floor)")  # fmt: skip
     parser.add_argument("--json", help="write the rows and the run's hardware/versions here")
     parser.add_argument("--list", action="store_true", help="list the ratios and exit")
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error(f"--repeats must be >= 3 (medians of fewer are noise), got {args.repeats}")
+    if args.attempts < 1:
+        parser.error(f"--attempts must be >= 1, got {args.attempts}")
     chosen = tuple(r for r in RATIOS if not args.only or r.name in args.only)
     if args.list:
         for r in chosen:
@@ -252,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(reference VM: {r.measured}); {r.guards}")  # fmt: skip
         return 0
     t0 = time.perf_counter()
-    rows = measure(chosen, args.repeats)
+    rows = measure(chosen, args.repeats, args.attempts)
     if args.json:
         write_json(args.json, {"run": run_info(), "rows": rows})
     failures = check(rows)
