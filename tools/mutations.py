@@ -98,6 +98,11 @@ MUTATIONS = [
              "return conflict | jnp.any(inside, axis=1)",
              (RESET + "test_padding_boxes_do_not_force_redraws",),
              "zero padding boxes force redraws near the origin (the 2023 behaviour)"),
+    Mutation("cone_wide_compare_flipped", "gigastep/game/interactions.py",
+             "ahead = (f >= 0) | (f * f < c2 * geo.d2)",
+             "ahead = (f >= 0) | (f * f > c2 * geo.d2)",
+             ("tests/game/test_cone.py", "tests/game/test_rules.py"),
+             "a cone wider than a half-turn takes the targets behind the edge, not ahead of it"),
     # --- the JAX vector observation (the path every GPU runs) -------------------------------
     Mutation("jax_heading_wrap_removed_native_off", "gigastep/game/observations/vector.py",
              "d = jnp.where(jnp.asarray(f == 5) & ~is_ego, wrap_angle(d), d)",

@@ -47,13 +47,25 @@ def geometry(agents: AgentState) -> Geometry:
 def in_cone(angle: float, geo: Geometry, heading: jax.Array) -> jax.Array:
     """[|theta_ij| < angle] for every pair, without atan2.
 
-    For angle <= pi, |theta| < angle <=> cos(theta) > cos(angle) <=> forward > cos(angle) d;
-    a cone wider than pi contains every direction. For a target at exactly the observer's
-    (x, y) the bearing is atan2(0, 0) - h_j = -h_j (wrapped), as in rules §4.6.
+    For angle <= pi, |theta| < angle <=> cos(theta) > cos(angle) <=> forward > c d with
+    c = cos(angle), compared without the square root d = sqrt(d2): for c >= 0, forward > 0 and
+    forward^2 > c^2 d2; for c < 0, forward >= 0 or forward^2 < c^2 d2. The two forms differ
+    by rounding at the cone's edge only, and NaN or infinite geometry decides as
+    `forward > c d` would, except where a finite forward's square overflows against an
+    infinite d2 (agents ~1e19 apart, far outside any map). Without the square root, nothing
+    of the step needs the (n, n) distances on the native path (its kernel computes its own):
+    XLA neither computes nor writes them (docs/benchmarks.md). A cone wider than pi contains
+    every direction. For a target at exactly the observer's (x, y) the bearing is
+    atan2(0, 0) - h_j = -h_j (wrapped), as in rules §4.6.
     """
     if angle > math.pi:
         return jnp.ones_like(geo.d2, dtype=bool)
-    ahead = geo.cos_bearing > np.float32(math.cos(angle)) * geo.dist
+    c = math.cos(angle)
+    f, c2 = geo.cos_bearing, np.float32(c * c)
+    if c >= 0:
+        ahead = (f > 0) & (f * f > c2 * geo.d2)
+    else:
+        ahead = (f >= 0) | (f * f < c2 * geo.d2)
     # |wrap(-h_j)| per observer, stored: read by every pair, else recomputed for each of them
     coincident = stored(jnp.abs(wrap_angle(-heading)))[None, :] < np.float32(angle)
     return jnp.where(geo.d2 > 0, ahead, coincident)
