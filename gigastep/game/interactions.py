@@ -175,7 +175,9 @@ def combat(
     can = enemies & alive[:, None] & alive[None, :]
     very_close = d2 < np.float32(config.very_close_depth**2)
     detected = can & (very_close | sensed)
-    lock = detected & shoot
+    # With stochastic detection a target j could shoot is always detected (sensed includes
+    # shoot), so the lock is can & shoot: the same booleans, without the detection noise.
+    lock = (can & shoot) if config.stochastic_obs else (detected & shoot)
     tracked = jnp.where(lock, agents.tracked + 1, 0)
     lo, hi = config.min_tracking_steps, config.max_tracking_steps
     damage = (jnp.clip(tracked, lo, hi) - lo).astype(jnp.float32)

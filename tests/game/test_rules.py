@@ -352,6 +352,16 @@ def test_tracking_resets_when_the_lock_breaks(gs, duel):
     assert out.health[1] == pytest.approx(1.0, abs=ATOL)
 
 
+def test_a_lock_needs_detection(gs):
+    # Deterministic detection, agent 0's detection radius 3 * 0.4 = 1.2: the section 13.2
+    # target at d = 1.5 (not very close, < 1) is inside the damage cone (2.05, bearing 0) but
+    # not detected, so there is no lock: tracked 9 -> 0, no damage (health 1 + 0.01 -> 1).
+    config = gs.config(detection_range=(0.4, 1.0))
+    out = gs.step(config, _locked_state(gs, config, 9))
+    assert out.tracked[1, 0] == 0
+    assert out.health[1] == pytest.approx(1.0, abs=ATOL)
+
+
 def test_damage_range_zero_never_shoots(gs):
     # Agent 0 has damage_range 0; the §13.2 geometry with a 9-step lock does nothing.
     config = gs.config(detection_range=(2.0, 1.0), damage_range=(0.0, 1.0))
