@@ -80,10 +80,16 @@ class Ratio:
 
 
 RATIOS: tuple[Ratio, ...] = (
-    Ratio("jax_obs_vs_native", "jax_vec", "native_vec", 0.28, "0.39-0.50 (5 runs)",
-          "the pure JAX observation path (every GPU's) slowed against the native kernel"),
-    Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.45, "0.61-0.64",
-          "the batched auto-reset costs much more than the step it wraps"),
+    Ratio("jax_obs_vs_native", "jax_vec", "native_vec", 0.25,
+          "0.32-0.46 (4 runs, AMD EPYC VM, 2026-12-04, 8d65038: the cone and lock changes made "
+          "the native step ~1.12x faster and the JAX one ~0.98x); 0.39-0.50 (5 runs) before",
+          "the pure JAX observation path (every GPU's) slowed against the native kernel "
+          "(0.17 with the elementwise non-finite mask of 1734d0f)"),
+    Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.40,
+          "0.48-0.58 (4 runs, 2026-12-04, 8d65038: the step it is divided by got faster); "
+          "0.61-0.64 before",
+          "the batched auto-reset costs much more than the step it wraps (resetting every "
+          "game, not only the finished ones: ~0.28 by `profile_step --ablations`)"),
     Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.48,
           "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before); 0.45-0.60 (4 runs, "
           "2026-12-04) once the integer sums made the vector step cheaper; 0.32-0.37 while "
