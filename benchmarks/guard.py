@@ -55,7 +55,7 @@ from typing import Any
 
 from benchmarks._common import run_info, time_interleaved, write_json
 
-__all__ = ["RATIOS", "Ratio", "check", "main", "measure"]
+__all__ = ["RATIOS", "Ratio", "check", "main", "measure", "retry_in_fresh_processes"]
 
 BATCH = 256
 """Games per program (small enough to compile and run fast, large enough to be batch-bound)."""
@@ -281,6 +281,57 @@ def _best_of(row: dict[str, Any]) -> str:
     return f" (best of {len(attempts)} attempts: {', '.join(f'{v:.3f}' for v in attempts)})"
 
 
+FRESH = 2
+"""Fresh processes that time a ratio still below its floor after its in-process attempts.
+Some processes run the RGB programs (both the JAX drawing and the native kernel) at less than
+half their usual speed for their whole life (2 of 4 CI runs on 2026-12-04: `jax_rgb` at
+0.72 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M; in 3 of 17 fresh processes
+here, 27-33 ms per call against 11-13 ms; not page faults, not transparent huge pages; cause
+not found). A regression is slow in every process."""
+
+
+Row = dict[str, Any]
+
+
+def retry_in_fresh_processes(rows: list[Row], fresh: int,
+                             run: Callable[[str], Row | None]) -> list[Row]:  # fmt: skip
+    """`rows` with each row below its floor timed again by `run(name)` (a fresh process), up
+    to `fresh` times while it stays below, keeping the best row; every value goes into its
+    `attempts`."""
+    out = []
+    for row in rows:
+        tries = 0
+        while not row["ok"] and tries < fresh:
+            tries += 1
+            again = run(row["ratio"])
+            if again is None:  # the process failed: nothing to compare
+                continue
+            attempts = row.get("attempts", [row["value"]]) + again.get("attempts", [again["value"]])
+            row = {**(again if again["value"] > row["value"] else row), "attempts": attempts}
+            print(f"in a fresh process: {_line(row)}", flush=True)
+        out.append(row)
+    return out
+
+
+def _fresh_row(name: str, repeats: int) -> dict[str, Any] | None:
+    """The row of ratio `name` measured by `python -m benchmarks.guard` in a new process."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "row.json")
+        cmd = [sys.executable, "-m", "benchmarks.guard", "--only", name, "--repeats",
+               str(repeats), "--fresh", "0", "--json", path]  # fmt: skip
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+        if not os.path.exists(path):
+            print(f"fresh process for {name} failed: {proc.stderr[-500:]}", file=sys.stderr)
+            return None
+        with open(path) as f:
+            return dict(json.load(f)["rows"][0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.guard",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
@@ -291,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts", type=int, default=ATTEMPTS,
                         help="timings of a ratio before it fails (the next only while below "
                              "its floor)")  # fmt: skip
+    parser.add_argument(
+        "--fresh",
+        type=int,
+        default=FRESH,
+        help="fresh processes that time a ratio still below its floor",
+    )
     parser.add_argument("--json", help="write the rows and the run's hardware/versions here")
     parser.add_argument("--list", action="store_true", help="list the ratios and exit")
     args = parser.parse_args(argv)
@@ -298,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--repeats must be >= 3 (medians of fewer are noise), got {args.repeats}")
     if args.attempts < 1:
         parser.error(f"--attempts must be >= 1, got {args.attempts}")
+    if args.fresh < 0:
+        parser.error(f"--fresh must be >= 0, got {args.fresh}")
     chosen = tuple(r for r in RATIOS if not args.only or r.name in args.only)
     if args.list:
         for r in chosen:
@@ -306,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     rows = measure(chosen, args.repeats, args.attempts)
+    rows = retry_in_fresh_processes(rows, args.fresh, lambda name: _fresh_row(name, args.repeats))
     if args.json:
         write_json(args.json, {"run": run_info(), "rows": rows})
     failures = check(rows)

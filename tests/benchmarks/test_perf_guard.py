@@ -130,3 +130,38 @@ def test_the_command_line_refuses_zero_attempts(capsys):
     with pytest.raises(SystemExit):
         guard.main(["--attempts", "0"])
     assert "--attempts must be >= 1" in capsys.readouterr().err
+
+
+def _guard_row(value, floor=0.5, attempts=None):
+    return {"ratio": "a_vs_b", "numerator": "a", "denominator": "b", "value": value,
+            "floor": floor, "ok": value >= floor, "attempts": attempts or [value],
+            "per_repeat_min": value, "per_repeat_max": value, "numerator_agent_steps_per_s": 1e6,
+            "denominator_agent_steps_per_s": 1e6, "build_and_compile_s": 0.0,
+            "measured_on_reference": "0.6-0.7", "guards": "a slowed"}  # fmt: skip
+
+
+def test_a_ratio_at_its_floor_starts_no_fresh_process():
+    calls = []
+    rows = guard.retry_in_fresh_processes([_guard_row(0.6)], 2, calls.append)
+    assert calls == [] and rows[0]["value"] == 0.6
+
+
+def test_a_ratio_below_its_floor_is_timed_in_fresh_processes_until_it_passes():
+    fresh = iter([_guard_row(0.45), _guard_row(0.55), _guard_row(0.9)])
+    calls = []
+
+    def run(name):
+        calls.append(name)
+        return next(fresh)
+
+    (row,) = guard.retry_in_fresh_processes([_guard_row(0.3, attempts=[0.2, 0.3])], 3, run)
+    assert calls == ["a_vs_b", "a_vs_b"]
+    assert row["ok"] and row["value"] == 0.55 and row["attempts"] == [0.2, 0.3, 0.45, 0.55]
+
+
+def test_a_ratio_below_its_floor_in_every_process_fails_with_its_best():
+    fresh = iter([_guard_row(0.35), None, _guard_row(0.9)])
+    (row,) = guard.retry_in_fresh_processes([_guard_row(0.4)], 2, lambda name: next(fresh))
+    assert not row["ok"] and row["value"] == 0.4 and row["attempts"] == [0.4, 0.35]
+    (msg,) = guard.check([row])
+    assert "a_vs_b = 0.400 (best of 2 attempts: 0.400, 0.350)" in msg
