@@ -24,7 +24,8 @@ two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
 
 A ratio below its floor is timed again, up to `ATTEMPTS` times in all, and judged by its best
 timing: load can still inflate one program's CPU time for a few seconds (see `ATTEMPTS`), a
-regression inflates it on every attempt.
+regression inflates it on every attempt. One still below is then timed in up to `FRESH` new
+processes, since some processes run the RGB programs slowly for their whole life.
 
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~15-30% below the lowest value in the measurements recorded next to it (runs of
@@ -54,6 +55,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks._common import run_info, time_interleaved, write_json
+
+Row = dict[str, Any]
+"""One measured ratio: value, floor, ok, attempts, rates, per-repeat spread (`measure`)."""
 
 __all__ = ["RATIOS", "Ratio", "check", "main", "measure", "retry_in_fresh_processes"]
 
@@ -97,7 +101,7 @@ RATIOS: tuple[Ratio, ...] = (
           "0.61-0.70 (5 runs, 2026-12-04) with the RGB step's seen mask and pixel positions "
           "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree; "
           "0.59-0.60 (2 runs, AMD EPYC VM, 2026-12-04) after the stored move (a23eb21), "
-          "0.415 once in CI while the machine was loaded (1.39 M for jax_rgb seconds later)",
+          "0.415 and 0.404 in two CI runs while that process ran jax_rgb at half speed (see FRESH)",
           "the RGB renderer slowed against the vector path"),
     Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2,
           "1.58-2.16 (3 runs, 2026-12-04); 1.50-1.64 (3 runs) once the JAX drawing got "
@@ -217,13 +221,12 @@ ATTEMPTS = 3
 its floor. CPU time is not immune to load: when the hypervisor or another process takes a
 core, XLA's worker threads spin while they wait for each other and bill that to the process
 (with a busy loop on one of two cores, the per-repeat `rgb_vs_vector` ratios spread 0.40-0.67
-against 0.55-0.60 alone). CI once saw `jax_rgb` at 0.72 M agent-steps per CPU-s in one pairing
-and 1.39 M in the next, seconds later (2026-12-04). A regression is slow on every attempt;
-such a spell passes."""
+against 0.55-0.60 alone). A regression is slow on every attempt; such a spell passes. (A
+process that runs a program slowly for its whole life needs `FRESH`.)"""
 
 
 def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
-            attempts: int = ATTEMPTS) -> list[dict[str, Any]]:  # fmt: skip
+            attempts: int = ATTEMPTS) -> list[Row]:  # fmt: skip
     """One row per ratio: both programs built in this process, then timed alternated
     (`repeats` calls each, medians); `value` = median rate of the numerator / denominator,
     the best of up to `attempts` timings (the next one only while below the floor)."""
@@ -255,7 +258,7 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
     return rows
 
 
-def _line(row: dict[str, Any]) -> str:
+def _line(row: Row) -> str:
     verdict = "ok" if row["ok"] else "BELOW FLOOR"
     attempts = row.get("attempts", [row["value"]])
     tries = ("; attempts " + ", ".join(f"{v:.3f}" for v in attempts)) if len(attempts) > 1 else ""
@@ -267,14 +270,14 @@ def _line(row: dict[str, Any]) -> str:
             f"{verdict}")  # fmt: skip
 
 
-def check(rows: list[dict[str, Any]]) -> list[str]:
+def check(rows: list[Row]) -> list[str]:
     """Failure messages, one per ratio below its floor."""
     return [f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
             f"floor {r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
             for r in rows if not r["ok"]]  # fmt: skip
 
 
-def _best_of(row: dict[str, Any]) -> str:
+def _best_of(row: Row) -> str:
     attempts = row.get("attempts", [])
     if len(attempts) < 2:
         return ""
@@ -288,9 +291,6 @@ half their usual speed for their whole life (2 of 4 CI runs on 2026-12-04: `jax_
 0.72 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M; in 3 of 17 fresh processes
 here, 27-33 ms per call against 11-13 ms; not page faults, not transparent huge pages; cause
 not found). A regression is slow in every process."""
-
-
-Row = dict[str, Any]
 
 
 def retry_in_fresh_processes(rows: list[Row], fresh: int,
@@ -313,7 +313,7 @@ def retry_in_fresh_processes(rows: list[Row], fresh: int,
     return out
 
 
-def _fresh_row(name: str, repeats: int) -> dict[str, Any] | None:
+def _fresh_row(name: str, repeats: int) -> Row | None:
     """The row of ratio `name` measured by `python -m benchmarks.guard` in a new process."""
     import json
     import subprocess
