@@ -25,7 +25,7 @@ two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
 A ratio below its floor is timed again, up to `ATTEMPTS` times in all, and judged by its best
 timing: load can still inflate one program's CPU time for a few seconds (see `ATTEMPTS`), a
 regression inflates it on every attempt. One still below is then timed in up to `FRESH` new
-processes, since some processes run the RGB programs slowly for their whole life.
+processes, later: the RGB programs have slow spells that can outlast the attempts.
 
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~15-30% below the lowest value in the measurements recorded next to it (runs of
@@ -39,6 +39,8 @@ Usage:
     python -m benchmarks.guard                 # all ratios, ~1-2 min on 2 cores
     python -m benchmarks.guard --only jax_obs_vs_native --json guard.json
     python -m benchmarks.guard --list          # the ratios, floors and measured values
+    python -m benchmarks.guard --trace jax_rgb --seconds 40   # one program's speed, second
+                                               # by second (see FRESH)
 Exit status: 0 when every ratio is at or above its floor, 1 otherwise.
 """
 
@@ -59,7 +61,16 @@ from benchmarks._common import run_info, time_interleaved, write_json
 Row = dict[str, Any]
 """One measured ratio: value, floor, ok, attempts, rates, per-repeat spread (`measure`)."""
 
-__all__ = ["RATIOS", "Ratio", "check", "main", "measure", "retry_in_fresh_processes"]
+__all__ = [
+    "RATIOS",
+    "Ratio",
+    "check",
+    "context_switches",
+    "main",
+    "measure",
+    "retry_in_fresh_processes",
+    "trace",
+]
 
 BATCH = 256
 """Games per program (small enough to compile and run fast, large enough to be batch-bound)."""
@@ -101,7 +112,7 @@ RATIOS: tuple[Ratio, ...] = (
           "0.61-0.70 (5 runs, 2026-12-04) with the RGB step's seen mask and pixel positions "
           "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree; "
           "0.59-0.60 (2 runs, AMD EPYC VM, 2026-12-04) after the stored move (a23eb21), "
-          "0.415 and 0.404 in two CI runs while that process ran jax_rgb at half speed (see FRESH)",
+          "0.415 and 0.404 in two CI runs during a slow spell of jax_rgb (see FRESH)",
           "the RGB renderer slowed against the vector path"),
     Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2,
           "1.58-2.16 (3 runs, 2026-12-04); 1.50-1.64 (3 runs) once the JAX drawing got "
@@ -221,8 +232,8 @@ ATTEMPTS = 3
 its floor. CPU time is not immune to load: when the hypervisor or another process takes a
 core, XLA's worker threads spin while they wait for each other and bill that to the process
 (with a busy loop on one of two cores, the per-repeat `rgb_vs_vector` ratios spread 0.40-0.67
-against 0.55-0.60 alone). A regression is slow on every attempt; such a spell passes. (A
-process that runs a program slowly for its whole life needs `FRESH`.)"""
+against 0.55-0.60 alone). A regression is slow on every attempt; such a spell passes. (The
+RGB programs' slow spells of thread hand-offs can last longer: see `FRESH`.)"""
 
 
 def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
@@ -286,11 +297,17 @@ def _best_of(row: Row) -> str:
 
 FRESH = 2
 """Fresh processes that time a ratio still below its floor after its in-process attempts.
-Some processes run the RGB programs (both the JAX drawing and the native kernel) at less than
-half their usual speed for their whole life (2 of 4 CI runs on 2026-12-04: `jax_rgb` at
-0.72 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M; in 3 of 17 fresh processes
-here, 27-33 ms per call against 11-13 ms; not page faults, not transparent huge pages; cause
-not found). A regression is slow in every process."""
+The programs that XLA splits across its two worker threads run at two speeds on a 2-vCPU VM,
+in spells of seconds: `jax_rgb` (`--trace jax_rgb`) at 10.5-12 ms per 40-step call with
+75-105 context switches per call, or at 17-29 ms with 160-190 switches, the same compiled
+program on the same buffers flipping between the two within one process. Pinned to one core
+(`taskset -c 0`) it runs at 12-13 ms with 5-12 switches, and so do two pinned copies running
+at once, one per core: the slow spells point to the threads' hand-offs going through sleep
+and wake-up, not to the memory or to the other core's load (2026-12-04, AMD EPYC VM; at
+84 x 84 and 64 games XLA splits 17 of the RGB step's kernels in two, the ten image scatters
+among them). A spell can outlast the in-process attempts (2 of 4 CI runs on 2026-12-04:
+`jax_rgb` at 0.72 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M); a fresh
+process, tens of seconds later, is timed outside it. A regression is slow in every process."""
 
 
 def retry_in_fresh_processes(rows: list[Row], fresh: int,
@@ -332,6 +349,67 @@ def _fresh_row(name: str, repeats: int) -> Row | None:
             return dict(json.load(f)["rows"][0])
 
 
+def context_switches() -> int | None:
+    """Context switches (voluntary and not) of every thread of this process so far, from
+    /proc (Linux); None where it cannot be read."""
+    import glob
+
+    total, found = 0, False
+    for path in glob.glob("/proc/self/task/*/status"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+                        found = True
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total if found else None
+
+
+def trace(call: Callable[[int], Any], work: int, seconds: float, window: float = 1.0,
+          report: Callable[[Row], None] | None = None) -> list[Row]:  # fmt: skip
+    """Time `call` back to back for `seconds`, one row per `window` seconds: calls, median wall
+    ms per call, CPU ms per call (all threads), context switches per call (None off Linux) and
+    agent-steps per wall-second (`work` per call), each also passed to `report` as it ends.
+    Shows whether a program's speed holds over time in one process, and how often its threads
+    sleep and wake while it runs (see `FRESH`)."""
+    import jax
+
+    if seconds <= 0 or window <= 0:
+        raise ValueError(f"trace: seconds and window must be > 0, got {seconds} and {window}")
+    rows: list[Row] = []
+    i = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        walls: list[float] = []
+        cpu0, ctx0 = time.process_time(), context_switches()
+        stop = time.perf_counter() + window
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            jax.block_until_ready(_block_torch(call(i)))
+            walls.append(time.perf_counter() - t0)
+            i += 1
+        ctx1, n = context_switches(), len(walls)
+        median = statistics.median(walls)
+        rows.append({
+            "calls": n, "wall_ms": median * 1e3,
+            "cpu_ms": (time.process_time() - cpu0) / n * 1e3,
+            "switches": None if ctx0 is None or ctx1 is None else (ctx1 - ctx0) / n,
+            "agent_steps_per_s": work / median,
+        })  # fmt: skip
+        if report is not None:
+            report(rows[-1])
+    return rows
+
+
+def _trace_line(row: Row) -> str:
+    switches = "-" if row["switches"] is None else f"{row['switches']:.0f}"
+    return (f"{row['calls']:4d} calls  {row['wall_ms']:7.2f} ms wall  "
+            f"{row['cpu_ms']:7.2f} ms CPU  {switches:>5} switches per call  "
+            f"{row['agent_steps_per_s'] / 1e6:.2f} M agent-steps/s")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.guard",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
@@ -350,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", help="write the rows and the run's hardware/versions here")
     parser.add_argument("--list", action="store_true", help="list the ratios and exit")
+    parser.add_argument("--trace", choices=sorted(PROGRAMS), metavar="PROGRAM",
+                        help="instead of the ratios: time one program back to back and print "
+                             "its speed, CPU time and context switches per call every second "
+                             f"({', '.join(sorted(PROGRAMS))})")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long --trace runs")
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error(f"--repeats must be >= 3 (medians of fewer are noise), got {args.repeats}")
@@ -357,6 +440,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--attempts must be >= 1, got {args.attempts}")
     if args.fresh < 0:
         parser.error(f"--fresh must be >= 0, got {args.fresh}")
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    if args.trace:
+        call, work = PROGRAMS[args.trace]()
+        for i in range(3):  # compiled already; settle the buffers
+            _block_torch(call(-1 - i))
+        rows = trace(call, work, args.seconds, report=lambda r: print(_trace_line(r), flush=True))
+        if args.json:
+            write_json(args.json, {"run": run_info(), "program": args.trace, "windows": rows})
+        return 0
     chosen = tuple(r for r in RATIOS if not args.only or r.name in args.only)
     if args.list:
         for r in chosen:

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,32 @@ def test_a_ratio_below_its_floor_in_every_process_fails_with_its_best():
     assert not row["ok"] and row["value"] == 0.4 and row["attempts"] == [0.4, 0.35]
     (msg,) = guard.check([row])
     assert "a_vs_b = 0.400 (best of 2 attempts: 0.400, 0.350)" in msg
+
+
+def test_trace_reports_one_row_per_window_with_the_calls_made_in_it():
+    calls = []
+
+    def call(i):
+        calls.append(i)
+        time.sleep(0.004)  # 4 ms of wall time and almost no CPU time per call
+
+    reported = []
+    rows = guard.trace(call, work=100, seconds=0.3, window=0.1, report=reported.append)
+    assert rows == reported and 2 <= len(rows) <= 4
+    assert sum(r["calls"] for r in rows) == len(calls) and calls == list(range(len(calls)))
+    for r in rows:
+        assert 4.0 <= r["wall_ms"] < 20.0 and r["cpu_ms"] < r["wall_ms"]
+        assert r["agent_steps_per_s"] == pytest.approx(100 / (r["wall_ms"] / 1e3))
+        if sys.platform.startswith("linux"):  # sleeping is a voluntary switch per call
+            assert r["switches"] >= 1
+
+
+def test_trace_refuses_a_window_that_is_not_positive():
+    with pytest.raises(ValueError, match="seconds and window must be > 0, got 1 and 0"):
+        guard.trace(lambda i: None, work=1, seconds=1, window=0)
+
+
+def test_the_command_line_refuses_a_trace_of_no_time(capsys):
+    with pytest.raises(SystemExit):
+        guard.main(["--trace", "jax_rgb", "--seconds", "0"])
+    assert "--seconds must be > 0, got 0.0" in capsys.readouterr().err
