@@ -22,10 +22,15 @@ alternated calls): on a machine shared with other jobs, wall time also counts th
 core and its ratios swing; the CPU time each program costs does not. On an idle machine the
 two agree up to XLA's threading (the native kernel runs on XLA's thread pool).
 
+The two RGB ratios (`Ratio.one_cpu`) are timed in a child process pinned to one CPU: on two
+threads those programs run in spells of two speeds (see `FRESH`), on one CPU they hold
+steady, and the regression they guard against shows on one CPU as well (0.33 against 0.71-0.74
+for `rgb_vs_vector`).
+
 A ratio below its floor is timed again, up to `ATTEMPTS` times in all, and judged by its best
 timing: load can still inflate one program's CPU time for a few seconds (see `ATTEMPTS`), a
 regression inflates it on every attempt. One still below is then timed in up to `FRESH` new
-processes, later: the RGB programs have slow spells that can outlast the attempts.
+processes, later.
 
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~15-30% below the lowest value in the measurements recorded next to it (runs of
@@ -92,6 +97,9 @@ class Ratio:
     """Values this ratio took on the reference VM (three runs), for whoever moves the floor."""
     guards: str
     """What a drop below the floor means."""
+    one_cpu: bool = False
+    """Timed in a process pinned to one CPU (`pinned`): for the programs whose speed on two
+    threads comes in spells (see `FRESH`); their floor is for one CPU."""
 
 
 RATIOS: tuple[Ratio, ...] = (
@@ -105,19 +113,16 @@ RATIOS: tuple[Ratio, ...] = (
           "0.61-0.64 before",
           "the batched auto-reset costs much more than the step it wraps (resetting every "
           "game, not only the finished ones: ~0.28 by `profile_step --ablations`)"),
-    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.48,
-          "0.56-0.78 since the tails are drawn by levels (0.30-0.36 before); 0.45-0.60 (4 runs, "
-          "2026-12-04) once the integer sums made the vector step cheaper; 0.32-0.37 while "
-          "took_damage was recomputed for every pixel (ff1c8a6, caught by this ratio); "
-          "0.61-0.70 (5 runs, 2026-12-04) with the RGB step's seen mask and pixel positions "
-          "stored (d35e9df), and 0.34-0.35 with the ff1c8a6 bug put back into that tree; "
-          "0.59-0.60 (2 runs, AMD EPYC VM, 2026-12-04) after the stored move (a23eb21), "
-          "0.415 and 0.404 in two CI runs during a slow spell of jax_rgb (see FRESH)",
-          "the RGB renderer slowed against the vector path"),
-    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.2,
-          "1.58-2.16 (3 runs, 2026-12-04); 1.50-1.64 (3 runs) once the JAX drawing got "
-          "faster (d35e9df)",
-          "the native RGB kernel lost its lead over the JAX drawing"),
+    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.55,
+          "0.709-0.738 on one CPU (3 runs, AMD EPYC VM, 2026-12-04, per-repeat 0.67-0.91), "
+          "0.329-0.331 with the ff1c8a6 bug put back (took_damage recomputed for every pixel); "
+          "on two threads, before it was pinned: 0.45-0.78 over 2026-12-02/04, 0.40-0.43 in "
+          "CI runs during slow spells of jax_rgb (see FRESH)",
+          "the RGB renderer slowed against the vector path", one_cpu=True),
+    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.6,
+          "2.05-2.11 on one CPU (3 runs, AMD EPYC VM, 2026-12-04); on two threads, before it "
+          "was pinned: 1.50-2.16 (6 runs, 2026-12-04)",
+          "the native RGB kernel lost its lead over the JAX drawing", one_cpu=True),
     Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38, "0.50-0.51",
           "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
 )  # fmt: skip
@@ -264,6 +269,7 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
             "per_repeat_max": per[-1], "numerator_agent_steps_per_s": best["num_rate"],
             "denominator_agent_steps_per_s": best["den_rate"], "build_and_compile_s": build_s,
             "measured_on_reference": ratio.measured, "guards": ratio.guards,
+            "cpus": usable_cpus(),
         })  # fmt: skip
         print(_line(rows[-1]), flush=True)
     return rows
@@ -283,7 +289,9 @@ def _line(row: Row) -> str:
 
 def check(rows: list[Row]) -> list[str]:
     """Failure messages, one per ratio below its floor."""
-    return [f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
+    return [f"performance guard: {r['ratio']} could not be measured: {r['error']}"
+            if "error" in r else
+            f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
             f"floor {r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
             for r in rows if not r["ok"]]  # fmt: skip
 
@@ -305,9 +313,11 @@ program on the same buffers flipping between the two within one process. Pinned 
 at once, one per core: the slow spells point to the threads' hand-offs going through sleep
 and wake-up, not to the memory or to the other core's load (2026-12-04, AMD EPYC VM; at
 84 x 84 and 64 games XLA splits 17 of the RGB step's kernels in two, the ten image scatters
-among them). A spell can outlast the in-process attempts (2 of 4 CI runs on 2026-12-04:
-`jax_rgb` at 0.72 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M); a fresh
-process, tens of seconds later, is timed outside it. A regression is slow in every process."""
+among them). A spell can outlast the in-process attempts (3 of 6 CI runs on 2026-12-04:
+`jax_rgb` at 0.72-0.74 M agent-steps per CPU-s on every attempt, against 1.3-1.5 M, once
+through the first fresh process too), which is why the RGB ratios are now timed on one CPU
+(`Ratio.one_cpu`). A fresh process, tens of seconds later, is timed outside a spell; a
+regression is slow in every process."""
 
 
 def retry_in_fresh_processes(rows: list[Row], fresh: int,
@@ -330,23 +340,77 @@ def retry_in_fresh_processes(rows: list[Row], fresh: int,
     return out
 
 
-def _fresh_row(name: str, repeats: int) -> Row | None:
-    """The row of ratio `name` measured by `python -m benchmarks.guard` in a new process."""
+def usable_cpus() -> int | None:
+    """How many CPUs this process may run on (its affinity; the CPU count where there is no
+    affinity to read)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def split_by_cpus(ratios: tuple[Ratio, ...]) -> tuple[tuple[Ratio, ...], tuple[Ratio, ...]]:
+    """(timed in this process, timed in a child pinned to one CPU): a `one_cpu` ratio needs a
+    child when this process may use more than one CPU and the platform can pin one."""
+    pin = hasattr(os, "sched_setaffinity") and (usable_cpus() or 1) > 1
+    pinned = tuple(r for r in ratios if r.one_cpu and pin)
+    return tuple(r for r in ratios if r not in pinned), pinned
+
+
+def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) -> list[Row] | None:
+    """Rows of ratios `names` measured by `python -m benchmarks.guard` in a new process (with
+    `one_cpu`, pinned to the first CPU of this one's), its printed lines passed on; None when it
+    wrote no rows."""
     import json
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "row.json")
-        cmd = [sys.executable, "-m", "benchmarks.guard", "--only", name, "--repeats",
-               str(repeats), "--fresh", "0", "--json", path]  # fmt: skip
+        path = os.path.join(tmp, "rows.json")
+        cmd = [sys.executable, "-m", "benchmarks.guard", "--only", *names, "--repeats",
+               str(repeats), "--attempts", str(attempts), "--fresh", "0",
+               "--json", path]  # fmt: skip
+        if one_cpu:
+            cmd += ["--pin-cpu", str(min(os.sched_getaffinity(0)))]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=root)
+        where = "on one CPU" if one_cpu else "in a fresh process"
+        for line in proc.stdout.splitlines():
+            if not line.endswith(" s"):  # the child's rows, not its summary
+                print(f"{where}: {line}", flush=True)
         if not os.path.exists(path):
-            print(f"fresh process for {name} failed: {proc.stderr[-500:]}", file=sys.stderr)
+            print(f"the process timing {', '.join(names)} {where} failed (exit status "
+                  f"{proc.returncode}): {proc.stderr[-800:]}", file=sys.stderr)  # fmt: skip
             return None
         with open(path) as f:
-            return dict(json.load(f)["rows"][0])
+            return [dict(row) for row in json.load(f)["rows"]]
+
+
+def _unmeasured(ratio: Ratio) -> Row:
+    """The failing row of a ratio whose process wrote no rows."""
+    return {"ratio": ratio.name, "numerator": ratio.numerator, "denominator": ratio.denominator,
+            "value": float("nan"), "floor": ratio.floor, "ok": False, "attempts": [],
+            "measured_on_reference": ratio.measured, "guards": ratio.guards,
+            "error": "its process failed (its error output is printed above)"}  # fmt: skip
+
+
+def measure_all(ratios: tuple[Ratio, ...], repeats: int, attempts: int,
+                child: Callable[..., list[Row] | None] = _child_rows) -> list[Row]:  # fmt: skip
+    """`measure` for every ratio, in `ratios`' order: the `one_cpu` ones in one child process
+    pinned to one CPU (`split_by_cpus`), the others here."""
+    here, pinned = split_by_cpus(ratios)
+    rows = {r["ratio"]: r for r in measure(here, repeats, attempts)}
+    if pinned:
+        got = child([r.name for r in pinned], repeats, attempts, True) or []
+        rows.update({r["ratio"]: r for r in got})
+    return [rows.get(r.name) or _unmeasured(r) for r in ratios]
+
+
+def _retry_row(name: str, repeats: int) -> Row | None:
+    """Ratio `name` timed again in a fresh process (pinned to one CPU for a `one_cpu` one)."""
+    ratio = next(r for r in RATIOS if r.name == name)
+    pinned = bool(split_by_cpus((ratio,))[1])
+    rows = _child_rows([name], repeats, ATTEMPTS, pinned)
+    return rows[0] if rows else None
 
 
 def context_switches() -> int | None:
@@ -433,7 +497,17 @@ def main(argv: list[str] | None = None) -> int:
                              "its speed, CPU time and context switches per call every second "
                              f"({', '.join(sorted(PROGRAMS))})")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=30.0, help="how long --trace runs")
+    parser.add_argument("--pin-cpu", type=int, metavar="CPU",
+                        help="run on this one CPU only (set before any program is built; the "
+                             "guard starts its one-CPU ratios so)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pin_cpu is not None:
+        if not hasattr(os, "sched_setaffinity"):
+            parser.error("--pin-cpu needs os.sched_setaffinity (Linux)")
+        allowed = sorted(os.sched_getaffinity(0))
+        if args.pin_cpu not in allowed:
+            parser.error(f"--pin-cpu {args.pin_cpu} is not one of this process's CPUs {allowed}")
+        os.sched_setaffinity(0, {args.pin_cpu})
     if args.repeats < 3:
         parser.error(f"--repeats must be >= 3 (medians of fewer are noise), got {args.repeats}")
     if args.attempts < 1:
@@ -457,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"(reference VM: {r.measured}); {r.guards}")  # fmt: skip
         return 0
     t0 = time.perf_counter()
-    rows = measure(chosen, args.repeats, args.attempts)
-    rows = retry_in_fresh_processes(rows, args.fresh, lambda name: _fresh_row(name, args.repeats))
+    rows = measure_all(chosen, args.repeats, args.attempts)
+    rows = retry_in_fresh_processes(rows, args.fresh, lambda name: _retry_row(name, args.repeats))
     if args.json:
         write_json(args.json, {"run": run_info(), "rows": rows})
     failures = check(rows)

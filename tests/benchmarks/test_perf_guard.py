@@ -195,3 +195,56 @@ def test_the_command_line_refuses_a_trace_of_no_time(capsys):
     with pytest.raises(SystemExit):
         guard.main(["--trace", "jax_rgb", "--seconds", "0"])
     assert "--seconds must be > 0, got 0.0" in capsys.readouterr().err
+
+
+def _pinning(monkeypatch, cpus):
+    """A platform that can pin, on which this process may use `cpus` CPUs."""
+    monkeypatch.setattr(guard.os, "sched_setaffinity", lambda pid, cpus: None, raising=False)
+    monkeypatch.setattr(guard, "usable_cpus", lambda: cpus)
+
+
+def _one_cpu_ratio(name="c_vs_d"):
+    return guard.Ratio(name, "c", "d", 0.5, "0.6-0.7", "c slowed", one_cpu=True)
+
+
+def test_one_cpu_ratios_go_to_a_pinned_child_when_this_process_has_more_cpus(monkeypatch):
+    _pinning(monkeypatch, 2)
+    here, pinned = guard.split_by_cpus((_ratio(), _one_cpu_ratio()))
+    assert [r.name for r in here] == ["a_vs_b"] and [r.name for r in pinned] == ["c_vs_d"]
+    _pinning(monkeypatch, 1)  # already on one CPU (the child itself): timed where it is
+    here, pinned = guard.split_by_cpus((_ratio(), _one_cpu_ratio()))
+    assert [r.name for r in here] == ["a_vs_b", "c_vs_d"] and pinned == ()
+
+
+def test_measure_all_keeps_the_ratios_order_and_asks_one_pinned_child(monkeypatch):
+    _pinning(monkeypatch, 2)
+    _fake_timings(monkeypatch, [0.6])
+    asked = []
+
+    def child(names, repeats, attempts, one_cpu):
+        asked.append((names, repeats, attempts, one_cpu))
+        return [_guard_row(0.7) | {"ratio": n} for n in names]
+
+    ratios = (_one_cpu_ratio("c_vs_d"), _ratio(), _one_cpu_ratio("e_vs_f"))
+    rows = guard.measure_all(ratios, repeats=3, attempts=2, child=child)
+    assert [r["ratio"] for r in rows] == ["c_vs_d", "a_vs_b", "e_vs_f"]
+    assert asked == [(["c_vs_d", "e_vs_f"], 3, 2, True)]
+    assert [r["value"] for r in rows] == [0.7, 0.6, 0.7]
+
+
+def test_a_pinned_child_that_fails_fails_its_ratios_by_name(monkeypatch):
+    _pinning(monkeypatch, 2)
+    rows = guard.measure_all((_one_cpu_ratio(),), repeats=3, attempts=1,
+                             child=lambda *args: None)  # fmt: skip
+    assert not rows[0]["ok"]
+    (msg,) = guard.check(rows)
+    assert msg.startswith("performance guard: c_vs_d could not be measured: its process failed")
+
+
+def test_the_command_line_refuses_a_cpu_it_may_not_use(capsys):
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("needs os.sched_getaffinity (Linux)")
+    cpu = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(SystemExit):
+        guard.main(["--pin-cpu", str(cpu), "--list"])
+    assert f"--pin-cpu {cpu} is not one of this process's CPUs" in capsys.readouterr().err
