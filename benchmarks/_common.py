@@ -79,9 +79,16 @@ def _memory_total_gb() -> float | None:
     return None
 
 
+def usable_cores() -> int:
+    """The logical CPUs this process may run on (its affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def hardware_info() -> dict[str, Any]:
     """CPU model, logical cores (total and usable by this process), memory and load."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    usable = usable_cores()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "cpu_model": cpu_model(),

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import hardware_info
+from benchmarks._common import hardware_info, usable_cores
 
 __all__ = [
     "PRESETS",
@@ -88,10 +88,6 @@ class Section:
         """Its arguments with {raw}, {out} and {cores} (the CPU cores this process may use)
         filled in."""
         return shlex.split(self.args.format(raw=raw, out=out, cores=usable_cores()))
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 @dataclass(frozen=True)
