@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import run_info, time_interleaved, write_json
+from benchmarks._common import run_info, time_interleaved, usable_cores, write_json
 
 Row = dict[str, Any]
 """One measured ratio: value, floor, ok, attempts, rates, per-repeat spread (`measure`)."""
@@ -269,7 +269,7 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
             "per_repeat_max": per[-1], "numerator_agent_steps_per_s": best["num_rate"],
             "denominator_agent_steps_per_s": best["den_rate"], "build_and_compile_s": build_s,
             "measured_on_reference": ratio.measured, "guards": ratio.guards,
-            "cpus": usable_cpus(),
+            "cpus": usable_cores(),
         })  # fmt: skip
         print(_line(rows[-1]), flush=True)
     return rows
@@ -334,24 +334,18 @@ def retry_in_fresh_processes(rows: list[Row], fresh: int,
             if again is None:  # the process failed: nothing to compare
                 continue
             attempts = row.get("attempts", [row["value"]]) + again.get("attempts", [again["value"]])
-            row = {**(again if again["value"] > row["value"] else row), "attempts": attempts}
+            # A row whose process failed has no value (NaN): any measured one replaces it.
+            better = again["value"] > row["value"] or row["value"] != row["value"]
+            row = {**(again if better else row), "attempts": attempts}
             print(f"in a fresh process: {_line(row)}", flush=True)
         out.append(row)
     return out
 
 
-def usable_cpus() -> int | None:
-    """How many CPUs this process may run on (its affinity; the CPU count where there is no
-    affinity to read)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count()
-
-
 def split_by_cpus(ratios: tuple[Ratio, ...]) -> tuple[tuple[Ratio, ...], tuple[Ratio, ...]]:
     """(timed in this process, timed in a child pinned to one CPU): a `one_cpu` ratio needs a
     child when this process may use more than one CPU and the platform can pin one."""
-    pin = hasattr(os, "sched_setaffinity") and (usable_cpus() or 1) > 1
+    pin = hasattr(os, "sched_setaffinity") and usable_cores() > 1
     pinned = tuple(r for r in ratios if r.one_cpu and pin)
     return tuple(r for r in ratios if r not in pinned), pinned
 
@@ -375,7 +369,7 @@ def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) ->
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=root)
         where = "on one CPU" if one_cpu else "in a fresh process"
         for line in proc.stdout.splitlines():
-            if not line.endswith(" s"):  # the child's rows, not its summary
+            if line.split(":")[0] in names:  # the child's rows, not its summary
                 print(f"{where}: {line}", flush=True)
         if not os.path.exists(path):
             print(f"the process timing {', '.join(names)} {where} failed (exit status "

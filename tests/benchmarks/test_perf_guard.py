@@ -200,7 +200,7 @@ def test_the_command_line_refuses_a_trace_of_no_time(capsys):
 def _pinning(monkeypatch, cpus):
     """A platform that can pin, on which this process may use `cpus` CPUs."""
     monkeypatch.setattr(guard.os, "sched_setaffinity", lambda pid, cpus: None, raising=False)
-    monkeypatch.setattr(guard, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(guard, "usable_cores", lambda: cpus)
 
 
 def _one_cpu_ratio(name="c_vs_d"):
@@ -242,9 +242,22 @@ def test_a_pinned_child_that_fails_fails_its_ratios_by_name(monkeypatch):
 
 
 def test_the_command_line_refuses_a_cpu_it_may_not_use(capsys):
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("needs os.sched_getaffinity (Linux)")
-    cpu = max(os.sched_getaffinity(0)) + 1
+    can_pin = hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")
+    cpu = max(os.sched_getaffinity(0)) + 1 if can_pin else 0
     with pytest.raises(SystemExit):
         guard.main(["--pin-cpu", str(cpu), "--list"])
-    assert f"--pin-cpu {cpu} is not one of this process's CPUs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    if can_pin:
+        assert f"--pin-cpu {cpu} is not one of this process's CPUs" in err
+    else:  # a platform that cannot pin says so
+        assert "--pin-cpu needs os.sched_setaffinity (Linux)" in err
+
+
+def test_a_ratio_whose_process_failed_is_replaced_by_a_measured_retry(monkeypatch):
+    _pinning(monkeypatch, 2)
+    (failed,) = guard.measure_all((_one_cpu_ratio(),), repeats=3, attempts=1,
+                                  child=lambda *args: None)  # fmt: skip
+    measured = lambda name: _guard_row(0.7) | {"ratio": name}  # noqa: E731
+    (row,) = guard.retry_in_fresh_processes([failed], 2, measured)
+    assert row["ok"] and row["value"] == 0.7 and row["ratio"] == "c_vs_d"
+    assert row["attempts"] == [0.7]
