@@ -52,6 +52,7 @@ Exit status: 0 when every ratio is at or above its floor, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -335,7 +336,7 @@ def retry_in_fresh_processes(rows: list[Row], fresh: int,
                 continue
             attempts = row.get("attempts", [row["value"]]) + again.get("attempts", [again["value"]])
             # A row whose process failed has no value (NaN): any measured one replaces it.
-            better = again["value"] > row["value"] or row["value"] != row["value"]
+            better = math.isnan(row["value"]) or again["value"] > row["value"]
             row = {**(again if better else row), "attempts": attempts}
             print(f"in a fresh process: {_line(row)}", flush=True)
         out.append(row)
@@ -399,11 +400,12 @@ def measure_all(ratios: tuple[Ratio, ...], repeats: int, attempts: int,
     return [rows.get(r.name) or _unmeasured(r) for r in ratios]
 
 
-def _retry_row(name: str, repeats: int) -> Row | None:
-    """Ratio `name` timed again in a fresh process (pinned to one CPU for a `one_cpu` one)."""
+def _retry_row(name: str, repeats: int, attempts: int) -> Row | None:
+    """Ratio `name` timed again in a fresh process (pinned to one CPU for a `one_cpu` one),
+    with the same repeats and attempts as the first timing."""
     ratio = next(r for r in RATIOS if r.name == name)
     pinned = bool(split_by_cpus((ratio,))[1])
-    rows = _child_rows([name], repeats, ATTEMPTS, pinned)
+    rows = _child_rows([name], repeats, attempts, pinned)
     return rows[0] if rows else None
 
 
@@ -526,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     rows = measure_all(chosen, args.repeats, args.attempts)
-    rows = retry_in_fresh_processes(rows, args.fresh, lambda name: _retry_row(name, args.repeats))
+    rows = retry_in_fresh_processes(
+        rows, args.fresh, lambda name: _retry_row(name, args.repeats, args.attempts)
+    )
     if args.json:
         write_json(args.json, {"run": run_info(), "rows": rows})
     failures = check(rows)
