@@ -34,9 +34,10 @@ processes, later.
 
 Ratios (rate = agent-steps/s of the numerator over that of the denominator) and floors: each
 floor sits ~15-30% below the lowest value in the measurements recorded next to it (runs of
-this module on a 2-core Intel Xeon VM, CPU only, JAX 0.10.2, torch 2.13.0, 2026-12-02: three
-while other jobs shared it and one alone, in the clean-clone CI run; per-repeat values within
-a run spread by about +-10%), and above what
+this module on 2-core VMs, CPU only, JAX 0.10.2, torch 2.13.0: an Intel Xeon on 2026-12-02,
+three while other jobs shared it and one alone, in the clean-clone CI run; an AMD EPYC on
+2026-12-04, where each ratio's entry says so; per-repeat values within a run spread by about
++-10%), and above what
 the regression it guards against gives: `jax_obs_vs_native` was 0.17 (two runs) with the
 elementwise non-finite mask of commit 1734d0f, against 0.39-0.43 after the fix.
 
@@ -124,7 +125,8 @@ RATIOS: tuple[Ratio, ...] = (
           "2.05-2.11 on one CPU (3 runs, AMD EPYC VM, 2026-12-04); on two threads, before it "
           "was pinned: 1.50-2.16 (6 runs, 2026-12-04)",
           "the native RGB kernel lost its lead over the JAX drawing", one_cpu=True),
-    Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38, "0.50-0.51",
+    Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38,
+          "0.50-0.56 (4 runs, AMD EPYC VM, 2026-12-04); 0.50-0.51 (Intel Xeon VM, 2026-12-02)",
           "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
 )  # fmt: skip
 
