@@ -126,7 +126,7 @@ RATIOS: tuple[Ratio, ...] = (
           "was pinned: 1.50-2.16 (6 runs, 2026-12-04)",
           "the native RGB kernel lost its lead over the JAX drawing", one_cpu=True),
     Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38,
-          "0.50-0.56 (4 runs, AMD EPYC VM, 2026-12-04); 0.50-0.51 (Intel Xeon VM, 2026-12-02)",
+          "0.47-0.56 (5 runs, AMD EPYC VM, 2026-12-04/05); 0.50-0.51 (Intel Xeon VM, 2026-12-02)",
           "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
 )  # fmt: skip
 
