@@ -96,7 +96,8 @@ class Ratio:
     denominator: str
     floor: float
     measured: str
-    """Values this ratio took on the reference VM (three runs), for whoever moves the floor."""
+    """Values this ratio took on the reference VMs (each entry names its runs and machine), for
+    whoever moves the floor."""
     guards: str
     """What a drop below the floor means."""
     one_cpu: bool = False
@@ -345,10 +346,15 @@ def retry_in_fresh_processes(rows: list[Row], fresh: int,
     return out
 
 
+def _can_pin() -> bool:
+    """Whether a `one_cpu` ratio needs a pinned child: this process may use more than one CPU
+    and the platform can pin one."""
+    return hasattr(os, "sched_setaffinity") and usable_cores() > 1
+
+
 def split_by_cpus(ratios: tuple[Ratio, ...]) -> tuple[tuple[Ratio, ...], tuple[Ratio, ...]]:
-    """(timed in this process, timed in a child pinned to one CPU): a `one_cpu` ratio needs a
-    child when this process may use more than one CPU and the platform can pin one."""
-    pin = hasattr(os, "sched_setaffinity") and usable_cores() > 1
+    """(timed in this process, timed in a child pinned to one CPU), by `_can_pin`."""
+    pin = _can_pin()
     pinned = tuple(r for r in ratios if r.one_cpu and pin)
     return tuple(r for r in ratios if r not in pinned), pinned
 
@@ -406,8 +412,7 @@ def _retry_row(name: str, repeats: int, attempts: int) -> Row | None:
     """Ratio `name` timed again in a fresh process (pinned to one CPU for a `one_cpu` one),
     with the same repeats and attempts as the first timing."""
     ratio = next(r for r in RATIOS if r.name == name)
-    pinned = bool(split_by_cpus((ratio,))[1])
-    rows = _child_rows([name], repeats, attempts, pinned)
+    rows = _child_rows([name], repeats, attempts, ratio.one_cpu and _can_pin())
     return rows[0] if rows else None
 
 
