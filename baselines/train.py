@@ -264,8 +264,15 @@ def outcome_row(counts, episode, labels) -> dict:
     return out
 
 
-OUTCOME_COLUMNS = ("win_rate", "draw_rate", "loss_rate", "games", "episode_length", "return",
-                   "return_unshaped")  # fmt: skip
+OUTCOME_COLUMNS = (
+    "win_rate",
+    "draw_rate",
+    "loss_rate",
+    "games",
+    "episode_length",
+    "return",
+    "return_unshaped",
+)
 """Columns per opponent kind, `{column}/{kind}`: rates and games of the episodes that ended in
 the rollout, their mean length and the learner team's mean return, with the shaping terms
 of the training game (`return`) and under the scenario's own reward weights

@@ -85,9 +85,16 @@ def run(case: dict[str, Any]) -> None:
     start = time.perf_counter()
     carry = jax.block_until_ready(rollout(*carry, key))
     first_call_s = time.perf_counter() - start
-    _reply({"n_agents": n, "gigastep_file": sys.modules["gigastep"].__file__,
-            "native": os.environ.get("GIGASTEP_NATIVE", ""), "jax_version": jax.__version__,
-            "reset_s": reset_s, "compile_and_first_call_s": first_call_s})  # fmt: skip
+    _reply(
+        {
+            "n_agents": n,
+            "gigastep_file": sys.modules["gigastep"].__file__,
+            "native": os.environ.get("GIGASTEP_NATIVE", ""),
+            "jax_version": jax.__version__,
+            "reset_s": reset_s,
+            "compile_and_first_call_s": first_call_s,
+        }
+    )
     # Then one timed call per "call" line on stdin, so that the parent can alternate the calls
     # of several live processes one by one; "end" reports the peak RSS and exits.
     for call in itertools.count(1):

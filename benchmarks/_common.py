@@ -138,13 +138,19 @@ def _git_commit() -> str | None:
     try:
         root = Path(__file__).resolve().parent.parent
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
             timeout=5,
-        )  # fmt: skip
+        )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-            capture_output=True, text=True, timeout=5,
-        )  # fmt: skip
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         if out.returncode != 0:
             return None
         return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
@@ -270,8 +276,9 @@ def time_repeats(fn: Callable[[int], Any], repeats: int = 5, warmup: int = 1) ->
     return Timing(tuple(times), tuple(cpu))
 
 
-def time_interleaved(fns: dict[str, Callable[[int], Any]], repeats: int = 5,
-                     warmup: int = 1) -> dict[str, Timing]:  # fmt: skip
+def time_interleaved(
+    fns: dict[str, Callable[[int], Any]], repeats: int = 5, warmup: int = 1
+) -> dict[str, Timing]:
     """Time several functions round-robin: repeat r calls every `fns[name](r)` once.
 
     On a shared, loaded machine the load changes over seconds; interleaving exposes every
@@ -310,8 +317,12 @@ def current_rss_mb() -> float | None:
         return None
 
 
-def run_worker(module: str, payload: dict[str, Any], timeout: float | None = None,
-               env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_worker(
+    module: str,
+    payload: dict[str, Any],
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run `python -m <module> --worker <json payload>` in a fresh process; return the JSON
     object it prints on its last stdout line.
 
@@ -326,8 +337,9 @@ def run_worker(module: str, payload: dict[str, Any], timeout: float | None = Non
     if env:
         run_env.update(env)
     try:
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout,
-                              env=run_env)  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=root, capture_output=True, text=True, timeout=timeout, env=run_env
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -337,8 +349,9 @@ def run_worker(module: str, payload: dict[str, Any], timeout: float | None = Non
     return json.loads(lines[-1])
 
 
-def run_cases(module: str, cases: Sequence[Any], timeout: float | None,
-              describe: Callable[[Any], str]) -> list[dict[str, Any]]:  # fmt: skip
+def run_cases(
+    module: str, cases: Sequence[Any], timeout: float | None, describe: Callable[[Any], str]
+) -> list[dict[str, Any]]:
     """Each case (a dataclass) in its own `run_worker` process, one after the other, with
     progress on stderr; a failed case's row holds the case's fields and `error`. Every row
     gets `machine` (`run_info`)."""
@@ -423,22 +436,43 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) ->
 
 
 _LATEX_ESCAPES = {
-    "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-    "\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\^{}", "–": "--", "—": "---",
-    "×": r"$\times$", "µ": r"$\mu$", "≤": r"$\leq$", "≥": r"$\geq$", "⁹": r"$^9$",
-}  # fmt: skip
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "\\": r"\textbackslash{}",
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+    "–": "--",
+    "—": "---",
+    "×": r"$\times$",
+    "µ": r"$\mu$",
+    "≤": r"$\leq$",
+    "≥": r"$\geq$",
+    "⁹": r"$^9$",
+}
 
 
 def _latex(text: str) -> str:
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
 
 
-def latex_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], caption: str = "",
-                label: str = "") -> str:  # fmt: skip
+def latex_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], caption: str = "", label: str = ""
+) -> str:
     """A booktabs LaTeX table of `rows` showing `columns` (needs \\usepackage{booktabs})."""
     spec = "l" * 1 + "r" * (len(columns) - 1)
-    lines = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(_latex(c.header) for c in columns) + r" \\", r"\midrule"]  # fmt: skip
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(_latex(c.header) for c in columns) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(_latex(_cell(r, c)) for c in columns) + r" \\" for r in rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if caption:

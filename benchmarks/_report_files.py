@@ -36,26 +36,34 @@ def _header(info: dict[str, Any], preset: str) -> dict[str, str]:
     fields = rt.machine_fields(machine)
     hw = machine.get("hardware") or {}
     fields.update(
-        preset=preset, commit=str(machine.get("git_commit")), time=str(machine.get("time_utc")),
-        load=str(hw.get("load_average_1m")), memory=f"{hw.get('memory_gb')} GB",
+        preset=preset,
+        commit=str(machine.get("git_commit")),
+        time=str(machine.get("time_utc")),
+        load=str(hw.get("load_average_1m")),
+        memory=f"{hw.get('memory_gb')} GB",
         devices=", ".join((machine.get("device") or {}).get("devices", [])) or "?",
-    )  # fmt: skip
+    )
     return fields
 
 
 def _header_lines(h: dict[str, str], hashes: dict[str, str]) -> list[str]:
-    lines = [f"Gigastep benchmarks, preset {h['preset']}",
-             f"Device: {h['device']} (JAX devices: {h['devices']}; memory {h['memory']})",
-             f"Versions: {h['versions']}", f"XLA_FLAGS: {h['xla_flags'] or '(none)'}",
-             f"Commit: {h['commit']}; run at {h['time']}; load average {h['load']}"]  # fmt: skip
+    lines = [
+        f"Gigastep benchmarks, preset {h['preset']}",
+        f"Device: {h['device']} (JAX devices: {h['devices']}; memory {h['memory']})",
+        f"Versions: {h['versions']}",
+        f"XLA_FLAGS: {h['xla_flags'] or '(none)'}",
+        f"Commit: {h['commit']}; run at {h['time']}; load average {h['load']}",
+    ]
     if hashes:
         lines.append("Scenario hashes: " + ", ".join(f"{k} {v}" for k, v in sorted(hashes.items())))
     return lines
 
 
 def _footer(h: dict[str, str]) -> str:
-    return (f"{h['device']} | {h['versions']} | XLA_FLAGS={h['xla_flags'] or '(none)'} | "
-            f"commit {h['commit']} | {h['time']}")  # fmt: skip
+    return (
+        f"{h['device']} | {h['versions']} | XLA_FLAGS={h['xla_flags'] or '(none)'} | "
+        f"commit {h['commit']} | {h['time']}"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -91,8 +99,9 @@ def _read_records(out: Path, records: list[dict], info: dict) -> dict[str, Any]:
                 got = {}
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
             rec["status"] = "failed"
-            rec["error"] = ((rec.get("error") or "") + f"\noutput unreadable: "
-                            f"{type(e).__name__}: {e}").strip()  # fmt: skip
+            rec["error"] = (
+                (rec.get("error") or "") + f"\noutput unreadable: {type(e).__name__}: {e}"
+            ).strip()
             continue
         rec["rows"] = {name: len(rows) for name, rows in got.items()}
         for name, rows in got.items():
@@ -105,8 +114,10 @@ def _league_table(league: dict, info: dict, rows: list[dict]):
     spec = rt.league_spec(rows)
     hashes = info.get("scenario_hashes") or {}
     scenario_hash = next(iter(hashes.values()), None) if len(hashes) == 1 else None
-    return spec, [{**r, "scenario_hash": scenario_hash,
-                   **rt.machine_fields(info.get("run_info"))} for r in rows]  # fmt: skip
+    return spec, [
+        {**r, "scenario_hash": scenario_hash, **rt.machine_fields(info.get("run_info"))}
+        for r in rows
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -131,8 +142,13 @@ def _figures(out: Path, data: dict, h: dict, description: dict) -> tuple[list, l
             )
         )
     if throughput:
-        jobs.append(("time_to_1e9.png", "Time to 10⁹ agent-steps",
-                     lambda p: plot.plot_time_to(throughput, p, **kw)))  # fmt: skip
+        jobs.append(
+            (
+                "time_to_1e9.png",
+                "Time to 10⁹ agent-steps",
+                lambda p: plot.plot_time_to(throughput, p, **kw),
+            )
+        )
     if data["learning_runs"]:
         jobs.append(
             (
@@ -143,16 +159,24 @@ def _figures(out: Path, data: dict, h: dict, description: dict) -> tuple[list, l
         )
     matrix = data["league"].get("matrix")
     if matrix:
-        jobs.append(("winrate_heatmap.png", "Win-rate matrix", lambda p: plot.plot_heatmap(
-            matrix["rows"], matrix["cols"], matrix["values"], p, **kw)))  # fmt: skip
+        jobs.append(
+            (
+                "winrate_heatmap.png",
+                "Win-rate matrix",
+                lambda p: plot.plot_heatmap(
+                    matrix["rows"], matrix["cols"], matrix["values"], p, **kw
+                ),
+            )
+        )
     figures, problems = [], []
     for name, title, draw in jobs:
         try:
             draw(out / name)
             figures.append({"file": name, "title": title})
         except Exception as e:  # one figure failing must not lose the report
-            problems.append({"what": name, "status": "failed",
-                             "reason": f"{type(e).__name__}: {e}"})  # fmt: skip
+            problems.append(
+                {"what": name, "status": "failed", "reason": f"{type(e).__name__}: {e}"}
+            )
     return figures, problems
 
 
@@ -160,23 +184,34 @@ def _figures(out: Path, data: dict, h: dict, description: dict) -> tuple[list, l
 # Markdown
 # ------------------------------------------------------------------------------------------
 
-_TITLES = {"throughput": "Environment throughput", "bridge": "PyTorch bridge",
-           "scan": "S5 block forward+backward", "learning": "Learning curves",
-           "league_ratings": "Evaluation league", "collectives": "Collectives preflight",
-           "gpu_tests": "CUDA tests"}  # fmt: skip
-_FIGURES_OF = {"throughput": ("throughput_", "time_to_1e9"), "learning": ("learning_curves",),
-               "league_ratings": ("winrate_heatmap",)}  # fmt: skip
+_TITLES = {
+    "throughput": "Environment throughput",
+    "bridge": "PyTorch bridge",
+    "scan": "S5 block forward+backward",
+    "learning": "Learning curves",
+    "league_ratings": "Evaluation league",
+    "collectives": "Collectives preflight",
+    "gpu_tests": "CUDA tests",
+}
+_FIGURES_OF = {
+    "throughput": ("throughput_", "time_to_1e9"),
+    "learning": ("learning_curves",),
+    "league_ratings": ("winrate_heatmap",),
+}
 
 
 def _section_table(records: list[dict]) -> str:
-    lines = ["| section | status | wall [s] | limit [s] | rows | command |",
-             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| section | status | wall [s] | limit [s] | rows | command |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in records:
         wall = f"{r['wall_s']:.0f}" if "wall_s" in r else "–"
         limit = f"{r['timeout_s']:.0f}" if "timeout_s" in r else "–"
         rows = sum((r.get("rows") or {}).values()) if r.get("rows") else "–"
-        status = r["status"] + (f" ({r['error']})" if r["status"] in ("not available", "not run")
-                                else "")  # fmt: skip
+        status = r["status"] + (
+            f" ({r['error']})" if r["status"] in ("not available", "not run") else ""
+        )
         command = f"`{r['command']}`" if r.get("command") else "–"
         lines.append(f"| {r['name']} | {status} | {wall} | {limit} | {rows} | {command} |")
     return "\n".join(lines)
@@ -199,8 +234,10 @@ def _markdown(h, hashes, records, tables, figures, extras) -> str:
 
             parts += ["```", *goal_lines(rows), "```", ""]
         if name == "gpu_tests":
-            counts = {o: sum(r["outcome"] == o for r in rows) for o in
-                      ("passed", "failed", "error", "skipped")}  # fmt: skip
+            counts = {
+                o: sum(r["outcome"] == o for r in rows)
+                for o in ("passed", "failed", "error", "skipped")
+            }
             parts += [", ".join(f"{v} {k}" for k, v in counts.items()) + ".", ""]
     problems = [(r["name"], p) for r in records for p in r.get("problems", [])]
     problems += [("figures", p) for p in extras.get("figure_problems", [])]
@@ -208,10 +245,17 @@ def _markdown(h, hashes, records, tables, figures, extras) -> str:
     if problems or failed:
         parts += ["## Problems", ""]
         for r in failed:
-            parts += [f"**{r['name']}: {r['status']}** (log: `{r.get('log')}`)", "", "```",
-                      str(r.get("error") or "").strip()[-3000:], "```", ""]  # fmt: skip
-        parts += [f"- {sec}: {p['what']}: {p['status']}: {p['reason'][-400:]}"
-                  for sec, p in problems]  # fmt: skip
+            parts += [
+                f"**{r['name']}: {r['status']}** (log: `{r.get('log')}`)",
+                "",
+                "```",
+                str(r.get("error") or "").strip()[-3000:],
+                "```",
+                "",
+            ]
+        parts += [
+            f"- {sec}: {p['what']}: {p['status']}: {p['reason'][-400:]}" for sec, p in problems
+        ]
         parts.append("")
     if hashes:
         parts += ["## Scenario hashes", "", "| scenario | hash |", "| --- | --- |"]
@@ -243,8 +287,9 @@ def write_all(out: Path, preset: str, info: dict[str, Any], records: list[dict])
         if data["tables"].get(name):
             tables[name] = (rt.TABLES[name], data["tables"][name])
     if data["tables"].get("league_ratings"):
-        tables["league_ratings"] = _league_table(data["league"], info,
-                                                 data["tables"]["league_ratings"])  # fmt: skip
+        tables["league_ratings"] = _league_table(
+            data["league"], info, data["tables"]["league_ratings"]
+        )
     h = _header(info, preset)
     hashes = {**(info.get("scenario_hashes") or {}), **_scenario_hashes(tables)}
     description = {"preset": preset, "run_info": info.get("run_info"), "scenario_hashes": hashes}
@@ -252,8 +297,11 @@ def write_all(out: Path, preset: str, info: dict[str, Any], records: list[dict])
     for name, (spec, rows) in tables.items():
         table_hashes = _scenario_hashes({name: (spec, rows)})
         write_text(out / f"{name}.csv", rt.csv_text(spec, rows))
-        caption = (f"{spec.title}. {h['device']}; {h['versions']}. Medians of repeats, compile "
-                   "excluded." if spec.metric else f"{spec.title}. {h['device']}.")  # fmt: skip
+        caption = (
+            f"{spec.title}. {h['device']}; {h['versions']}. Medians of repeats, compile excluded."
+            if spec.metric
+            else f"{spec.title}. {h['device']}."
+        )
         header = "\n".join(_header_lines(h, table_hashes))
         write_text(out / f"{name}.tex", rt.latex(spec, rows, caption, header))
         files += [f"{name}.csv", f"{name}.tex"]
@@ -265,14 +313,27 @@ def write_all(out: Path, preset: str, info: dict[str, Any], records: list[dict])
         extras["league_heatmap"] = "league/heatmap.png"
     write_text(out / "report.md", _markdown(h, hashes, records, tables, figures, extras))
     report = {
-        "preset": preset, "run_info": info.get("run_info"), "probe": info,
-        "counting": COUNTING, "sections": records, "figures": figures,
-        "figure_problems": figure_problems, "scenario_hashes": hashes,
-        "tables": {name: {"title": spec.title, "units": spec.units(), "key": list(spec.key),
-                          "metric": spec.metric, "higher_is_better": spec.higher_is_better,
-                          "rows": rows} for name, (spec, rows) in tables.items()},
+        "preset": preset,
+        "run_info": info.get("run_info"),
+        "probe": info,
+        "counting": COUNTING,
+        "sections": records,
+        "figures": figures,
+        "figure_problems": figure_problems,
+        "scenario_hashes": hashes,
+        "tables": {
+            name: {
+                "title": spec.title,
+                "units": spec.units(),
+                "key": list(spec.key),
+                "metric": spec.metric,
+                "higher_is_better": spec.higher_is_better,
+                "rows": rows,
+            }
+            for name, (spec, rows) in tables.items()
+        },
         "files": ["report.md", "report.json", *files],
-    }  # fmt: skip
+    }
     write_json(out / "report.json", report)
     return report
 

@@ -82,107 +82,152 @@ def _int_commas(x: Any) -> str:
 
 
 _THROUGHPUT = TableSpec(
-    "throughput", "Environment throughput",
+    "throughput",
+    "Environment throughput",
     (
-        Field("section"), Field("family", None, "family"), Field("scenario", None, "scenario"),
-        Field("scenario_hash"), Field("obs_type", None, "obs"), Field("observability"),
-        Field("resolution", "px"), Field("batch", "games", "batch", _int_commas),
-        Field("n_agents", "agents"), Field("agents_total", "agents", "agents", _int_commas),
-        Field("policy", None, "policy"), Field("driver", None, "driver"), Field("step_fn"),
-        Field("devices", "devices"), Field("steps", "steps per call"),
-        Field("repeats", "repeats"), Field("median_s", "s"),
+        Field("section"),
+        Field("family", None, "family"),
+        Field("scenario", None, "scenario"),
+        Field("scenario_hash"),
+        Field("obs_type", None, "obs"),
+        Field("observability"),
+        Field("resolution", "px"),
+        Field("batch", "games", "batch", _int_commas),
+        Field("n_agents", "agents"),
+        Field("agents_total", "agents", "agents", _int_commas),
+        Field("policy", None, "policy"),
+        Field("driver", None, "driver"),
+        Field("step_fn"),
+        Field("devices", "devices"),
+        Field("steps", "steps per call"),
+        Field("repeats", "repeats"),
+        Field("median_s", "s"),
         Field("agent_steps_per_s", "agent-steps/s", "agent-steps/s", format_number),
         Field("agent_steps_per_s_min", "agent-steps/s"),
         Field("agent_steps_per_s_max", "agent-steps/s"),
         Field("env_steps_per_s", "env-steps/s", "env-steps/s", format_number),
-        Field("env_steps_per_s_min", "env-steps/s"), Field("env_steps_per_s_max", "env-steps/s"),
+        Field("env_steps_per_s_min", "env-steps/s"),
+        Field("env_steps_per_s_max", "env-steps/s"),
         Field("time_to_1e9_s", "s", "time to 10⁹ agent-steps", format_number),
         Field("compile_s", "s", "compile", fixed(1)),
-        Field("peak_rss_mb", "MiB", "peak RSS", fixed(0)), Field("device_peak_mb", "MiB"),
-        Field("obs_kernel"), *_COMMON,
+        Field("peak_rss_mb", "MiB", "peak RSS", fixed(0)),
+        Field("device_peak_mb", "MiB"),
+        Field("obs_kernel"),
+        *_COMMON,
     ),
-    key=("scenario", "obs_type", "resolution", "batch", "policy", "driver", "step_fn",
-         "devices"),
+    key=("scenario", "obs_type", "resolution", "batch", "policy", "driver", "step_fn", "devices"),
     metric="agent_steps_per_s",
-)  # fmt: skip
+)
 
 _BRIDGE = TableSpec(
-    "bridge", "PyTorch bridge",
+    "bridge",
+    "PyTorch bridge",
     (
-        Field("impl", None, "driver"), Field("scenario", None, "scenario"),
-        Field("scenario_hash"), Field("batch", "games", "batch", _int_commas),
-        Field("steps", "steps per call", "steps per call"), Field("n_agents", "agents"),
+        Field("impl", None, "driver"),
+        Field("scenario", None, "scenario"),
+        Field("scenario_hash"),
+        Field("batch", "games", "batch", _int_commas),
+        Field("steps", "steps per call", "steps per call"),
+        Field("n_agents", "agents"),
         Field("median_s", "s"),
         Field("env_steps_per_s", "env-steps/s", "env-steps/s", format_number),
-        Field("env_steps_per_s_min", "env-steps/s"), Field("env_steps_per_s_max", "env-steps/s"),
+        Field("env_steps_per_s_min", "env-steps/s"),
+        Field("env_steps_per_s_max", "env-steps/s"),
         Field("agent_steps_per_s", "agent-steps/s", "agent-steps/s", format_number),
         Field("agent_steps_per_s_min", "agent-steps/s"),
         Field("agent_steps_per_s_max", "agent-steps/s"),
         Field("vs_jax", "ratio", "vs JAX scan", fixed(2)),
-        Field("compile_s", "s", "compile/warm-up", fixed(1)), *_COMMON,
+        Field("compile_s", "s", "compile/warm-up", fixed(1)),
+        *_COMMON,
     ),
     key=("impl", "scenario", "batch", "steps"),
     metric="env_steps_per_s",
-)  # fmt: skip
+)
 
 _SCAN = TableSpec(
-    "scan", "S5 block forward+backward",
+    "scan",
+    "S5 block forward+backward",
     (
-        Field("impl", None, "implementation"), Field("part", None, "part"),
+        Field("impl", None, "implementation"),
+        Field("part", None, "part"),
         Field("backend", None, "device"),
-        Field("T", "steps", "T"), Field("batch", "sequences", "batch"),
-        Field("state_dim", "states", "P"), Field("d_model", "features"),
-        Field("n_layers", "layers"), Field("repeats", "repeats"),
-        Field("fwd_bwd_ms", "ms", "fwd+bwd", format_number), Field("fwd_bwd_ms_min", "ms"),
-        Field("fwd_bwd_ms_max", "ms"), Field("fwd_bwd_cpu_ms", "ms"),
-        Field("peak_mb", "MiB", "peak memory", fixed(1)), Field("xla_temp_mb", "MiB"),
+        Field("T", "steps", "T"),
+        Field("batch", "sequences", "batch"),
+        Field("state_dim", "states", "P"),
+        Field("d_model", "features"),
+        Field("n_layers", "layers"),
+        Field("repeats", "repeats"),
+        Field("fwd_bwd_ms", "ms", "fwd+bwd", format_number),
+        Field("fwd_bwd_ms_min", "ms"),
+        Field("fwd_bwd_ms_max", "ms"),
+        Field("fwd_bwd_cpu_ms", "ms"),
+        Field("peak_mb", "MiB", "peak memory", fixed(1)),
+        Field("xla_temp_mb", "MiB"),
         Field("compile_s", "s", "JAX compile", fixed(1)),
         Field("time_vs_jax", "ratio", "time / JAX", fixed(2)),
         Field("speedup_vs_sequential", "ratio", "speed-up vs sequential", fixed(1)),
-        Field("memory_vs_jax", "ratio", "memory / JAX", fixed(2)), *_COMMON,
+        Field("memory_vs_jax", "ratio", "memory / JAX", fixed(2)),
+        *_COMMON,
     ),
     key=("impl", "part", "backend", "T", "batch", "state_dim", "d_model", "n_layers"),
-    metric="fwd_bwd_ms", higher_is_better=False,
-)  # fmt: skip
+    metric="fwd_bwd_ms",
+    higher_is_better=False,
+)
 
 _LEARNING = TableSpec(
-    "learning", "Learning: final evaluation",
+    "learning",
+    "Learning: final evaluation",
     (
-        Field("policy", None, "policy"), Field("scenario", None, "scenario"),
-        Field("scenario_hash"), Field("seed", "seed", "seed"),
+        Field("policy", None, "policy"),
+        Field("scenario", None, "scenario"),
+        Field("scenario_hash"),
+        Field("seed", "seed", "seed"),
         Field("budget_s", "s", "budget", fixed(0)),
         Field("agent_steps", "agent-steps", "trained", format_number),
-        Field("wall_s", "s"), Field("opponent", None, "opponent"),
-        Field("games", "games", "games"), Field("wins", "games"), Field("draws", "games"),
-        Field("losses", "games"), Field("win_rate", "wins/games", "win rate", fixed(3)),
+        Field("wall_s", "s"),
+        Field("opponent", None, "opponent"),
+        Field("games", "games", "games"),
+        Field("wins", "games"),
+        Field("draws", "games"),
+        Field("losses", "games"),
+        Field("win_rate", "wins/games", "win rate", fixed(3)),
         Field("ci_low", "wins/games", "95% CI low", fixed(3)),
-        Field("ci_high", "wins/games", "95% CI high", fixed(3)), *_COMMON,
+        Field("ci_high", "wins/games", "95% CI high", fixed(3)),
+        *_COMMON,
     ),
     key=("policy", "scenario", "seed", "opponent"),
-)  # fmt: skip
+)
 
 _COLLECTIVES = TableSpec(
-    "collectives", "Collectives preflight",
+    "collectives",
+    "Collectives preflight",
     (
-        Field("framework", None, "framework"), Field("op", None, "op"),
-        Field("bytes", "B", "size", format_number), Field("processes", "processes", "procs"),
+        Field("framework", None, "framework"),
+        Field("op", None, "op"),
+        Field("bytes", "B", "size", format_number),
+        Field("processes", "processes", "procs"),
         Field("latency_us", "µs", "latency", format_number),
         Field("algbw_gbps", "GB/s", "algbw", format_number),
-        Field("busbw_gbps", "GB/s", "busbw", format_number), Field("flags", None, "flags"),
+        Field("busbw_gbps", "GB/s", "busbw", format_number),
+        Field("flags", None, "flags"),
         *_COMMON,
     ),
     key=("framework", "op", "bytes", "processes"),
     metric="busbw_gbps",
-)  # fmt: skip
+)
 
 _TESTS = TableSpec(
-    "gpu_tests", "CUDA tests",
+    "gpu_tests",
+    "CUDA tests",
     (
-        Field("test", None, "test"), Field("outcome", None, "outcome"),
-        Field("duration_s", "s", "time", fixed(2)), Field("message"), *_COMMON,
+        Field("test", None, "test"),
+        Field("outcome", None, "outcome"),
+        Field("duration_s", "s", "time", fixed(2)),
+        Field("message"),
+        *_COMMON,
     ),
     key=("test",),
-)  # fmt: skip
+)
 
 
 def _rate_range(row: dict[str, Any]) -> str:
@@ -192,11 +237,15 @@ def _rate_range(row: dict[str, Any]) -> str:
 
 # The summary of a throughput table: each configuration at its fastest batch size.
 SUMMARY = TableSpec(
-    "summary", "Peak throughput of each configuration",
+    "summary",
+    "Peak throughput of each configuration",
     (
-        Field("family", None, "family"), Field("scenario", None, "scenario"),
-        Field("obs_type", None, "obs"), Field("policy", None, "policy"),
-        Field("driver", None, "driver"), Field("devices", "devices", "devices"),
+        Field("family", None, "family"),
+        Field("scenario", None, "scenario"),
+        Field("obs_type", None, "obs"),
+        Field("policy", None, "policy"),
+        Field("driver", None, "driver"),
+        Field("devices", "devices", "devices"),
         Field("batch", "games", "best batch", _int_commas),
         Field("agent_steps_per_s", "agent-steps/s", "agent-steps/s (median)", format_number),
         Field("range", None, "agent-steps/s (min–max)"),
@@ -205,7 +254,7 @@ SUMMARY = TableSpec(
         Field("compile_s", "s", "compile", fixed(1)),
         Field("peak_rss_mb", "MiB", "peak RSS", fixed(0)),
     ),
-)  # fmt: skip
+)
 
 
 def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,11 +272,19 @@ def best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # The ratings columns are those of the league's ratings.csv; these are the units of the
 # names it is expected to use (others are shown as written, without a unit).
 _RATING_UNITS = {
-    "rating": "rating points", "elo": "rating points", "mu": "rating points",
-    "sigma": "rating points", "ci_low": "rating points", "ci_high": "rating points",
-    "games": "games", "wins": "games", "draws": "games", "losses": "games",
-    "win_rate": "wins/games", "rank": "rank",
-}  # fmt: skip
+    "rating": "rating points",
+    "elo": "rating points",
+    "mu": "rating points",
+    "sigma": "rating points",
+    "ci_low": "rating points",
+    "ci_high": "rating points",
+    "games": "games",
+    "wins": "games",
+    "draws": "games",
+    "losses": "games",
+    "win_rate": "wins/games",
+    "rank": "rank",
+}
 
 TABLES: dict[str, TableSpec] = {
     t.name: t for t in (_THROUGHPUT, _BRIDGE, _SCAN, _LEARNING, _COLLECTIVES, _TESTS)
@@ -244,8 +301,11 @@ def family(scenario: str) -> str:
     m = re.match(r"identical_(\d+)_vs_(\d+)", scenario)
     if m:
         return f"{m.group(1)}v{m.group(2)}"
-    for prefix, name in (("special_", "special"), ("waypoint_", "waypoint"),
-                         ("hide_and_seek_", "hide-and-seek")):  # fmt: skip
+    for prefix, name in (
+        ("special_", "special"),
+        ("waypoint_", "waypoint"),
+        ("hide_and_seek_", "hide-and-seek"),
+    ):
         if scenario.startswith(prefix):
             return name
     return scenario.split("_", 1)[0]
@@ -265,8 +325,9 @@ def machine_fields(machine: dict[str, Any] | None) -> dict[str, str]:
     return {"device": device, "versions": versions, "xla_flags": machine.get("xla_flags", "")}
 
 
-def table_rows(spec: TableSpec, raw_rows: list[dict[str, Any]],
-               machine: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def table_rows(
+    spec: TableSpec, raw_rows: list[dict[str, Any]], machine: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Flat rows holding exactly `spec`'s fields (missing ones as None)."""
     out = []
     for raw in raw_rows:
@@ -287,19 +348,25 @@ def _read_throughput(path: Path, section: str, machine) -> tuple[dict, list]:
     for raw in json.loads(path.read_text()):
         if "error" in raw or "skipped" in raw:
             case = raw.get("case", {})
-            what = (f"{raw.get('scenario')} {case.get('obs', '')} batch {raw.get('batch')} "
-                    f"{case.get('driver', 'scan')}")  # fmt: skip
+            what = (
+                f"{raw.get('scenario')} {case.get('obs', '')} batch {raw.get('batch')} "
+                f"{case.get('driver', 'scan')}"
+            )
             problems.append(_problem(what, raw))
             continue
         if raw.get("kind", "env") != "env":
             continue
         timing = raw.get("timing") or {}
-        rows.append({
-            "driver": "scan",  # rows written before the loop driver existed
-            **raw, "section": section, "family": family(raw["scenario"]),
-            "median_s": timing.get("median_s"),
-            "time_to_1e9_s": 1e9 / raw["agent_steps_per_s"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "driver": "scan",  # rows written before the loop driver existed
+                **raw,
+                "section": section,
+                "family": family(raw["scenario"]),
+                "median_s": timing.get("median_s"),
+                "time_to_1e9_s": 1e9 / raw["agent_steps_per_s"],
+            }
+        )
     return {"throughput": table_rows(_THROUGHPUT, rows, machine)}, problems
 
 
@@ -334,10 +401,17 @@ def _read_learning(path: Path, section: str, machine) -> tuple[dict, list]:
     for run in runs:
         last = (run.get("curve") or [{}])[-1]
         for final in run.get("final", []):
-            rows.append({**{k: run.get(k) for k in ("policy", "scenario", "scenario_hash",
-                                                    "seed", "budget_s")},
-                         "agent_steps": last.get("agent_steps"), "wall_s": last.get("wall_s"),
-                         **final})  # fmt: skip
+            rows.append(
+                {
+                    **{
+                        k: run.get(k)
+                        for k in ("policy", "scenario", "scenario_hash", "seed", "budget_s")
+                    },
+                    "agent_steps": last.get("agent_steps"),
+                    "wall_s": last.get("wall_s"),
+                    **final,
+                }
+            )
     return {"learning": table_rows(_LEARNING, rows, machine)}, []
 
 
@@ -345,8 +419,10 @@ def _read_collectives(path: Path, section: str, machine) -> tuple[dict, list]:
     rows = json.loads(path.read_text())
     if not isinstance(rows, list):
         raise ValueError(f"{path.name}: expected a JSON list of rows")
-    rows = [{**r, "flags": "; ".join(r.get("flags") or [])} if isinstance(r.get("flags"), list)
-            else r for r in rows]  # fmt: skip
+    rows = [
+        {**r, "flags": "; ".join(r.get("flags") or [])} if isinstance(r.get("flags"), list) else r
+        for r in rows
+    ]
     return {"collectives": table_rows(_COLLECTIVES, rows, machine)}, []
 
 
@@ -362,8 +438,14 @@ def _read_tests(path: Path, section: str, machine) -> tuple[dict, list]:
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                 message = (node.get("message") or "")[:300]
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        rows.append({"test": name, "outcome": outcome, "message": message,
-                     "duration_s": float(case.get("time", 0.0))})  # fmt: skip
+        rows.append(
+            {
+                "test": name,
+                "outcome": outcome,
+                "message": message,
+                "duration_s": float(case.get("time", 0.0)),
+            }
+        )
         if outcome in ("failed", "error"):
             problems.append({"what": name, "status": outcome, "reason": message})
     return {"gpu_tests": table_rows(_TESTS, rows, machine)}, problems
@@ -375,8 +457,10 @@ def read_league(folder: Path, machine, scenario_hashes: dict[str, str]) -> dict[
     out: dict[str, Any] = {}
     ratings = folder / "ratings.csv"
     if ratings.is_file():
-        rows = [{k: _number(v) for k, v in r.items()}
-                for r in csv.DictReader(io.StringIO(ratings.read_text()))]  # fmt: skip
+        rows = [
+            {k: _number(v) for k, v in r.items()}
+            for r in csv.DictReader(io.StringIO(ratings.read_text()))
+        ]
         out["ratings"] = rows
     matrix = folder / "matrix.csv"
     if matrix.is_file():
@@ -407,8 +491,12 @@ def league_spec(rows: list[dict[str, Any]]) -> TableSpec:
         floats = any(isinstance(v, float) for v in values)
         fmt = fixed(3) if k.lower() == "win_rate" else (fixed(1) if floats else str)
         fields.append(Field(k, unit if numeric else None, k, fmt))
-    return TableSpec("league_ratings", "Evaluation league: ratings",
-                     (*fields, Field("scenario_hash"), *_COMMON), key=tuple(keys[:1]))  # fmt: skip
+    return TableSpec(
+        "league_ratings",
+        "Evaluation league: ratings",
+        (*fields, Field("scenario_hash"), *_COMMON),
+        key=tuple(keys[:1]),
+    )
 
 
 def _number(text: str) -> Any:
@@ -422,9 +510,13 @@ def _number(text: str) -> Any:
 
 
 READERS = {
-    "throughput": _read_throughput, "bridge": _read_bridge, "scan": _read_scan,
-    "learning": _read_learning, "collectives": _read_collectives, "tests": _read_tests,
-}  # fmt: skip
+    "throughput": _read_throughput,
+    "bridge": _read_bridge,
+    "scan": _read_scan,
+    "learning": _read_learning,
+    "collectives": _read_collectives,
+    "tests": _read_tests,
+}
 
 
 def read_section(kind: str, path: Path, section: str, machine) -> tuple[dict, list]:

@@ -63,29 +63,44 @@ SIDES = ("native", "jax", "2023")
 
 @dataclass
 class Options:
-    reference: str = option("", "a clone of github.com/mlech26l/gigastep (the folder holding "
-                                "gigastep/gigastep_env.py)", metavar="DIR")  # fmt: skip
+    reference: str = option(
+        "",
+        "a clone of github.com/mlech26l/gigastep (the folder holding gigastep/gigastep_env.py)",
+        metavar="DIR",
+    )
     scenario: str = option("identical_5_vs_5_pobs_vec_maps_cont", "scenario name (both libraries)")
     batch: int = option(1024, "parallel games")
     steps: int = option(20, "steps per timed call (one lax.scan)")
     repeats: int = option(5, "timed calls per process (after one compiling call)")
     rounds: int = option(3, "rounds; each runs every side once, in a fresh process, in turn")
-    sides: list[str] = option(list(SIDES), "which to run: native (this library as it "
-                              "installs: the native CPU kernels of the vector observation and "
-                              "the RGB drawing), jax (with GIGASTEP_NATIVE=0: what GPUs run), "
-                              "2023; 'ours' is native under its name before the RGB kernel",
-                              choices=[*SIDES, "ours"])  # fmt: skip
+    sides: list[str] = option(
+        list(SIDES),
+        "which to run: native (this library as it "
+        "installs: the native CPU kernels of the vector observation and "
+        "the RGB drawing), jax (with GIGASTEP_NATIVE=0: what GPUs run), "
+        "2023; 'ours' is native under its name before the RGB kernel",
+        choices=[*SIDES, "ours"],
+    )
     seed: int = option(0, "seed of the reset and the actions")
-    donate: bool = option(True, "donate the observations and states to each call (--no-donate: "
-                          "keep them, so a call holds two copies)")  # fmt: skip
-    fresh: bool = option(True, "reset every game before each timed call, untimed, so the timed "
-                         "steps play live games (--no-fresh: the games run on from call to "
-                         "call, and most have ended after 50 steps of random play)")  # fmt: skip
-    warm: bool = option(True, "run the rollout once, untimed, right before each timed call, "
-                        "so that each side is timed in steady state, as in a long rollout "
-                        "(--no-warm: each timed call follows the other sides' calls, whose "
-                        "process evicted its caches while its threads slept; short calls "
-                        "lose the most)")  # fmt: skip
+    donate: bool = option(
+        True,
+        "donate the observations and states to each call (--no-donate: "
+        "keep them, so a call holds two copies)",
+    )
+    fresh: bool = option(
+        True,
+        "reset every game before each timed call, untimed, so the timed "
+        "steps play live games (--no-fresh: the games run on from call to "
+        "call, and most have ended after 50 steps of random play)",
+    )
+    warm: bool = option(
+        True,
+        "run the rollout once, untimed, right before each timed call, "
+        "so that each side is timed in steady state, as in a long rollout "
+        "(--no-warm: each timed call follows the other sides' calls, whose "
+        "process evicted its caches while its threads slept; short calls "
+        "lose the most)",
+    )
     timeout: float = option(1800.0, "seconds before a round's processes are stopped")
     json: str | None = option(None, "write every row (and the machine) to this JSON file")
 
@@ -93,20 +108,25 @@ class Options:
 def check_reference(path: str) -> Path:
     """The 2023 library's folder, or ValueError naming what was given and what is expected."""
     if not path:
-        raise ValueError("--reference is required: the folder of a clone of https://github.com/"
-                         "mlech26l/gigastep (commit 6288d65 was measured)")  # fmt: skip
+        raise ValueError(
+            "--reference is required: the folder of a clone of https://github.com/"
+            "mlech26l/gigastep (commit 6288d65 was measured)"
+        )
     root = Path(path).expanduser().resolve()
     if not (root / "gigastep" / "gigastep_env.py").is_file():
-        raise ValueError(f"--reference {path}: expected the 2023 library's folder, which holds "
-                         f"gigastep/gigastep_env.py; {root} does not")  # fmt: skip
+        raise ValueError(
+            f"--reference {path}: expected the 2023 library's folder, which holds "
+            f"gigastep/gigastep_env.py; {root} does not"
+        )
     return root
 
 
 class _Side:
     """One side's worker process: started, compiled, then one timed call per `call()`."""
 
-    def __init__(self, side: str, options: Options, reference: Path | None,
-                 started: list[subprocess.Popen]) -> None:  # fmt: skip
+    def __init__(
+        self, side: str, options: Options, reference: Path | None, started: list[subprocess.Popen]
+    ) -> None:
         self.label = side
         self.case = {
             "side": "2023" if side == "2023" else "ours",
@@ -124,9 +144,14 @@ class _Side:
         if side == "jax":
             env["GIGASTEP_NATIVE"] = "0"
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, str(_WORKER), json.dumps(self.case)],
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(_WORKER), json.dumps(self.case)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
         started.append(self.proc)
         self.row: dict[str, Any] = {**self.case, "label": side, "wall_s": [], "cpu_s": []}
         self.row.update(self._read())  # the setup: compiled, one call made
@@ -243,8 +268,13 @@ def render(rows: list[dict[str, Any]]) -> str:
             shown.append({"round": row["round"], "label": f"{row['label']} (failed)"})
             continue
         lo, hi = row["agent_steps_per_s_min"] / 1e6, row["agent_steps_per_s_max"] / 1e6
-        shown.append({**row, "range": f"{format_number(lo)}–{format_number(hi)}",
-                      "vs_2023": by_round.get(row["round"], {}).get(row["label"])})  # fmt: skip
+        shown.append(
+            {
+                **row,
+                "range": f"{format_number(lo)}–{format_number(hi)}",
+                "vs_2023": by_round.get(row["round"], {}).get(row["label"]),
+            }
+        )
     lines = [markdown_table(shown, _COLUMNS)]
     for r, sides in sorted(by_round.items()):
         for side, ratio in sides.items():
@@ -252,8 +282,10 @@ def render(rows: list[dict[str, Any]]) -> str:
     if len(by_round) > 1:
         for side in dict.fromkeys(s for sides in by_round.values() for s in sides):
             values = [sides[side] for sides in by_round.values() if side in sides]
-            lines.append(f"{side} / 2023 over rounds: median {statistics.median(values):.2f}×, "
-                         f"{min(values):.2f}–{max(values):.2f}×")  # fmt: skip
+            lines.append(
+                f"{side} / 2023 over rounds: median {statistics.median(values):.2f}×, "
+                f"{min(values):.2f}–{max(values):.2f}×"
+            )
     return "\n".join(lines)
 
 

@@ -65,8 +65,9 @@ class Options:
     batch: list = option([1024, 8192], "batch sizes (games per step)", type=int)
     steps: int = option(100, "steps per timed rollout")
     repeats: int = option(5, "timed rollouts per row (median reported)")
-    gym_batch: list = option([1024], "TeamVectorEnv batch sizes (none given: skip)", type=int,
-                             nargs="*")  # fmt: skip
+    gym_batch: list = option(
+        [1024], "TeamVectorEnv batch sizes (none given: skip)", type=int, nargs="*"
+    )
     gym_duration: float = option(5.0, "seconds per benchmark_vector_step call")
     device: str = option(None, "torch device of TorchVecEnv (default: JAX's default device)")
     seed: int = option(0, "seed of the environments and actions")
@@ -82,21 +83,31 @@ def _rates(env_rates: list[float], n_agents: int) -> dict[str, float]:
     """Median, min and max env-steps/s and agent-steps/s (= env-steps/s x agents)."""
     med, lo, hi = statistics.median(env_rates), min(env_rates), max(env_rates)
     return {
-        "env_steps_per_s": med, "env_steps_per_s_min": lo, "env_steps_per_s_max": hi,
-        "agent_steps_per_s": med * n_agents, "agent_steps_per_s_min": lo * n_agents,
+        "env_steps_per_s": med,
+        "env_steps_per_s_min": lo,
+        "env_steps_per_s_max": hi,
+        "agent_steps_per_s": med * n_agents,
+        "agent_steps_per_s_min": lo * n_agents,
         "agent_steps_per_s_max": hi * n_agents,
-    }  # fmt: skip
+    }
 
 
-def _row(impl: str, scenario: str, config, batch: int, steps: int, seconds: list[float],
-         compile_s: float) -> dict[str, Any]:  # fmt: skip
+def _row(
+    impl: str, scenario: str, config, batch: int, steps: int, seconds: list[float], compile_s: float
+) -> dict[str, Any]:
     n_agents = config.n_agents
     return {
-        "impl": impl, "scenario": scenario, "scenario_hash": config_hash(config),
-        "batch": batch, "steps": steps, "n_agents": n_agents,
-        "median_s": statistics.median(seconds), "times_s": seconds, "compile_s": compile_s,
+        "impl": impl,
+        "scenario": scenario,
+        "scenario_hash": config_hash(config),
+        "batch": batch,
+        "steps": steps,
+        "n_agents": n_agents,
+        "median_s": statistics.median(seconds),
+        "times_s": seconds,
+        "compile_s": compile_s,
         **_rates([batch * steps / t for t in seconds], n_agents),
-    }  # fmt: skip
+    }
 
 
 def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int) -> dict:
@@ -153,8 +164,9 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
     return _row("jax_scan", scenario, config, batch, steps, list(timing.times), compile_s)
 
 
-def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: int,
-                   device: str | None) -> dict:  # fmt: skip
+def torch_loop_row(
+    scenario: str, batch: int, steps: int, repeats: int, seed: int, device: str | None
+) -> dict:
     """A Python loop over `TorchVecEnv.step` with torch random actions."""
     import jax
     import torch
@@ -168,8 +180,9 @@ def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: in
 
     def actions():
         if discrete:
-            return torch.randint(0, 27, (batch, n), generator=gen, device=venv.device,
-                                 dtype=torch.int32)  # fmt: skip
+            return torch.randint(
+                0, 27, (batch, n), generator=gen, device=venv.device, dtype=torch.int32
+            )
         return torch.rand(batch, n, 3, generator=gen, device=venv.device) * 2 - 1
 
     def sync(out):
@@ -192,8 +205,7 @@ def torch_loop_row(scenario: str, batch: int, steps: int, repeats: int, seed: in
     return _row("torch_loop", scenario, venv.config, batch, steps, seconds, compile_s)
 
 
-def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int,
-                   seed: int) -> dict:  # fmt: skip
+def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int, seed: int) -> dict:
     """Gymnasium's `benchmark_vector_step` on `TeamVectorEnv` (env-steps/s, median)."""
     from gymnasium.utils.performance import benchmark_vector_step
 
@@ -205,13 +217,21 @@ def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int,
     envs.reset(seed=seed)
     envs.step(envs.action_space.sample())
     compile_s = time.perf_counter() - t0
-    rates = [benchmark_vector_step(envs, target_duration=duration, seed=seed + i)
-             for i in range(repeats)]  # fmt: skip
+    rates = [
+        benchmark_vector_step(envs, target_duration=duration, seed=seed + i) for i in range(repeats)
+    ]
     return {
-        "impl": "gym_vector", "scenario": scenario, "scenario_hash": config_hash(config),
-        "batch": batch, "steps": None, "n_agents": config.n_agents, "median_s": None,
-        "rates": rates, "compile_s": compile_s, **_rates(rates, config.n_agents),
-    }  # fmt: skip
+        "impl": "gym_vector",
+        "scenario": scenario,
+        "scenario_hash": config_hash(config),
+        "batch": batch,
+        "steps": None,
+        "n_agents": config.n_agents,
+        "median_s": None,
+        "rates": rates,
+        "compile_s": compile_s,
+        **_rates(rates, config.n_agents),
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -239,8 +259,9 @@ def _measure(opts: Options, impl: str, batch: int) -> dict[str, Any]:
     if impl == "jax_scan":
         return jax_scan_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed)
     if impl == "torch_loop":
-        return torch_loop_row(opts.scenario, batch, opts.steps, opts.repeats, opts.seed,
-                              opts.device)  # fmt: skip
+        return torch_loop_row(
+            opts.scenario, batch, opts.steps, opts.repeats, opts.seed, opts.device
+        )
     return gym_vector_row(opts.scenario, batch, opts.gym_duration, opts.repeats, opts.seed)
 
 
@@ -257,15 +278,20 @@ def run(opts: Options, on_row=None, log=sys.stderr) -> list[dict]:
         try:
             row = _measure(opts, impl, batch)
         except Exception as e:  # one failing driver does not lose the others
-            row = {"impl": impl, "scenario": opts.scenario, "batch": batch,
-                   "error": f"{type(e).__name__}: {e}"}  # fmt: skip
+            row = {
+                "impl": impl,
+                "scenario": opts.scenario,
+                "batch": batch,
+                "error": f"{type(e).__name__}: {e}",
+            }
             print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
         refs = [r for r in rows if r["impl"] == "jax_scan" and r["batch"] == batch]
         if impl != "jax_scan" and refs and "error" not in row and "error" not in refs[0]:
             row["vs_jax"] = row["env_steps_per_s"] / refs[0]["env_steps_per_s"]
         if "error" not in row:
-            print(f"    {format_number(row['agent_steps_per_s'])} agent-steps/s", file=log,
-                  flush=True)  # fmt: skip
+            print(
+                f"    {format_number(row['agent_steps_per_s'])} agent-steps/s", file=log, flush=True
+            )
         rows.append(row)
         if on_row is not None:
             on_row(rows)
@@ -274,9 +300,10 @@ def run(opts: Options, on_row=None, log=sys.stderr) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bridge", description=__doc__.split("\n\n")[0],
+        prog="python -m benchmarks.bridge",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     add_options(parser, Options)
     opts = options_from_args(Options, parser.parse_args(argv))
     import gigastep.torch  # noqa: F401  (sets JAX's GPU memory policy before JAX starts)

@@ -80,8 +80,12 @@ __all__ = [
 ]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-OP_NAMES = {"all_reduce": "all-reduce", "all_gather": "all-gather",
-            "reduce_scatter": "reduce-scatter", "broadcast": "broadcast"}  # fmt: skip
+OP_NAMES = {
+    "all_reduce": "all-reduce",
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "broadcast": "broadcast",
+}
 FULL_SIZES = tuple(1024 * 4**i for i in range(10))  # 1 KiB, 4 KiB, ..., 256 MiB
 QUICK_SIZES = (1024, 64 * 1024, 1024**2, 8 * 1024**2)
 FLOAT32 = 4
@@ -91,39 +95,68 @@ FLOAT32 = 4
 class Options:
     """Command-line options (each field is one `--flag`; see `--help`)."""
 
-    quick: bool = option(False, "quick preset: 4 sizes (1 KiB to 8 MiB), 3 repeats, short "
-                         "batches (~1 min on 2 CPU cores)")  # fmt: skip
-    sizes: list = option([], "message sizes (e.g. 1KiB 64MiB 4096); default 1 KiB to 256 MiB "
-                         "in steps of 4x", type=str, nargs="*")  # fmt: skip
+    quick: bool = option(
+        False,
+        "quick preset: 4 sizes (1 KiB to 8 MiB), 3 repeats, short batches (~1 min on 2 CPU cores)",
+    )
+    sizes: list = option(
+        [],
+        "message sizes (e.g. 1KiB 64MiB 4096); default 1 KiB to 256 MiB in steps of 4x",
+        type=str,
+        nargs="*",
+    )
     ops: list = option(list(OPS), "operations to measure", type=str)
     frameworks: list = option(["torch", "jax"], "frameworks to measure", type=str)
-    processes: int = option(-1, "local worker processes of the cross-process links (-1: one "
-                            "per GPU with 2 or more GPUs, else 2; below 2: skip)")  # fmt: skip
-    devices: int = option(-1, "devices of the in-process JAX link (-1: every local GPU, or 2 "
-                          "XLA host devices on CPU; below 2: skip)")  # fmt: skip
-    torch_backends: list = option([], "torch.distributed backends (default: nccl with CUDA, "
-                                  "else gloo)", type=str, nargs="*")  # fmt: skip
+    processes: int = option(
+        -1,
+        "local worker processes of the cross-process links (-1: one "
+        "per GPU with 2 or more GPUs, else 2; below 2: skip)",
+    )
+    devices: int = option(
+        -1,
+        "devices of the in-process JAX link (-1: every local GPU, or 2 "
+        "XLA host devices on CPU; below 2: skip)",
+    )
+    torch_backends: list = option(
+        [], "torch.distributed backends (default: nccl with CUDA, else gloo)", type=str, nargs="*"
+    )
     repeats: int = option(5, "timed samples per row (median reported)")
-    sample_seconds: float = option(0.2, "target seconds per timed sample (a batch of "
-                                   "back-to-back operations)")  # fmt: skip
-    row_seconds: float = option(30.0, "at most about this long per row: a slower link gets "
-                                "fewer repeats (at least 2)")  # fmt: skip
-    slow_factor: float = option(10.0, "flag links more than this many times below the best "
-                                "link at the same operation and size")  # fmt: skip
+    sample_seconds: float = option(
+        0.2, "target seconds per timed sample (a batch of back-to-back operations)"
+    )
+    row_seconds: float = option(
+        30.0, "at most about this long per row: a slower link gets fewer repeats (at least 2)"
+    )
+    slow_factor: float = option(
+        10.0,
+        "flag links more than this many times below the best link at the same operation and size",
+    )
     timeout: float = option(900.0, "seconds allowed per launched phase")
     json: str = option(None, "write the rows as a JSON list to this path")
     markdown: str = option(None, "write the tables, formulas and flags as Markdown here")
     png: str = option(None, "write a log-log plot of bus bandwidth against size here")
-    from_json: list = option([], "report rows from these JSON files instead of measuring",
-                             type=str, nargs="*")  # fmt: skip
+    from_json: list = option(
+        [], "report rows from these JSON files instead of measuring", type=str, nargs="*"
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # Sizes and formulas
 # ------------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6,
-          "mib": 1024**2, "g": 10**9, "gb": 10**9, "gib": 1024**3}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 1024**2,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 1024**3,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -222,8 +255,9 @@ def _quick(opts: Options) -> Options:
     """The quick preset's repeats and sample length (sizes: see `_sizes`)."""
     if not opts.quick:
         return opts
-    return dataclasses.replace(opts, repeats=min(opts.repeats, 3),
-                               sample_seconds=min(opts.sample_seconds, 0.03))  # fmt: skip
+    return dataclasses.replace(
+        opts, repeats=min(opts.repeats, 3), sample_seconds=min(opts.sample_seconds, 0.03)
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -246,8 +280,9 @@ class Sync:
     pipelined: bool = True
 
 
-def time_operation(run, sync: Sync, repeats: int, target: float,
-                   row_seconds: float = 30.0) -> tuple[list[float], int]:  # fmt: skip
+def time_operation(
+    run, sync: Sync, repeats: int, target: float, row_seconds: float = 30.0
+) -> tuple[list[float], int]:
     """(seconds per operation of each sample, operations per sample) of `run()`.
 
     One untimed warm-up; a timed single call sizes the batches (about `target` seconds
@@ -364,10 +399,26 @@ def jax_rows(opts: Options, mesh, fields: dict[str, Any]) -> list[dict[str, Any]
                 (n * count,), sharding, lambda idx, c=count: np.zeros(c, np.float32)
             )
             compiled = f.lower(x).compile()
-            times, k = time_operation(lambda c=compiled, x=x: c(x), sync, opts.repeats,
-                                      opts.sample_seconds, opts.row_seconds)  # fmt: skip
-            rows.append(make_row(op, nbytes, n, times, framework="jax", impl=impl,
-                                 iterations=k, pipelined=sync.pipelined, **fields))  # fmt: skip
+            times, k = time_operation(
+                lambda c=compiled, x=x: c(x),
+                sync,
+                opts.repeats,
+                opts.sample_seconds,
+                opts.row_seconds,
+            )
+            rows.append(
+                make_row(
+                    op,
+                    nbytes,
+                    n,
+                    times,
+                    framework="jax",
+                    impl=impl,
+                    iterations=k,
+                    pipelined=sync.pipelined,
+                    **fields,
+                )
+            )
             del x
     return rows
 
@@ -435,11 +486,23 @@ def torch_rows(opts: Options, backend: str, group, device, fields) -> list[dict[
         for size in _sizes(opts):
             count, nbytes = elements(op, size, n)
             run = _torch_call(op, count, n, device, group)
-            times, k = time_operation(run, sync, opts.repeats, opts.sample_seconds,
-                                      opts.row_seconds)  # fmt: skip
-            rows.append(make_row(op, nbytes, n, times, framework="torch", backend=backend,
-                                 impl=f"torch.distributed ({backend})", iterations=k,
-                                 pipelined=True, **fields))  # fmt: skip
+            times, k = time_operation(
+                run, sync, opts.repeats, opts.sample_seconds, opts.row_seconds
+            )
+            rows.append(
+                make_row(
+                    op,
+                    nbytes,
+                    n,
+                    times,
+                    framework="torch",
+                    backend=backend,
+                    impl=f"torch.distributed ({backend})",
+                    iterations=k,
+                    pipelined=True,
+                    **fields,
+                )
+            )
     return rows
 
 
@@ -486,8 +549,9 @@ def _init_jax(rank: int, world: int, local: int) -> None:
     """`jax.distributed.initialize` for this worker: JAX_COORDINATOR_ADDRESS if set (this
     script's launcher sets it), else MASTER_ADDR:MASTER_PORT+1 under torchrun, else JAX's
     own cluster detection (SLURM); one GPU per process (LOCAL_RANK) when several are seen."""
-    if not any(v in os.environ for v in ("XLA_PYTHON_CLIENT_PREALLOCATE",
-                                         "XLA_PYTHON_CLIENT_MEM_FRACTION")):  # fmt: skip
+    if not any(
+        v in os.environ for v in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    ):
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # share the GPU with torch
     import jax
 
@@ -565,8 +629,7 @@ def _jax_part(opts: Options, rank: int, world: int, local: int, hosts) -> list:
     if platform == "cpu":
         backend += f"/{jax.config.jax_cpu_collectives_implementation}"
     mesh = Mesh(np.asarray(jax.devices()), ("i",))
-    fields = {"processes": world, "nodes": nodes, "scope": _scope(world, nodes),
-              "backend": backend}  # fmt: skip
+    fields = {"processes": world, "nodes": nodes, "scope": _scope(world, nodes), "backend": backend}
     return jax_rows(opts, mesh, fields)
 
 
@@ -649,21 +712,25 @@ def _run_phase(phase: str, opts: Options, envs: list[dict[str, str]], cwd: str) 
     """Start one worker per environment (`--worker`), wait, return rank 0's rows."""
     with tempfile.TemporaryDirectory(prefix="collectives-") as tmp:
         out = Path(tmp) / "rows.json"
-        payload = json.dumps({"phase": phase, "rows_out": str(out),
-                              "options": dataclasses.asdict(opts)})  # fmt: skip
+        payload = json.dumps(
+            {"phase": phase, "rows_out": str(out), "options": dataclasses.asdict(opts)}
+        )
         cmd = [sys.executable, "-m", "benchmarks.collectives", "--worker", payload]
         logs = [Path(tmp) / f"worker{i}.log" for i in range(len(envs))]
         procs = []
         for env, log in zip(envs, logs, strict=True):
             with open(log, "w") as f:  # the child keeps its own descriptor
-                procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f,
-                                              stderr=subprocess.STDOUT))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+                )
         _wait_all(procs, opts.timeout)
         codes = [p.returncode for p in procs]
         if any(codes) or not out.exists():
             worst = next((i for i, c in enumerate(codes) if c), 0)
-            raise RuntimeError(f"the {phase} phase failed (exit codes {codes}); worker {worst} "
-                               f"wrote:\n{logs[worst].read_text()[-3000:]}")  # fmt: skip
+            raise RuntimeError(
+                f"the {phase} phase failed (exit codes {codes}); worker {worst} "
+                f"wrote:\n{logs[worst].read_text()[-3000:]}"
+            )
         return json.loads(out.read_text())
 
 
@@ -681,16 +748,24 @@ def launch_local(opts: Options) -> list[dict]:
         rows += _run_phase("in-process", dataclasses.replace(opts, devices=devices), [env], root)
     procs = opts.processes if opts.processes >= 0 else (gpus if gpus >= 2 else 2)
     if procs >= 2:
-        print(f"cross-process: {procs} local processes ({', '.join(opts.frameworks)}) ...",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"cross-process: {procs} local processes ({', '.join(opts.frameworks)}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         master, coordinator = _free_port(), _free_port()
         envs = []
         for rank in range(procs):
-            env = {**_phase_env(), "RANK": str(rank),
-                   "WORLD_SIZE": str(procs), "LOCAL_RANK": str(rank),
-                   "LOCAL_WORLD_SIZE": str(procs), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(master),
-                   "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{coordinator}"}  # fmt: skip
+            env = {
+                **_phase_env(),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(procs),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(procs),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(master),
+                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{coordinator}",
+            }
             if gpus:
                 env.setdefault("JAX_LOCAL_DEVICE_IDS", str(rank % gpus))
             else:
@@ -772,8 +847,10 @@ def slow_links(rows: list[dict[str, Any]], factor: float = 10.0) -> list[str]:
         line = f"{link} {OP_NAMES[op]} at {format_bytes(size)} is {ratio:.0f}× below {top}"
         if len(hits) > 1:
             lo, hi = min(h[1] for h in hits), max(h[1] for h in hits)
-            line += (f" ({lo:.0f}–{hi:.0f}× at {len(hits)} sizes from "
-                     f"{format_bytes(hits[0][0])} to {format_bytes(size)})")  # fmt: skip
+            line += (
+                f" ({lo:.0f}–{hi:.0f}× at {len(hits)} sizes from "
+                f"{format_bytes(hits[0][0])} to {format_bytes(size)})"
+            )
         lines.append(line)
     return lines
 
@@ -813,9 +890,12 @@ def pivot_table(rows: list[dict[str, Any]]) -> str:
             ] = _cell(r)
     header = "| op | size | " + " | ".join(links) + " |"
     rule = "| --- | --- | " + " | ".join("---" for _ in links) + " |"
-    body = [f"| {OP_NAMES.get(op, op)} | {format_bytes(size)} | "
-            + " | ".join(cells[(i, op, size)].get(link, "–") for link in links) + " |"
-            for (i, op, size) in sorted(cells)]  # fmt: skip
+    body = [
+        f"| {OP_NAMES.get(op, op)} | {format_bytes(size)} | "
+        + " | ".join(cells[(i, op, size)].get(link, "–") for link in links)
+        + " |"
+        for (i, op, size) in sorted(cells)
+    ]
     return "\n".join([header, rule, *body])
 
 
@@ -845,15 +925,20 @@ FORMULAS = (
 def render_markdown(rows: list[dict[str, Any]], factor: float) -> str:
     flags = slow_links(rows, factor)
     flag_text = "\n".join(f"- {line}" for line in flags) or "- none"
-    return "\n\n".join([
-        "## Collectives preflight",
-        FORMULAS,
-        pivot_table(rows),
-        f"Links more than {factor:g}× below the best link at the same operation and size "
-        f"(bus bandwidth):\n\n{flag_text}",
-        "### All rows",
-        markdown_table([r for r in rows if "error" not in r], TABLE_COLUMNS),
-    ]) + "\n"  # fmt: skip
+    return (
+        "\n\n".join(
+            [
+                "## Collectives preflight",
+                FORMULAS,
+                pivot_table(rows),
+                f"Links more than {factor:g}× below the best link at the same operation and size "
+                f"(bus bandwidth):\n\n{flag_text}",
+                "### All rows",
+                markdown_table([r for r in rows if "error" not in r], TABLE_COLUMNS),
+            ]
+        )
+        + "\n"
+    )
 
 
 def plot_rows(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:
@@ -872,8 +957,13 @@ def plot_rows(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:
         for name, points in sorted(lines.items()):
             points.sort()
             ax.plot(*zip(*points, strict=True), marker="o", label=name)
-        ax.set(xscale="log", yscale="log", title=OP_NAMES[op], xlabel="message size",
-               ylabel="bus bandwidth [GB/s]")  # fmt: skip
+        ax.set(
+            xscale="log",
+            yscale="log",
+            title=OP_NAMES[op],
+            xlabel="message size",
+            ylabel="bus bandwidth [GB/s]",
+        )
         sizes = sorted({size for points in lines.values() for size, _ in points})
         if sizes:
             ax.set_xticks(sizes, [format_bytes(b) for b in sizes], fontsize="small")
@@ -916,8 +1006,10 @@ def report(rows: list[dict[str, Any]], opts: Options) -> None:
     print(FORMULAS + "\n")
     print(pivot_table(rows))
     flags = slow_links(rows, opts.slow_factor)
-    print(f"\nLinks more than {opts.slow_factor:g}× below the best link at the same operation "
-          "and size (bus bandwidth):")  # fmt: skip
+    print(
+        f"\nLinks more than {opts.slow_factor:g}× below the best link at the same operation "
+        "and size (bus bandwidth):"
+    )
     print("\n".join(f"  {line}" for line in flags) or "  none")
     for what, path in (("rows", opts.json), ("tables", opts.markdown), ("plot", opts.png)):
         if path:
@@ -925,8 +1017,9 @@ def report(rows: list[dict[str, Any]], opts: Options) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]] | None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.collectives",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.collectives", description=__doc__.split("\n\n")[0]
+    )
     add_options(parser, Options)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -44,14 +44,19 @@ def _tables_of_rows(path: Path, data: Any) -> dict[str, dict]:
     elif isinstance(data, list) and any("busbw_gbps" in r for r in data):
         kind = "collectives"
     else:
-        raise ValueError("not a report.json nor the JSON of benchmarks.throughput, scan, "
-                         "bridge or collectives")  # fmt: skip
+        raise ValueError(
+            "not a report.json nor the JSON of benchmarks.throughput, scan, bridge or collectives"
+        )
     got, _ = rt.read_section(kind, path, kind, None)
     out = {}
     for name, rows in got.items():
         spec = rt.TABLES[name]
-        out[name] = {"key": list(spec.key), "metric": spec.metric,
-                     "higher_is_better": spec.higher_is_better, "rows": rows}  # fmt: skip
+        out[name] = {
+            "key": list(spec.key),
+            "metric": spec.metric,
+            "higher_is_better": spec.higher_is_better,
+            "rows": rows,
+        }
     return out
 
 
@@ -114,8 +119,9 @@ def compare(old: dict[str, dict], new: dict[str, dict], margin: float = 0.05) ->
         spec = a or b
         ia, ib = _index(a) if a else {}, _index(b) if b else {}
         for key in list(ia) + [k for k in ib if k not in ia]:
-            config = ", ".join(f"{k}={v}" for k, v in zip(spec["key"], key, strict=False)
-                               if v is not None)  # fmt: skip
+            config = ", ".join(
+                f"{k}={v}" for k, v in zip(spec["key"], key, strict=False) if v is not None
+            )
             res = {"table": name, "config": config, "metric": spec["metric"]}
             if key not in ib or key not in ia:
                 res["verdict"] = "only in OLD" if key not in ib else "only in NEW"
@@ -157,45 +163,57 @@ def _machines(path: Path) -> set[str]:
 
 def render(results: list[dict], margin: float, old: str, new: str) -> str:
     lines = [
-        f"OLD: {old}", f"NEW: {new}",
+        f"OLD: {old}",
+        f"NEW: {new}",
         f"Rule: a row is a drop when NEW's fastest repeat is slower than OLD's slowest by more "
         f"than {margin:.0%} (NEW max < {1 - margin:.2f} x OLD min, as speeds); 'flag below' is "
         "that rule as a threshold on the ratio of medians, from both rows' spread of repeats.",
         "",
-    ]  # fmt: skip
+    ]
     tables: dict[str, list[dict]] = {}
     for r in results:
         tables.setdefault(r["table"], []).append(r)
     for name, rows in tables.items():
-        lines += [f"## {name} ({rows[0]['metric']}; ratio = NEW / OLD speed, > 1 is faster)", "",
-                  "| configuration | OLD | NEW | ratio | flag below | verdict |",
-                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += [
+            f"## {name} ({rows[0]['metric']}; ratio = NEW / OLD speed, > 1 is faster)",
+            "",
+            "| configuration | OLD | NEW | ratio | flag below | verdict |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for r in rows:
             verdict = "DROP" if r["verdict"] == "drop" else r["verdict"]
             if "ratio" in r:
-                lines.append(f"| {r['config']} | {format_number(r['old'])} | "
-                             f"{format_number(r['new'])} | {r['ratio']:.3f} | "
-                             f"{r['threshold']:.3f} | {verdict} |")  # fmt: skip
+                lines.append(
+                    f"| {r['config']} | {format_number(r['old'])} | "
+                    f"{format_number(r['new'])} | {r['ratio']:.3f} | "
+                    f"{r['threshold']:.3f} | {verdict} |"
+                )
             else:
                 lines.append(f"| {r['config']} | – | – | – | – | {verdict} |")
         lines.append("")
-    counts = {v: sum(r["verdict"] == v for r in results)
-              for v in ("drop", "faster", "within noise", "only in OLD", "only in NEW",
-                        "not measured")}  # fmt: skip
+    counts = {
+        v: sum(r["verdict"] == v for r in results)
+        for v in ("drop", "faster", "within noise", "only in OLD", "only in NEW", "not measured")
+    }
     lines.append("Summary: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 3)[3], formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        prog="python -m benchmarks.compare",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 3)[3],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("old", type=Path, help="the earlier run's JSON")
     parser.add_argument("new", type=Path, help="the later run's JSON")
-    parser.add_argument("--margin", type=float, default=0.05,
-                        help="relative gap beyond the repeats' ranges that counts as a drop "
-                        "(default: 0.05)")  # fmt: skip
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="relative gap beyond the repeats' ranges that counts as a drop (default: 0.05)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.margin < 1:
         parser.error(f"--margin must be in [0, 1), got {args.margin}")
@@ -211,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     print(render(results, args.margin, str(args.old), str(args.new)))
     ma, mb = _machines(args.old), _machines(args.new)
     if ma and mb and ma != mb:
-        print(f"\nNote: the runs were on different machines ({', '.join(sorted(ma))} vs "
-              f"{', '.join(sorted(mb))}): ratios compare the machines too.")  # fmt: skip
+        print(
+            f"\nNote: the runs were on different machines ({', '.join(sorted(ma))} vs "
+            f"{', '.join(sorted(mb))}): ratios compare the machines too."
+        )
     return 1 if any(r["verdict"] == "drop" for r in results) else 0
 
 

@@ -106,30 +106,57 @@ class Ratio:
 
 
 RATIOS: tuple[Ratio, ...] = (
-    Ratio("jax_obs_vs_native", "jax_vec", "native_vec", 0.25,
-          "0.32-0.46 (4 runs, AMD EPYC VM, 2026-12-04, 8d65038: the cone and lock changes made "
-          "the native step ~1.12x faster and the JAX one ~0.98x); 0.39-0.50 (5 runs) before",
-          "the pure JAX observation path (every GPU's) slowed against the native kernel "
-          "(0.17 with the elementwise non-finite mask of 1734d0f)"),
-    Ratio("autoreset_vs_step", "native_reset", "native_vec", 0.40,
-          "0.48-0.58 (4 runs, 2026-12-04, 8d65038: the step it is divided by got faster); "
-          "0.61-0.64 before",
-          "the batched auto-reset costs much more than the step it wraps (resetting every "
-          "game, not only the finished ones: ~0.28 by `profile_step --ablations`)"),
-    Ratio("rgb_vs_vector", "jax_rgb", "jax_vec", 0.55,
-          "0.709-0.738 on one CPU (3 runs, AMD EPYC VM, 2026-12-04, per-repeat 0.67-0.91), "
-          "0.329-0.331 with the ff1c8a6 bug put back (took_damage recomputed for every pixel); "
-          "on two threads, before it was pinned: 0.45-0.78 over 2026-12-02/04, 0.40-0.43 in "
-          "CI runs during slow spells of jax_rgb (see FRESH)",
-          "the RGB renderer slowed against the vector path", one_cpu=True),
-    Ratio("rgb_native_vs_jax", "native_rgb", "jax_rgb", 1.6,
-          "2.05-2.11 on one CPU (3 runs, AMD EPYC VM, 2026-12-04); on two threads, before it "
-          "was pinned: 1.50-2.16 (6 runs, 2026-12-04)",
-          "the native RGB kernel lost its lead over the JAX drawing", one_cpu=True),
-    Ratio("torch_loop_vs_scan", "torch_loop", "native_reset", 0.38,
-          "0.47-0.56 (5 runs, AMD EPYC VM, 2026-12-04/05); 0.50-0.51 (Intel Xeon VM, 2026-12-02)",
-          "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan"),
-)  # fmt: skip
+    Ratio(
+        "jax_obs_vs_native",
+        "jax_vec",
+        "native_vec",
+        0.25,
+        "0.32-0.46 (4 runs, AMD EPYC VM, 2026-12-04, 8d65038: the cone and lock changes made "
+        "the native step ~1.12x faster and the JAX one ~0.98x); 0.39-0.50 (5 runs) before",
+        "the pure JAX observation path (every GPU's) slowed against the native kernel "
+        "(0.17 with the elementwise non-finite mask of 1734d0f)",
+    ),
+    Ratio(
+        "autoreset_vs_step",
+        "native_reset",
+        "native_vec",
+        0.40,
+        "0.48-0.58 (4 runs, 2026-12-04, 8d65038: the step it is divided by got faster); "
+        "0.61-0.64 before",
+        "the batched auto-reset costs much more than the step it wraps (resetting every "
+        "game, not only the finished ones: ~0.28 by `profile_step --ablations`)",
+    ),
+    Ratio(
+        "rgb_vs_vector",
+        "jax_rgb",
+        "jax_vec",
+        0.55,
+        "0.709-0.738 on one CPU (3 runs, AMD EPYC VM, 2026-12-04, per-repeat 0.67-0.91), "
+        "0.329-0.331 with the ff1c8a6 bug put back (took_damage recomputed for every pixel); "
+        "on two threads, before it was pinned: 0.45-0.78 over 2026-12-02/04, 0.40-0.43 in "
+        "CI runs during slow spells of jax_rgb (see FRESH)",
+        "the RGB renderer slowed against the vector path",
+        one_cpu=True,
+    ),
+    Ratio(
+        "rgb_native_vs_jax",
+        "native_rgb",
+        "jax_rgb",
+        1.6,
+        "2.05-2.11 on one CPU (3 runs, AMD EPYC VM, 2026-12-04); on two threads, before it "
+        "was pinned: 1.50-2.16 (6 runs, 2026-12-04)",
+        "the native RGB kernel lost its lead over the JAX drawing",
+        one_cpu=True,
+    ),
+    Ratio(
+        "torch_loop_vs_scan",
+        "torch_loop",
+        "native_reset",
+        0.38,
+        "0.47-0.56 (5 runs, AMD EPYC VM, 2026-12-04/05); 0.50-0.51 (Intel Xeon VM, 2026-12-02)",
+        "TorchVecEnv's per-step call (bridge, checks, dispatch) slowed against the scan",
+    ),
+)
 
 
 @contextmanager
@@ -146,8 +173,9 @@ def _native(enabled: bool) -> Iterator[None]:
             os.environ["GIGASTEP_NATIVE"] = old
 
 
-def _scan_program(scenario: str, batch: int, step_fn: str, native: bool,
-                  resolution: int = 84) -> tuple[Callable[[int], Any], int]:  # fmt: skip
+def _scan_program(
+    scenario: str, batch: int, step_fn: str, native: bool, resolution: int = 84
+) -> tuple[Callable[[int], Any], int]:
     """(call, agent-steps per call): one compiled `lax.scan` of STEPS batched steps."""
     import jax
 
@@ -229,11 +257,16 @@ def _time_pair(
     num_rate = num_work / timing["num"].cpu_median
     den_rate = den_work / timing["den"].cpu_median
     # Per-repeat ratios (alternated neighbours) give the spread within the run.
-    per = sorted((num_work / a) / (den_work / b)
-                 for a, b in zip(timing["num"].cpu_times, timing["den"].cpu_times,
-                                 strict=True))  # fmt: skip
-    return {"value": num_rate / den_rate, "per_repeat": per, "num_rate": num_rate,
-            "den_rate": den_rate}  # fmt: skip
+    per = sorted(
+        (num_work / a) / (den_work / b)
+        for a, b in zip(timing["num"].cpu_times, timing["den"].cpu_times, strict=True)
+    )
+    return {
+        "value": num_rate / den_rate,
+        "per_repeat": per,
+        "num_rate": num_rate,
+        "den_rate": den_rate,
+    }
 
 
 ATTEMPTS = 3
@@ -245,8 +278,9 @@ against 0.55-0.60 alone). A regression is slow on every attempt; such a spell pa
 RGB programs' slow spells of thread hand-offs can last longer: see `FRESH`.)"""
 
 
-def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
-            attempts: int = ATTEMPTS) -> list[Row]:  # fmt: skip
+def measure(
+    ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9, attempts: int = ATTEMPTS
+) -> list[Row]:
     """One row per ratio: both programs built in this process, then timed alternated
     (`repeats` calls each, medians); `value` = median rate of the numerator / denominator,
     the best of up to `attempts` timings (the next one only while below the floor)."""
@@ -265,16 +299,26 @@ def measure(ratios: tuple[Ratio, ...] = RATIOS, repeats: int = 9,
             tries.append(_time_pair(built[ratio.numerator], built[ratio.denominator], repeats))
         best = max(tries, key=lambda t: t["value"])
         per = best["per_repeat"]
-        rows.append({
-            "ratio": ratio.name, "numerator": ratio.numerator, "denominator": ratio.denominator,
-            "value": best["value"], "floor": ratio.floor, "ok": best["value"] >= ratio.floor,
-            "attempts": [t["value"] for t in tries],
-            "per_repeat_min": per[0], "per_repeat_median": statistics.median(per),
-            "per_repeat_max": per[-1], "numerator_agent_steps_per_s": best["num_rate"],
-            "denominator_agent_steps_per_s": best["den_rate"], "build_and_compile_s": build_s,
-            "measured_on_reference": ratio.measured, "guards": ratio.guards,
-            "cpus": usable_cores(),
-        })  # fmt: skip
+        rows.append(
+            {
+                "ratio": ratio.name,
+                "numerator": ratio.numerator,
+                "denominator": ratio.denominator,
+                "value": best["value"],
+                "floor": ratio.floor,
+                "ok": best["value"] >= ratio.floor,
+                "attempts": [t["value"] for t in tries],
+                "per_repeat_min": per[0],
+                "per_repeat_median": statistics.median(per),
+                "per_repeat_max": per[-1],
+                "numerator_agent_steps_per_s": best["num_rate"],
+                "denominator_agent_steps_per_s": best["den_rate"],
+                "build_and_compile_s": build_s,
+                "measured_on_reference": ratio.measured,
+                "guards": ratio.guards,
+                "cpus": usable_cores(),
+            }
+        )
         print(_line(rows[-1]), flush=True)
     return rows
 
@@ -283,21 +327,26 @@ def _line(row: Row) -> str:
     verdict = "ok" if row["ok"] else "BELOW FLOOR"
     attempts = row.get("attempts", [row["value"]])
     tries = ("; attempts " + ", ".join(f"{v:.3f}" for v in attempts)) if len(attempts) > 1 else ""
-    return (f"{row['ratio']}: {row['value']:.3f} (floor {row['floor']}, per-repeat "
-            f"{row['per_repeat_min']:.3f}-{row['per_repeat_max']:.3f}; "
-            f"{row['numerator']} {row['numerator_agent_steps_per_s'] / 1e6:.2f} M vs "
-            f"{row['denominator']} {row['denominator_agent_steps_per_s'] / 1e6:.2f} M "
-            f"agent-steps per CPU-s; built in {row['build_and_compile_s']:.0f} s{tries}) "
-            f"{verdict}")  # fmt: skip
+    return (
+        f"{row['ratio']}: {row['value']:.3f} (floor {row['floor']}, per-repeat "
+        f"{row['per_repeat_min']:.3f}-{row['per_repeat_max']:.3f}; "
+        f"{row['numerator']} {row['numerator_agent_steps_per_s'] / 1e6:.2f} M vs "
+        f"{row['denominator']} {row['denominator_agent_steps_per_s'] / 1e6:.2f} M "
+        f"agent-steps per CPU-s; built in {row['build_and_compile_s']:.0f} s{tries}) "
+        f"{verdict}"
+    )
 
 
 def check(rows: list[Row]) -> list[str]:
     """Failure messages, one per ratio below its floor."""
-    return [f"performance guard: {r['ratio']} could not be measured: {r['error']}"
-            if "error" in r else
-            f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
-            f"floor {r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
-            for r in rows if not r["ok"]]  # fmt: skip
+    return [
+        f"performance guard: {r['ratio']} could not be measured: {r['error']}"
+        if "error" in r
+        else f"performance guard: {r['ratio']} = {r['value']:.3f}{_best_of(r)} is below its "
+        f"floor {r['floor']} (reference VM: {r['measured_on_reference']}): {r['guards']}"
+        for r in rows
+        if not r["ok"]
+    ]
 
 
 def _best_of(row: Row) -> str:
@@ -324,8 +373,9 @@ through the first fresh process too), which is why the RGB ratios are now timed 
 regression is slow in every process."""
 
 
-def retry_in_fresh_processes(rows: list[Row], fresh: int,
-                             run: Callable[[str], Row | None]) -> list[Row]:  # fmt: skip
+def retry_in_fresh_processes(
+    rows: list[Row], fresh: int, run: Callable[[str], Row | None]
+) -> list[Row]:
     """`rows` with each row below its floor timed again by `run(name)` (a fresh process), up
     to `fresh` times while it stays below, keeping the best row; every value goes into its
     `attempts`."""
@@ -369,9 +419,21 @@ def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) ->
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "rows.json")
-        cmd = [sys.executable, "-m", "benchmarks.guard", "--only", *names, "--repeats",
-               str(repeats), "--attempts", str(attempts), "--fresh", "0",
-               "--json", path]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.guard",
+            "--only",
+            *names,
+            "--repeats",
+            str(repeats),
+            "--attempts",
+            str(attempts),
+            "--fresh",
+            "0",
+            "--json",
+            path,
+        ]
         if one_cpu:
             cmd += ["--pin-cpu", str(min(os.sched_getaffinity(0)))]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -381,8 +443,11 @@ def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) ->
             if line.split(":")[0] in names:  # the child's rows, not its summary
                 print(f"{where}: {line}", flush=True)
         if not os.path.exists(path):
-            print(f"the process timing {', '.join(names)} {where} failed (exit status "
-                  f"{proc.returncode}): {proc.stderr[-800:]}", file=sys.stderr)  # fmt: skip
+            print(
+                f"the process timing {', '.join(names)} {where} failed (exit status "
+                f"{proc.returncode}): {proc.stderr[-800:]}",
+                file=sys.stderr,
+            )
             return None
         with open(path) as f:
             return [dict(row) for row in json.load(f)["rows"]]
@@ -390,14 +455,26 @@ def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) ->
 
 def _unmeasured(ratio: Ratio) -> Row:
     """The failing row of a ratio whose process wrote no rows."""
-    return {"ratio": ratio.name, "numerator": ratio.numerator, "denominator": ratio.denominator,
-            "value": float("nan"), "floor": ratio.floor, "ok": False, "attempts": [],
-            "measured_on_reference": ratio.measured, "guards": ratio.guards,
-            "error": "its process failed (its error output is printed above)"}  # fmt: skip
+    return {
+        "ratio": ratio.name,
+        "numerator": ratio.numerator,
+        "denominator": ratio.denominator,
+        "value": float("nan"),
+        "floor": ratio.floor,
+        "ok": False,
+        "attempts": [],
+        "measured_on_reference": ratio.measured,
+        "guards": ratio.guards,
+        "error": "its process failed (its error output is printed above)",
+    }
 
 
-def measure_all(ratios: tuple[Ratio, ...], repeats: int, attempts: int,
-                child: Callable[..., list[Row] | None] = _child_rows) -> list[Row]:  # fmt: skip
+def measure_all(
+    ratios: tuple[Ratio, ...],
+    repeats: int,
+    attempts: int,
+    child: Callable[..., list[Row] | None] = _child_rows,
+) -> list[Row]:
     """`measure` for every ratio, in `ratios`' order: the `one_cpu` ones in one child process
     pinned to one CPU (`split_by_cpus`), the others here."""
     here, pinned = split_by_cpus(ratios)
@@ -434,8 +511,13 @@ def context_switches() -> int | None:
     return total if found else None
 
 
-def trace(call: Callable[[int], Any], work: int, seconds: float, window: float = 1.0,
-          report: Callable[[Row], None] | None = None) -> list[Row]:  # fmt: skip
+def trace(
+    call: Callable[[int], Any],
+    work: int,
+    seconds: float,
+    window: float = 1.0,
+    report: Callable[[Row], None] | None = None,
+) -> list[Row]:
     """Time `call` back to back for `seconds`, one row per `window` seconds: calls, median wall
     ms per call, CPU ms per call (all threads), context switches per call (None off Linux) and
     agent-steps per wall-second (`work` per call), each also passed to `report` as it ends.
@@ -459,12 +541,15 @@ def trace(call: Callable[[int], Any], work: int, seconds: float, window: float =
             i += 1
         ctx1, n = context_switches(), len(walls)
         median = statistics.median(walls)
-        rows.append({
-            "calls": n, "wall_ms": median * 1e3,
-            "cpu_ms": (time.process_time() - cpu0) / n * 1e3,
-            "switches": None if ctx0 is None or ctx1 is None else (ctx1 - ctx0) / n,
-            "agent_steps_per_s": work / median,
-        })  # fmt: skip
+        rows.append(
+            {
+                "calls": n,
+                "wall_ms": median * 1e3,
+                "cpu_ms": (time.process_time() - cpu0) / n * 1e3,
+                "switches": None if ctx0 is None or ctx1 is None else (ctx1 - ctx0) / n,
+                "agent_steps_per_s": work / median,
+            }
+        )
         if report is not None:
             report(rows[-1])
     return rows
@@ -472,21 +557,32 @@ def trace(call: Callable[[int], Any], work: int, seconds: float, window: float =
 
 def _trace_line(row: Row) -> str:
     switches = "-" if row["switches"] is None else f"{row['switches']:.0f}"
-    return (f"{row['calls']:4d} calls  {row['wall_ms']:7.2f} ms wall  "
-            f"{row['cpu_ms']:7.2f} ms CPU  {switches:>5} switches per call  "
-            f"{row['agent_steps_per_s'] / 1e6:.2f} M agent-steps/s")  # fmt: skip
+    return (
+        f"{row['calls']:4d} calls  {row['wall_ms']:7.2f} ms wall  "
+        f"{row['cpu_ms']:7.2f} ms CPU  {switches:>5} switches per call  "
+        f"{row['agent_steps_per_s'] / 1e6:.2f} M agent-steps/s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.guard",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.guard", description=__doc__.split("\n\n")[0]
+    )
     names = [r.name for r in RATIOS]
-    parser.add_argument("--only", nargs="+", choices=names, metavar="RATIO",
-                        help=f"check only these ratios ({', '.join(names)})")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=names,
+        metavar="RATIO",
+        help=f"check only these ratios ({', '.join(names)})",
+    )
     parser.add_argument("--repeats", type=int, default=9, help="timed calls per program")
-    parser.add_argument("--attempts", type=int, default=ATTEMPTS,
-                        help="timings of a ratio before it fails (the next only while below "
-                             "its floor)")  # fmt: skip
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=ATTEMPTS,
+        help="timings of a ratio before it fails (the next only while below its floor)",
+    )
     parser.add_argument(
         "--fresh",
         type=int,
@@ -495,14 +591,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", help="write the rows and the run's hardware/versions here")
     parser.add_argument("--list", action="store_true", help="list the ratios and exit")
-    parser.add_argument("--trace", choices=sorted(PROGRAMS), metavar="PROGRAM",
-                        help="instead of the ratios: time one program back to back and print "
-                             "its speed, CPU time and context switches per call every second "
-                             f"({', '.join(sorted(PROGRAMS))})")  # fmt: skip
+    parser.add_argument(
+        "--trace",
+        choices=sorted(PROGRAMS),
+        metavar="PROGRAM",
+        help="instead of the ratios: time one program back to back and print "
+        "its speed, CPU time and context switches per call every second "
+        f"({', '.join(sorted(PROGRAMS))})",
+    )
     parser.add_argument("--seconds", type=float, default=30.0, help="how long --trace runs")
-    parser.add_argument("--pin-cpu", type=int, metavar="CPU",
-                        help="run on this one CPU only (set before any program is built; the "
-                             "guard starts its one-CPU ratios so)")  # fmt: skip
+    parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        metavar="CPU",
+        help="run on this one CPU only (set before any program is built; the "
+        "guard starts its one-CPU ratios so)",
+    )
     args = parser.parse_args(argv)
     if args.pin_cpu is not None:
         if not hasattr(os, "sched_setaffinity"):
@@ -530,8 +634,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = tuple(r for r in RATIOS if not args.only or r.name in args.only)
     if args.list:
         for r in chosen:
-            print(f"{r.name}: {r.numerator} / {r.denominator} >= {r.floor} "
-                  f"(reference VM: {r.measured}); {r.guards}")  # fmt: skip
+            print(
+                f"{r.name}: {r.numerator} / {r.denominator} >= {r.floor} "
+                f"(reference VM: {r.measured}); {r.guards}"
+            )
         return 0
     t0 = time.perf_counter()
     rows = measure_all(chosen, args.repeats, args.attempts)
@@ -543,8 +649,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = check(rows)
     for msg in failures:
         print(msg, file=sys.stderr)
-    print(f"{len(rows) - len(failures)} of {len(rows)} ratios at or above their floors "
-          f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+    print(
+        f"{len(rows) - len(failures)} of {len(rows)} ratios at or above their floors "
+        f"in {time.perf_counter() - t0:.0f} s"
+    )
     return 1 if failures else 0
 
 

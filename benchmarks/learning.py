@@ -305,8 +305,9 @@ def _tasks(scores) -> list:
     groups = list(scores.values()) if isinstance(scores, dict) else list(scores)
     out = [np.asarray(g, dtype=np.float64).reshape(-1) for g in groups]
     if not out or any(g.size == 0 for g in out):
-        raise ValueError(f"scores need at least one run in every task, got sizes "
-                         f"{[g.size for g in out]}")  # fmt: skip
+        raise ValueError(
+            f"scores need at least one run in every task, got sizes {[g.size for g in out]}"
+        )
     return out
 
 
@@ -334,9 +335,12 @@ def _seeded(bootstrap, seed: int) -> dict:
 
 
 def stratified_bootstrap_ci(
-    scores, statistic=interquartile_mean, confidence: float = 0.95, resamples: int = 2000,
+    scores,
+    statistic=interquartile_mean,
+    confidence: float = 0.95,
+    resamples: int = 2000,
     seed: int = 0,
-) -> tuple[float, float]:  # fmt: skip
+) -> tuple[float, float]:
     """A percentile bootstrap interval of `statistic`, resampling the runs of each task
     apart (stratified by task: every resample keeps each task's number of runs), with
     `scipy.stats.bootstrap` (each task one independent sample).

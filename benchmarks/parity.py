@@ -76,10 +76,21 @@ def _train(framework: str, seed: int, recipe: Recipe, folder: Path) -> None:
     # JAX runs of different seeds compile the same program: share it through the cache.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(folder.parent / ".jax_cache"))
     args = [
-        "--framework", framework, *recipe.flags, "--scenario", recipe.scenario,
-        "--updates", str(recipe.updates), "--time-budget-s", "0", "--seed", str(seed),
-        "--out", str(folder), "--no-progress",
-    ]  # fmt: skip
+        "--framework",
+        framework,
+        *recipe.flags,
+        "--scenario",
+        recipe.scenario,
+        "--updates",
+        str(recipe.updates),
+        "--time-budget-s",
+        "0",
+        "--seed",
+        str(seed),
+        "--out",
+        str(folder),
+        "--no-progress",
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "baselines.ppo", *args], env=env, capture_output=True, text=True
     )
@@ -189,10 +200,16 @@ def league(runs: list[dict], scenario: str, games: int, log=sys.stderr) -> dict:
             result = evaluate(a, b, scenario, games=games, seed=seed)
             score = (result.wins + 0.5 * result.draws) / result.games
             pairs.append(
-                {"torch_seed": t["seed"], "jax_seed": j["seed"], "games": result.games,
-                 "wins": result.wins, "draws": result.draws, "losses": result.losses,
-                 "score": score}
-            )  # fmt: skip
+                {
+                    "torch_seed": t["seed"],
+                    "jax_seed": j["seed"],
+                    "games": result.games,
+                    "wins": result.wins,
+                    "draws": result.draws,
+                    "losses": result.losses,
+                    "score": score,
+                }
+            )
             print(
                 f"[parity] league torch {t['seed']} vs jax {j['seed']}: score {score:.3f} "
                 f"({result.wins} W, {result.draws} D, {result.losses} L)",
@@ -221,12 +238,19 @@ def league(runs: list[dict], scenario: str, games: int, log=sys.stderr) -> dict:
 def tables(report: dict) -> str:
     """The sweep as markdown: per run, the aggregates, the league."""
     runs = [
-        {"framework": r["framework"], "seed": r["seed"], "updates": r["updates"],
-         "trained_s": r["trained_s"], "opponent": f["opponent"], "games": f["games"],
-         "win_rate": f["win_rate"], "interval": f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}]"}
+        {
+            "framework": r["framework"],
+            "seed": r["seed"],
+            "updates": r["updates"],
+            "trained_s": r["trained_s"],
+            "opponent": f["opponent"],
+            "games": f["games"],
+            "win_rate": f["win_rate"],
+            "interval": f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}]",
+        }
         for r in report["runs"]
         for f in r["final"]
-    ]  # fmt: skip
+    ]
     parts = [
         markdown_table(
             runs,
@@ -243,10 +267,13 @@ def tables(report: dict) -> str:
         )
     ]
     agg = [
-        {**a, "rates": ", ".join(f"{x:.3f}" for x in a["win_rates"]),
-         "interval": f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}]"}
+        {
+            **a,
+            "rates": ", ".join(f"{x:.3f}" for x in a["win_rates"]),
+            "interval": f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}]",
+        }
         for a in report["aggregate"]["frameworks"].values()
-    ]  # fmt: skip
+    ]
     parts.append(
         markdown_table(
             agg,

@@ -44,8 +44,13 @@ def _pyplot():
     return plt
 
 
-def save_figure(fig, out: str | os.PathLike, title: str = "", footer: str = "",
-                description: dict[str, Any] | None = None) -> Path:  # fmt: skip
+def save_figure(
+    fig,
+    out: str | os.PathLike,
+    title: str = "",
+    footer: str = "",
+    description: dict[str, Any] | None = None,
+) -> Path:
     """Write `fig` as a PNG atomically (temporary file, then rename) with `footer` printed
     under it and `description` stored as JSON in the PNG's "Description" text chunk."""
     plt = _pyplot()
@@ -74,13 +79,23 @@ def throughput_rows(data: Any) -> list[dict[str, Any]]:
         data = data["tables"].get("throughput", {}).get("rows", [])
     if not isinstance(data, list):
         raise ValueError("expected a JSON list of throughput rows or a report.json")
-    return [r for r in data if isinstance(r, dict) and r.get("kind", "env") == "env"
-            and isinstance(r.get("agent_steps_per_s"), (int, float))]  # fmt: skip
+    return [
+        r
+        for r in data
+        if isinstance(r, dict)
+        and r.get("kind", "env") == "env"
+        and isinstance(r.get("agent_steps_per_s"), (int, float))
+    ]
 
 
 def _line_key(row: dict[str, Any]) -> tuple:
-    return (row["scenario"], row.get("obs_type", "?"), row.get("policy", "none"),
-            row.get("driver", "scan"), row.get("devices", 1))  # fmt: skip
+    return (
+        row["scenario"],
+        row.get("obs_type", "?"),
+        row.get("policy", "none"),
+        row.get("driver", "scan"),
+        row.get("devices", 1),
+    )
 
 
 def _line_label(key: tuple) -> str:
@@ -93,9 +108,14 @@ def _line_label(key: tuple) -> str:
     return f"{scenario} ({', '.join(extras)})"
 
 
-def plot_throughput(rows: list[dict], out: str | os.PathLike, obs_type: str | None = None,
-                    title: str = "", footer: str = "",
-                    description: dict[str, Any] | None = None) -> Path:  # fmt: skip
+def plot_throughput(
+    rows: list[dict],
+    out: str | os.PathLike,
+    obs_type: str | None = None,
+    title: str = "",
+    footer: str = "",
+    description: dict[str, Any] | None = None,
+) -> Path:
     """Agent-steps/s against parallel games, log-log; one line per configuration.
 
     Args:
@@ -134,8 +154,13 @@ def plot_throughput(rows: list[dict], out: str | os.PathLike, obs_type: str | No
     return save_figure(fig, out, title or "throughput", footer, description)
 
 
-def plot_time_to(rows: list[dict], out: str | os.PathLike, target: float = 1e9,
-                 footer: str = "", description: dict[str, Any] | None = None) -> Path:  # fmt: skip
+def plot_time_to(
+    rows: list[dict],
+    out: str | os.PathLike,
+    target: float = 1e9,
+    footer: str = "",
+    description: dict[str, Any] | None = None,
+) -> Path:
     """Seconds to simulate `target` agent-steps per configuration at its fastest batch size
     (stepping only: compile time is written beside each bar, not added)."""
     best: dict[tuple, dict] = {}
@@ -159,12 +184,12 @@ def plot_time_to(rows: list[dict], out: str | os.PathLike, target: float = 1e9,
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlim(right=max(seconds) * 30)
-    ax.set_xlabel(f"seconds to {_power_of_ten(target)} agent-steps (median rate, compile "
-                  "excluded)")  # fmt: skip
+    ax.set_xlabel(f"seconds to {_power_of_ten(target)} agent-steps (median rate, compile excluded)")
     ax.grid(True, axis="x", which="both", alpha=0.3)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return save_figure(fig, out, f"time to {_power_of_ten(target)} agent-steps", footer,
-                       description)  # fmt: skip
+    return save_figure(
+        fig, out, f"time to {_power_of_ten(target)} agent-steps", footer, description
+    )
 
 
 def _power_of_ten(x: float) -> str:
@@ -173,8 +198,12 @@ def _power_of_ten(x: float) -> str:
     return f"$10^{{{exponent:.0f}}}$" if exponent.is_integer() else f"{x:g}"
 
 
-def plot_learning_curves(runs: list[dict], out: str | os.PathLike, footer: str = "",
-                         description: dict[str, Any] | None = None) -> Path:  # fmt: skip
+def plot_learning_curves(
+    runs: list[dict],
+    out: str | os.PathLike,
+    footer: str = "",
+    description: dict[str, Any] | None = None,
+) -> Path:
     """Win rate against each opponent and episode return against agent-steps, one line per
     (policy, scenario, seed) run (the `benchmarks.learning` JSON layout)."""
     runs = [r for r in runs if r.get("curve")]
@@ -187,8 +216,11 @@ def plot_learning_curves(runs: list[dict], out: str | os.PathLike, footer: str =
         steps = [p["agent_steps"] for p in run["curve"]]
         opponents = sorted({o for p in run["curve"] for o in p.get("win_rate", {})})
         for opponent in opponents:
-            pts = [(p["agent_steps"], p["win_rate"][opponent]) for p in run["curve"]
-                   if opponent in p.get("win_rate", {})]  # fmt: skip
+            pts = [
+                (p["agent_steps"], p["win_rate"][opponent])
+                for p in run["curve"]
+                if opponent in p.get("win_rate", {})
+            ]
             ax_win.plot(*zip(*pts, strict=True), marker=".", label=f"{name} vs {opponent}")
         returns = [p.get("episode_return") for p in run["curve"]]
         if any(v is not None for v in returns):
@@ -208,9 +240,14 @@ def plot_learning_curves(runs: list[dict], out: str | os.PathLike, footer: str =
     return save_figure(fig, out, "learning curves", footer, description)
 
 
-def plot_heatmap(rows: list[str], cols: list[str], values: list[list[float | None]],
-                 out: str | os.PathLike, footer: str = "",
-                 description: dict[str, Any] | None = None) -> Path:  # fmt: skip
+def plot_heatmap(
+    rows: list[str],
+    cols: list[str],
+    values: list[list[float | None]],
+    out: str | os.PathLike,
+    footer: str = "",
+    description: dict[str, Any] | None = None,
+) -> Path:
     """Win rate of each row policy (as team 0) against each column policy, annotated."""
     import numpy as np
 
@@ -232,22 +269,34 @@ def plot_heatmap(rows: list[str], cols: list[str], values: list[list[float | Non
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.plot",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
-    parser.add_argument("json", type=Path, help="a JSON list written by benchmarks.throughput, "
-                        "or a report.json written by benchmarks.report")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=Path("results/throughput.png"),
-                        help="image path (default: results/throughput.png)")  # fmt: skip
-    parser.add_argument("--obs", default=None, help="only rows of this observation type "
-                        "(vector, rgb, rgb_vector)")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.plot", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "json",
+        type=Path,
+        help="a JSON list written by benchmarks.throughput, "
+        "or a report.json written by benchmarks.report",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/throughput.png"),
+        help="image path (default: results/throughput.png)",
+    )
+    parser.add_argument(
+        "--obs", default=None, help="only rows of this observation type (vector, rgb, rgb_vector)"
+    )
     args = parser.parse_args(argv)
     if not args.json.is_file():
-        print(f"{args.json} does not exist. Make it first, for example:\n"
-              f"  python -m benchmarks.throughput --paper --json {args.json}   (~7 min on "
-              "2 cores)\n"
-              f"  python -m benchmarks.throughput --quick --json {args.json}   (~1-2 min)\n"
-              "or plot a report's output: python -m benchmarks.plot DIR/report.json",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"{args.json} does not exist. Make it first, for example:\n"
+            f"  python -m benchmarks.throughput --paper --json {args.json}   (~7 min on "
+            "2 cores)\n"
+            f"  python -m benchmarks.throughput --quick --json {args.json}   (~1-2 min)\n"
+            "or plot a report's output: python -m benchmarks.plot DIR/report.json",
+            file=sys.stderr,
+        )
         return 2
     try:
         rows = throughput_rows(json.loads(args.json.read_text()))

@@ -48,8 +48,15 @@ from benchmarks._common import (
     write_json,
 )
 
-__all__ = ["Options", "hlo_census", "main", "profile_phases", "profile_prng", "profile_thunks",
-           "thunk_times"]  # fmt: skip
+__all__ = [
+    "Options",
+    "hlo_census",
+    "main",
+    "profile_phases",
+    "profile_prng",
+    "profile_thunks",
+    "thunk_times",
+]
 
 DEFAULT_CASES = [
     "identical_5_vs_5_pobs_vec_maps_cont:1024",
@@ -135,9 +142,19 @@ def _inputs(config, batch: int, seed: int = 0) -> dict[str, Any]:
     fight = vm(lambda m, g, a, u: interactions.combat(config, m, g, a, u))(
         moved, geo, hz.alive, noise.detection
     )
-    return dict(states=states, keys=keys, actions=actions, noise=noise, controls=controls,
-                moved=moved, geo=geo, boxes=boxes, box_valid=box_valid, hz=hz,
-                fight=fight)  # fmt: skip
+    return dict(
+        states=states,
+        keys=keys,
+        actions=actions,
+        noise=noise,
+        controls=controls,
+        moved=moved,
+        geo=geo,
+        boxes=boxes,
+        box_valid=box_valid,
+        hz=hz,
+        fight=fight,
+    )
 
 
 def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tuple]]:
@@ -161,44 +178,88 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
     phases: list[tuple[str, Callable, tuple]] = [
         ("batch key split (caller)", None, ()),
         ("sample_noise (split + uniforms)", lambda k: genv.sample_noise(c, k), (x["keys"],)),
-        ("decode_actions + move", lambda ag, a: dynamics.move(c, ag, dynamics.decode_actions(c, a)),
-         (s.agents, x["actions"])),
+        (
+            "decode_actions + move",
+            lambda ag, a: dynamics.move(c, ag, dynamics.decode_actions(c, a)),
+            (s.agents, x["actions"]),
+        ),
         ("geometry (pairwise)", interactions.geometry, (x["moved"],)),
-        ("hazards (oob, collisions, boxes)",
-         lambda m, g, b, v: interactions.hazards(c, m, g, b, v),
-         (x["moved"], x["geo"], x["boxes"], x["box_valid"])),
-        ("combat (detection, tracking, damage)",
-         lambda m, g, a, u: interactions.combat(c, m, g, a, u),
-         (x["moved"], x["geo"], hz.alive, x["noise"].detection)),
-    ]  # fmt: skip
+        (
+            "hazards (oob, collisions, boxes)",
+            lambda m, g, b, v: interactions.hazards(c, m, g, b, v),
+            (x["moved"], x["geo"], x["boxes"], x["box_valid"]),
+        ),
+        (
+            "combat (detection, tracking, damage)",
+            lambda m, g, a, u: interactions.combat(c, m, g, a, u),
+            (x["moved"], x["geo"], hz.alive, x["noise"].detection),
+        ),
+    ]
 
     def reward_fn(alive_pre, alive, collided, oob, in_box, detected, damage, aux):
         inputs = rewards.RewardInputs(
-            alive_pre=alive_pre, alive=alive, hit_waypoint=jnp.zeros(n, bool), collided=collided,
-            hazard_death=alive_pre & (oob | in_box), detected=detected, damage=damage,
-        )  # fmt: skip
+            alive_pre=alive_pre,
+            alive=alive,
+            hit_waypoint=jnp.zeros(n, bool),
+            collided=collided,
+            hazard_death=alive_pre & (oob | in_box),
+            detected=detected,
+            damage=damage,
+        )
         return rewards.total_reward(c, inputs, aux)
 
-    phases.append(("rewards", reward_fn,
-                   (s.agents.alive, hz.alive, hz.collided, hz.oob, hz.in_box, fight.detected,
-                    fight.damage, s.episode.aux_rewards_factor)))  # fmt: skip
-    phases.append(("visibility (seen)",
-                   lambda a, d, det, u: visibility(c, a, d, det, u),
-                   (hz.alive, x["geo"].dist, fight.detected, x["noise"].comm)))  # fmt: skip
+    phases.append(
+        (
+            "rewards",
+            reward_fn,
+            (
+                s.agents.alive,
+                hz.alive,
+                hz.collided,
+                hz.oob,
+                hz.in_box,
+                fight.detected,
+                fight.damage,
+                s.episode.aux_rewards_factor,
+            ),
+        )
+    )
+    phases.append(
+        (
+            "visibility (seen)",
+            lambda a, d, det, u: visibility(c, a, d, det, u),
+            (hz.alive, x["geo"].dist, fight.detected, x["noise"].comm),
+        )
+    )
     seen = jax.jit(jax.vmap(lambda a, d, det, u: visibility(c, a, d, det, u)))(
         hz.alive, x["geo"].dist, fight.detected, x["noise"].comm
     )
     moved_alive = x["moved"].replace(alive=hz.alive)
     if c.obs_type in ("vector", "rgb_vector"):
-        phases.append(("vector observation",
-                       lambda ag, ep, d, sn, b: vector_observations(c, ag, ep, d, sn, b),
-                       (moved_alive, s.episode, x["geo"].dist, seen, x["boxes"])))  # fmt: skip
+        phases.append(
+            (
+                "vector observation",
+                lambda ag, ep, d, sn, b: vector_observations(c, ag, ep, d, sn, b),
+                (moved_alive, s.episode, x["geo"].dist, seen, x["boxes"]),
+            )
+        )
         if native_supported(c):
-            phases.append(("visibility + vector observation (native kernel)",
-                           lambda ag, ep, d, det, u, b:
-                           native_vector_observations(c, ag, ep, d, det, u, b),
-                           (moved_alive, s.episode, x["geo"].dist, fight.detected,
-                            x["noise"].comm, x["boxes"])))  # fmt: skip
+            phases.append(
+                (
+                    "visibility + vector observation (native kernel)",
+                    lambda ag, ep, d, det, u, b: native_vector_observations(
+                        c, ag, ep, d, det, u, b
+                    ),
+                    (
+                        moved_alive,
+                        s.episode,
+                        x["geo"].dist,
+                        fight.detected,
+                        x["noise"].comm,
+                        x["boxes"],
+                    ),
+                )
+            )
     if c.obs_type in ("rgb", "rgb_vector"):
         from gigastep.game.observations.rgb import (
             native_rgb_observations,
@@ -207,21 +268,35 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
         )
 
         bg = jnp.asarray(background(c))
-        phases.append(("rgb observation (JAX drawing)",
-                       lambda ag, ep, sn, td: rgb_observations(c, bg, ag, ep, sn, td),
-                       (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
+        phases.append(
+            (
+                "rgb observation (JAX drawing)",
+                lambda ag, ep, sn, td: rgb_observations(c, bg, ag, ep, sn, td),
+                (moved_alive, s.episode, seen, fight.took_damage),
+            )
+        )
         if native_rgb_supported(c):
-            phases.append(("rgb observation (native kernel)",
-                           lambda ag, ep, sn, td: native_rgb_observations(c, bg, ag, ep, sn, td),
-                           (moved_alive, s.episode, seen, fight.took_damage)))  # fmt: skip
+            phases.append(
+                (
+                    "rgb observation (native kernel)",
+                    lambda ag, ep, sn, td: native_rgb_observations(c, bg, ag, ep, sn, td),
+                    (moved_alive, s.episode, seen, fight.took_damage),
+                )
+            )
     phases += [
         ("reset_state (auto-reset)", lambda k: genv.reset_state(c, k), (x["keys"],)),
-        ("transition (step given noise)", lambda st, a, u: genv.transition(c, st, a, u),
-         (s, x["actions"], x["noise"])),
+        (
+            "transition (step given noise)",
+            lambda st, a, u: genv.transition(c, st, a, u),
+            (s, x["actions"], x["noise"]),
+        ),
         ("step", lambda st, a, k: genv.step(c, st, a, k), (s, x["actions"], x["keys"])),
-        ("step_autoreset (final_obs=False)",
-         lambda st, a, k: genv.step_autoreset(c, st, a, k, False), (s, x["actions"], x["keys"])),
-    ]  # fmt: skip
+        (
+            "step_autoreset (final_obs=False)",
+            lambda st, a, k: genv.step_autoreset(c, st, a, k, False),
+            (s, x["actions"], x["keys"]),
+        ),
+    ]
     return phases
 
 
@@ -251,13 +326,24 @@ def _measure(entries: list[_Entry], repeats: int, log=sys.stderr) -> list[dict[s
     rows = []
     for e in entries:
         t = timings[e.name]
-        row = {"phase": e.name, "cpu_us": t.cpu_min / e.per * 1e6,
-               "cpu_us_median": t.cpu_median / e.per * 1e6, "us_min": t.min / e.per * 1e6,
-               "us": t.median / e.per * 1e6, "us_max": t.max / e.per * 1e6,
-               "spread": t.spread, "compile_s": e.compile_s, **(e.extra or {})}  # fmt: skip
+        row = {
+            "phase": e.name,
+            "cpu_us": t.cpu_min / e.per * 1e6,
+            "cpu_us_median": t.cpu_median / e.per * 1e6,
+            "us_min": t.min / e.per * 1e6,
+            "us": t.median / e.per * 1e6,
+            "us_max": t.max / e.per * 1e6,
+            "spread": t.spread,
+            "compile_s": e.compile_s,
+            **(e.extra or {}),
+        }
         rows.append(row)
-        print(f"  {e.name:58s} cpu {row['cpu_us']:9.1f} µs, wall {row['us_min']:9.1f} µs (min; "
-              f"median {row['us']:.1f})", file=log, flush=True)  # fmt: skip
+        print(
+            f"  {e.name:58s} cpu {row['cpu_us']:9.1f} µs, wall {row['us_min']:9.1f} µs (min; "
+            f"median {row['us']:.1f})",
+            file=log,
+            flush=True,
+        )
     return rows
 
 
@@ -269,8 +355,7 @@ def _profiled_case(batch: int):
     return Case("profiled", batch=batch, step_fn="step")
 
 
-def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
-                obs_shape=None) -> _Entry:  # fmt: skip
+def _scan_entry(config, batch: int, steps: int, name: str, env_step=None, obs_shape=None) -> _Entry:
     """A compiled scan of `steps` batched steps (the throughput harness's rollout); with
     `obs_shape`, the carried observation is a float32 array of that shape instead."""
     import time
@@ -285,12 +370,14 @@ def _scan_entry(config, batch: int, steps: int, name: str, env_step=None,
         carry = (carry[0], jnp.zeros(obs_shape, jnp.float32), carry[2])
     t0 = time.perf_counter()
     compiled = jax.jit(rollout).lower(carry, jax.random.PRNGKey(1)).compile()
-    return _Entry(name, lambda i: compiled(carry, jax.random.PRNGKey(i)),
-                  time.perf_counter() - t0, per=steps)  # fmt: skip
+    return _Entry(
+        name, lambda i: compiled(carry, jax.random.PRNGKey(i)), time.perf_counter() - t0, per=steps
+    )
 
 
-def profile_phases(config, batch: int, repeats: int = 15, scan_steps: int = 20,
-                   log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+def profile_phases(
+    config, batch: int, repeats: int = 15, scan_steps: int = 20, log=sys.stderr
+) -> list[dict[str, Any]]:
     """One row per phase: µs per batched call (min and median of interleaved repeats),
     % of the whole step, ns per game, compile seconds."""
     import jax
@@ -300,16 +387,18 @@ def profile_phases(config, batch: int, repeats: int = 15, scan_steps: int = 20,
     for name, fn, args in _phase_functions(config, x):
         try:
             if fn is None:  # the caller's jax.random.split(key, B) of every step
-                call, compile_s = _compile(partial(jax.random.split, num=batch),
-                                           jax.random.PRNGKey(0))  # fmt: skip
+                call, compile_s = _compile(
+                    partial(jax.random.split, num=batch), jax.random.PRNGKey(0)
+                )
             else:
                 call, compile_s = _compile(jax.vmap(fn), *args)
         except Exception as e:  # a renamed internal must not stop the whole profile
             print(f"  {name}: skipped ({type(e).__name__}: {e})", file=log)
             continue
         entries.append(_Entry(name, call, compile_s))
-    entries.append(_scan_entry(config, batch, scan_steps,
-                               "step in lax.scan (per step, incl. random actions)"))  # fmt: skip
+    entries.append(
+        _scan_entry(config, batch, scan_steps, "step in lax.scan (per step, incl. random actions)")
+    )
     call, compile_s = _compile(lambda v: v + 1, jax.numpy.zeros(4))
     entries.append(_Entry("dispatch overhead (tiny jit call)", call, compile_s))
     rows = _measure(entries, repeats, log)
@@ -393,25 +482,34 @@ def _prng_variants(config, batch: int) -> list[tuple[str, str, Callable]]:
         )
 
     variants = [
-        ("threefry2x32: (n, n) f32 per game (the 2023 library)", "threefry2x32",
-         per_env(uniform_2d)),
+        (
+            "threefry2x32: (n, n) f32 per game (the 2023 library)",
+            "threefry2x32",
+            per_env(uniform_2d),
+        ),
         ("gigastep.env.sample_noise (as the library draws now)", "threefry2x32", library),
         ("threefry2x32: flat n*n f32 per game, reshaped", "threefry2x32", per_env(uniform_flat)),
         ("threefry2x32: flat n*n uint8 bits per game", "threefry2x32", per_env(bits8_flat)),
-    ]  # fmt: skip
+    ]
     for impl in ("rbg", "unsafe_rbg"):
         variants += [
             (f"{impl}: (n, n) f32 per game", impl, per_env(uniform_2d)),
             (f"{impl}: flat n*n f32 per game", impl, per_env(uniform_flat)),
         ]
     variants += [
-        (f"threefry2x32: only the {needed} pairs used + 4, flat, per game", "threefry2x32",
-         lambda keys: jax.vmap(lambda k: jax.random.uniform(k, (needed + 4,)))(keys)),
+        (
+            f"threefry2x32: only the {needed} pairs used + 4, flat, per game",
+            "threefry2x32",
+            lambda keys: jax.vmap(lambda k: jax.random.uniform(k, (needed + 4,)))(keys),
+        ),
         ("threefry2x32: one flat f32 draw for the whole batch", "threefry2x32", one_draw),
         ("murmur3-finaliser hash of (key, counter) per game", "threefry2x32", murmur),
-        ("batch key split only: split(key, B)", "threefry2x32",
-         lambda keys: jax.random.split(keys[0], batch)),
-    ]  # fmt: skip
+        (
+            "batch key split only: split(key, B)",
+            "threefry2x32",
+            lambda keys: jax.random.split(keys[0], batch),
+        ),
+    ]
     return variants
 
 
@@ -436,8 +534,9 @@ def profile_prng(config, batch: int, repeats: int = 15, log=sys.stderr) -> list[
     return rows
 
 
-def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
-                      log=sys.stderr) -> list[dict[str, Any]]:  # fmt: skip
+def profile_ablations(
+    config, batch: int, steps: int = 20, repeats: int = 5, log=sys.stderr
+) -> list[dict[str, Any]]:
     """Per-step time of the whole step inside a compiled `lax.scan`, with parts removed.
 
     Differences between rows are the marginal costs of the parts inside the fused program
@@ -502,8 +601,9 @@ def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
         return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, steps))[0]
 
     call, compile_s = _compile(harness, jax.random.PRNGKey(0))
-    entries.append(_Entry("harness only: random actions + split(key, B)", call, compile_s,
-                          per=steps))  # fmt: skip
+    entries.append(
+        _Entry("harness only: random actions + split(key, B)", call, compile_s, per=steps)
+    )
     rows = _measure(entries, repeats, log)
     base = rows[0]["cpu_us"] if rows else 1.0
     for r in rows:
@@ -516,10 +616,25 @@ def profile_ablations(config, batch: int, steps: int = 20, repeats: int = 5,
 # HLO audit
 # ------------------------------------------------------------------------------------------
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*([\w\[\]{},:\s\d()/*]+?)\s+([a-z][\w\-]*)\(",
-                    re.M)  # fmt: skip
-WATCH = ("rng-bit-generator", "sort", "gather", "scatter", "while", "transpose", "custom-call",
-         "dot", "convolution", "reduce", "fusion", "copy", "conditional", "call")  # fmt: skip
+_INSTR = re.compile(
+    r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*([\w\[\]{},:\s\d()/*]+?)\s+([a-z][\w\-]*)\(", re.M
+)
+WATCH = (
+    "rng-bit-generator",
+    "sort",
+    "gather",
+    "scatter",
+    "while",
+    "transpose",
+    "custom-call",
+    "dot",
+    "convolution",
+    "reduce",
+    "fusion",
+    "copy",
+    "conditional",
+    "call",
+)
 
 
 def hlo_census(text: str) -> dict[str, Any]:
@@ -534,7 +649,7 @@ def hlo_census(text: str) -> dict[str, Any]:
         "fusions": ops.get("fusion", 0),
         "computations": len(
             re.findall(r"^(?:ENTRY\s+)?%?[\w.\-]+\s*\(.*\)\s*->.*\{\s*$", text, re.M)
-        ),  # fmt: skip
+        ),
     }
 
 
@@ -549,8 +664,11 @@ def abstract_step_hlo(config, batch: int) -> str:
     keys = jax.ShapeDtypeStruct((batch, 2), jnp.uint32)
     states = jax.eval_shape(jax.vmap(lambda k: genv.reset(config, k)[1]), keys)
     n = config.n_agents
-    actions = (jax.ShapeDtypeStruct((batch, n), jnp.int32) if config.discrete_actions
-               else jax.ShapeDtypeStruct((batch, n, 3), jnp.float32))  # fmt: skip
+    actions = (
+        jax.ShapeDtypeStruct((batch, n), jnp.int32)
+        if config.discrete_actions
+        else jax.ShapeDtypeStruct((batch, n, 3), jnp.float32)
+    )
     fn = jax.jit(jax.vmap(lambda s, a, k: genv.step(config, s, a, k)))
     return fn.lower(states, actions, keys).compile().as_text()
 
@@ -558,8 +676,9 @@ def abstract_step_hlo(config, batch: int) -> str:
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*?\)\s*->.*\{\s*$", re.M)
 _ROOT_SHAPE = re.compile(r"^\s*ROOT\s+%?[\w.\-]+\s*=\s*\(?\s*\w+\[([\d,]*)\]", re.M)
 # one instruction: its name, opcode, operand list and the attributes after it
-_NAMED_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(([^)]*)\)(.*)$",
-                          re.M)  # fmt: skip
+_NAMED_INSTR = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(([^)]*)\)(.*)$", re.M
+)
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 
 
@@ -568,15 +687,30 @@ def _named_instructions(text: str) -> list[tuple[str, str, list[str], str | None
     out = []
     for name, opcode, args, rest in _NAMED_INSTR.findall(text):
         calls = _CALLS.search(rest)
-        out.append((name, opcode, re.findall(r"%([\w.\-]+)", args),
-                    calls.group(1) if calls else None))  # fmt: skip
+        out.append(
+            (name, opcode, re.findall(r"%([\w.\-]+)", args), calls.group(1) if calls else None)
+        )
     return out
 
 
 # ops that compute nothing per element: data movement, constants and the broadcast itself
-_MOVES = frozenset({"parameter", "constant", "iota", "broadcast", "bitcast", "reshape", "copy",
-                    "transpose", "slice", "concatenate", "pad", "tuple",
-                    "get-tuple-element"})  # fmt: skip
+_MOVES = frozenset(
+    {
+        "parameter",
+        "constant",
+        "iota",
+        "broadcast",
+        "bitcast",
+        "reshape",
+        "copy",
+        "transpose",
+        "slice",
+        "concatenate",
+        "pad",
+        "tuple",
+        "get-tuple-element",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -625,8 +759,15 @@ def fusion_census(text: str) -> list[FusionCensus]:
         ops = Counter(op.group(2) for op in _INSTR.finditer(body))
         root = _ROOT_SHAPE.search(body)
         dims = [int(d) for d in root.group(1).split(",") if d] if root else []
-        out.append(FusionCensus(m.group(1), math.prod(dims), sum(ops.values()) - ops["parameter"],
-                                ops, _recomputed(body)))  # fmt: skip
+        out.append(
+            FusionCensus(
+                m.group(1),
+                math.prod(dims),
+                sum(ops.values()) - ops["parameter"],
+                ops,
+                _recomputed(body),
+            )
+        )
     return sorted(out, key=lambda f: (-f.root_elements, f.name))
 
 
@@ -639,8 +780,9 @@ def thunk_times(events: list[dict], hlo_text: str) -> dict[str, float]:
     `events` are the trace's complete ("X") events; a kernel's event carries its HLO
     instruction name. Loops and calls are left out (their kernels are counted inside them), as
     are the profiler's own and Python's events, which name no instruction."""
-    kernels = {name for name, opcode, _, _ in _named_instructions(hlo_text)
-               if opcode not in _CONTAINERS}  # fmt: skip
+    kernels = {
+        name for name, opcode, _, _ in _named_instructions(hlo_text) if opcode not in _CONTAINERS
+    }
     out: Counter = Counter()
     for e in events:
         if e.get("ph") == "X" and e.get("name") in kernels:
@@ -648,8 +790,9 @@ def thunk_times(events: list[dict], hlo_text: str) -> dict[str, float]:
     return dict(out)
 
 
-def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
-                   top: int = 15) -> list[dict[str, Any]]:  # fmt: skip
+def profile_thunks(
+    config, batch: int, steps: int = 20, calls: int = 3, top: int = 15
+) -> list[dict[str, Any]]:
     """The slowest kernels of the step, run in a compiled scan of `steps` batched steps
     `calls` times under `jax.profiler.trace`: µs per step each (wall, as traced), share of the
     traced kernels' total, its output elements and the ops it recomputes per element."""
@@ -680,11 +823,16 @@ def profile_thunks(config, batch: int, steps: int = 20, calls: int = 3,
     for name, us in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
         fused = census.get(called.get(name, ""))
         again = sorted(fused.recomputed.items()) if fused else []
-        rows.append({"kernel": name, "us_per_step": us / (steps * calls),
-                     "pct": 100.0 * us / total,
-                     "elements": fused.root_elements if fused else None,
-                     "instructions": fused.instructions if fused else None,
-                     "recomputed": ", ".join(f"{op} {k}" for op, k in again)})  # fmt: skip
+        rows.append(
+            {
+                "kernel": name,
+                "us_per_step": us / (steps * calls),
+                "pct": 100.0 * us / total,
+                "elements": fused.root_elements if fused else None,
+                "instructions": fused.instructions if fused else None,
+                "recomputed": ", ".join(f"{op} {k}" for op, k in again),
+            }
+        )
     return rows
 
 
@@ -747,31 +895,50 @@ def _with_range(rows):
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_step",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_step", description=__doc__.split("\n\n")[0]
+    )
     add_options(parser, Options)
     opts = options_from_args(Options, parser.parse_args(argv))
     result: dict[str, Any] = {"machine": run_info(), "cases": []}
     for text in opts.case:
         name, batch = _parse_case(text)
         config = _config(name)
-        entry: dict[str, Any] = {"scenario": name, "batch": batch, "n_agents": config.n_agents,
-                                 "scenario_hash": config_hash(config)}  # fmt: skip
+        entry: dict[str, Any] = {
+            "scenario": name,
+            "batch": batch,
+            "n_agents": config.n_agents,
+            "scenario_hash": config_hash(config),
+        }
         print(f"\n## {name}, batch {batch}\n", flush=True)
         sections = [
-            ("phases", opts.phases, PHASE_COLUMNS,
-             partial(profile_phases, config, batch, opts.repeats, opts.scan_steps)),
-            ("prng", opts.prng and config.stochastic_obs, PRNG_COLUMNS,
-             partial(profile_prng, config, batch, opts.repeats)),
-            ("ablations", opts.ablations, ABLATION_COLUMNS,
-             partial(profile_ablations, config, batch, opts.scan_steps, opts.repeats)),
-        ]  # fmt: skip
+            (
+                "phases",
+                opts.phases,
+                PHASE_COLUMNS,
+                partial(profile_phases, config, batch, opts.repeats, opts.scan_steps),
+            ),
+            (
+                "prng",
+                opts.prng and config.stochastic_obs,
+                PRNG_COLUMNS,
+                partial(profile_prng, config, batch, opts.repeats),
+            ),
+            (
+                "ablations",
+                opts.ablations,
+                ABLATION_COLUMNS,
+                partial(profile_ablations, config, batch, opts.scan_steps, opts.repeats),
+            ),
+        ]
         for section, wanted, columns, run in sections:
             if wanted:
                 print(f"{section}:", file=sys.stderr)
                 entry[section] = run()
-                print(f"\n### {section}\n\n" + markdown_table(_with_range(entry[section]), columns),
-                      flush=True)  # fmt: skip
+                print(
+                    f"\n### {section}\n\n" + markdown_table(_with_range(entry[section]), columns),
+                    flush=True,
+                )
         if opts.thunks:
             print("thunks:", file=sys.stderr)
             entry["thunks"] = profile_thunks(config, batch, opts.scan_steps, top=opts.top)

@@ -107,15 +107,22 @@ _T = "--format none --json {raw}"  # every throughput section: rows to its raw f
 # Bridge settings of the figures in docs/benchmarks.md: PyTorch's OpenMP threads must not
 # spin on the cores XLA needs, and glibc must keep freed output buffers (else every step
 # page-faults).
-_BRIDGE_ENV = (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "4294967296"),
-               ("MALLOC_TRIM_THRESHOLD_", "4294967296"))  # fmt: skip
+_BRIDGE_ENV = (
+    ("OMP_WAIT_POLICY", "PASSIVE"),
+    ("MALLOC_MMAP_THRESHOLD_", "4294967296"),
+    ("MALLOC_TRIM_THRESHOLD_", "4294967296"),
+)
 _FAMILIES = "identical_20_vs_20 special_5_vs_5 waypoint_5_vs_5 hide_and_seek_5_vs_5"
-_LEAGUE = ("league random circle pursuit evade --games {games} --scenario "
-           "identical_5_vs_5_fobs_vec_void_cont --out {{out}}/league")  # fmt: skip
+_LEAGUE = (
+    "league random circle pursuit evade --games {games} --scenario "
+    "identical_5_vs_5_fobs_vec_void_cont --out {{out}}/league"
+)
 _EVAL = "gigastep.evaluation"  # the league subcommand of gigastep.cli needs it
-_CUDA_TESTS = ('tests/adapters/test_torch_bridge.py tests/baselines/test_s5.py '
-               '-k "cuda or test_torch_bridge" '
-               "-q -p no:randomly -p no:cacheprovider --junitxml {raw}")  # fmt: skip
+_CUDA_TESTS = (
+    "tests/adapters/test_torch_bridge.py tests/baselines/test_s5.py "
+    '-k "cuda or test_torch_bridge" '
+    "-q -p no:randomly -p no:cacheprovider --junitxml {raw}"
+)
 
 
 def _s(name, kind, module, args, timeout_s, env=(), requires=""):
@@ -133,57 +140,159 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     # ~3x the section's quiet time; the 570 s budget keeps the whole run, probe and rendering
     # included, under 10 minutes however loaded the machine is.
     "quick": (
-        _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"--batch 1 16 256 4096 131072 --work 2e5 --repeats 3 {_T}", 120),
-        _s("throughput_rgb", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_rgb "
-           f"--batch 1 16 256 --work 1e5 --repeats 3 {_T}", 80),
-        _s("throughput_families_vector", "throughput", TP, f"--scenario {_FAMILIES} --obs "
-           f"pobs_vec --batch 1024 --work 2e5 --repeats 3 {_T}", 90),
-        _s("throughput_families_rgb", "throughput", TP, f"--scenario {_FAMILIES} --obs pobs_rgb "
-           f"--batch 32 --work 5e4 --repeats 3 {_T}", 90),
-        _s("throughput_policy", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"pobs_rgb --batch 256 --work 1e5 --repeats 3 --policy mlp {_T}", 75),
-        _s("throughput_loop", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"--batch 16 4096 --work 2e5 --repeats 3 --driver loop {_T}", 75),
-        _s("throughput_sharded", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"--batch 4096 --work 2e5 --repeats 3 --devices {{cores}} {_T}", 45),
+        _s(
+            "throughput_vector",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            f"--batch 1 16 256 4096 131072 --work 2e5 --repeats 3 {_T}",
+            120,
+        ),
+        _s(
+            "throughput_rgb",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_rgb "
+            f"--batch 1 16 256 --work 1e5 --repeats 3 {_T}",
+            80,
+        ),
+        _s(
+            "throughput_families_vector",
+            "throughput",
+            TP,
+            f"--scenario {_FAMILIES} --obs pobs_vec --batch 1024 --work 2e5 --repeats 3 {_T}",
+            90,
+        ),
+        _s(
+            "throughput_families_rgb",
+            "throughput",
+            TP,
+            f"--scenario {_FAMILIES} --obs pobs_rgb --batch 32 --work 5e4 --repeats 3 {_T}",
+            90,
+        ),
+        _s(
+            "throughput_policy",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            f"pobs_rgb --batch 256 --work 1e5 --repeats 3 --policy mlp {_T}",
+            75,
+        ),
+        _s(
+            "throughput_loop",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            f"--batch 16 4096 --work 2e5 --repeats 3 --driver loop {_T}",
+            75,
+        ),
+        _s(
+            "throughput_sharded",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            f"--batch 4096 --work 2e5 --repeats 3 --devices {{cores}} {_T}",
+            45,
+        ),
         _s("bridge", "bridge", BR, "--quick --gym-duration 0.5 --json {raw}", 150, _BRIDGE_ENV),
-        _s("scan", "scan", SC, "--quick --omp-wait-policy PASSIVE --format none --json {raw}",
-           120),
-        _s("learning", "learning", "benchmarks.learning",
-           "--preset quick --out {out}/learning --json {raw}", 150),
+        _s("scan", "scan", SC, "--quick --omp-wait-policy PASSIVE --format none --json {raw}", 120),
+        _s(
+            "learning",
+            "learning",
+            "benchmarks.learning",
+            "--preset quick --out {out}/learning --json {raw}",
+            150,
+        ),
         _s("league", "league", "gigastep.cli", _LEAGUE.format(games=64), 60, (), _EVAL),
         _s("collectives", "collectives", "benchmarks.collectives", "--quick --json {raw}", 60),
     ),
     # The full sweep on the machine at hand (~25 min on 2 quiet CPU cores; --dry-run estimates
     # it; the optional sections add their own time).
     "paper": (
-        _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           "fobs_vec --batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 "
-           f"{_T}", 1800),
-        _s("throughput_rgb", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_rgb "
-           "fobs_rgb --batch 1 8 32 128 512 2048 8192 32768 131072 --work 5e5 --repeats 5 "
-           f"{_T}", 2400),
-        _s("throughput_20v20", "throughput", TP, "--scenario identical_20_vs_20 --obs pobs_vec "
-           f"--batch 1 8 32 128 512 2048 8192 32768 --work 2e6 --repeats 5 {_T}", 1800),
-        _s("throughput_families_vector", "throughput", TP, f"--scenario {_FAMILIES} "
-           "special_20_vs_20 --obs pobs_vec --batch 256 4096 --work 2e6 --repeats 5 "
-           f"{_T}", 1800),
-        _s("throughput_families_rgb", "throughput", TP, f"--scenario {_FAMILIES} --obs pobs_rgb "
-           f"--batch 64 --work 5e5 --repeats 5 {_T}", 1200),
-        _s("throughput_policy", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           f"pobs_rgb --batch 64 512 4096 --work 1e6 --repeats 5 --policy mlp {_T}", 1800),
-        _s("throughput_loop", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           "--batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 --driver loop "
-           f"{_T}", 1800),
-        _s("throughput_sharded", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           "fobs_vec pobs_rgb --batch 128 2048 32768 --work 1e6 --repeats 5 --devices {cores} "
-           f"{_T}", 1800),
+        _s(
+            "throughput_vector",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            "fobs_vec --batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 "
+            f"{_T}",
+            1800,
+        ),
+        _s(
+            "throughput_rgb",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_rgb "
+            "fobs_rgb --batch 1 8 32 128 512 2048 8192 32768 131072 --work 5e5 --repeats 5 "
+            f"{_T}",
+            2400,
+        ),
+        _s(
+            "throughput_20v20",
+            "throughput",
+            TP,
+            "--scenario identical_20_vs_20 --obs pobs_vec "
+            f"--batch 1 8 32 128 512 2048 8192 32768 --work 2e6 --repeats 5 {_T}",
+            1800,
+        ),
+        _s(
+            "throughput_families_vector",
+            "throughput",
+            TP,
+            f"--scenario {_FAMILIES} "
+            "special_20_vs_20 --obs pobs_vec --batch 256 4096 --work 2e6 --repeats 5 "
+            f"{_T}",
+            1800,
+        ),
+        _s(
+            "throughput_families_rgb",
+            "throughput",
+            TP,
+            f"--scenario {_FAMILIES} --obs pobs_rgb --batch 64 --work 5e5 --repeats 5 {_T}",
+            1200,
+        ),
+        _s(
+            "throughput_policy",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            f"pobs_rgb --batch 64 512 4096 --work 1e6 --repeats 5 --policy mlp {_T}",
+            1800,
+        ),
+        _s(
+            "throughput_loop",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            "--batch 1 8 32 128 512 2048 8192 32768 131072 --work 2e6 --repeats 5 --driver loop "
+            f"{_T}",
+            1800,
+        ),
+        _s(
+            "throughput_sharded",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            "fobs_vec pobs_rgb --batch 128 2048 32768 --work 1e6 --repeats 5 --devices {cores} "
+            f"{_T}",
+            1800,
+        ),
         _s("bridge", "bridge", BR, "--json {raw}", 1800, _BRIDGE_ENV),
-        _s("scan", "scan", SC, "--T 128 --batch 1024 --state-dim 64 128 --omp-wait-policy "
-           "PASSIVE --format none --json {raw}", 1800),
-        _s("learning", "learning", "benchmarks.learning",
-           "--preset paper --out {out}/learning --json {raw}", 7200),
+        _s(
+            "scan",
+            "scan",
+            SC,
+            "--T 128 --batch 1024 --state-dim 64 128 --omp-wait-policy "
+            "PASSIVE --format none --json {raw}",
+            1800,
+        ),
+        _s(
+            "learning",
+            "learning",
+            "benchmarks.learning",
+            "--preset paper --out {out}/learning --json {raw}",
+            7200,
+        ),
         _s("league", "league", "gigastep.cli", _LEAGUE.format(games=1000), 1800, (), _EVAL),
         _s("collectives", "collectives", "benchmarks.collectives", "--json {raw}", 600),
     ),
@@ -209,27 +318,67 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     #   P 64; 7 calls of each implementation (tens of ms; the sequential loop ~0.2 s).
     "gpu": (
         _s("gpu_tests", "tests", "pytest", _CUDA_TESTS, 40),
-        _s("throughput_vector", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_vec "
-           "--batch 4096 65536 1048576 --work 1e8 --repeats 3 --no-isolate "
-           f"{_T}", 55),
-        _s("throughput_rgb", "throughput", TP, "--scenario identical_5_vs_5 --obs pobs_rgb "
-           f"--batch 256 2048 16384 --work 1e7 --repeats 3 --no-isolate {_T}", 50),
-        _s("bridge", "bridge", BR, "--device cuda --batch 16384 131072 --steps 100 --repeats 3 "
-           "--gym-batch --json {raw}", 40),
-        _s("scan", "scan", SC, "--device cuda --T 128 --batch 1024 --state-dim 64 --repeats 5 "
-           "--format none --json {raw}", 30),
+        _s(
+            "throughput_vector",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_vec "
+            "--batch 4096 65536 1048576 --work 1e8 --repeats 3 --no-isolate "
+            f"{_T}",
+            55,
+        ),
+        _s(
+            "throughput_rgb",
+            "throughput",
+            TP,
+            "--scenario identical_5_vs_5 --obs pobs_rgb "
+            f"--batch 256 2048 16384 --work 1e7 --repeats 3 --no-isolate {_T}",
+            50,
+        ),
+        _s(
+            "bridge",
+            "bridge",
+            BR,
+            "--device cuda --batch 16384 131072 --steps 100 --repeats 3 --gym-batch --json {raw}",
+            40,
+        ),
+        _s(
+            "scan",
+            "scan",
+            SC,
+            "--device cuda --T 128 --batch 1024 --state-dim 64 --repeats 5 "
+            "--format none --json {raw}",
+            30,
+        ),
     ),
     # For the tests: every section of this package at a minuscule size (~40 s on 2 cores).
     "tiny": (
-        _s("throughput", "throughput", TP, "--scenario identical_1_vs_1 --obs pobs_vec pobs_rgb "
-           f"--batch 2 --steps 3 --repeats 2 --resolution 16 --driver scan loop --no-isolate {_T}",
-           120),
-        _s("bridge", "bridge", BR, "--scenario identical_1_vs_1_fobs_vec_void_cont --batch 2 "
-           "--steps 3 --repeats 2 --gym-batch --json {raw}", 120),
-        _s("scan", "scan", SC, "--T 8 --batch 4 --state-dim 8 --d-model 8 --repeats 2 --impl "
-           "torch_parallel jax --no-isolate --format none --json {raw}", 120),
+        _s(
+            "throughput",
+            "throughput",
+            TP,
+            "--scenario identical_1_vs_1 --obs pobs_vec pobs_rgb "
+            f"--batch 2 --steps 3 --repeats 2 --resolution 16 --driver scan loop --no-isolate {_T}",
+            120,
+        ),
+        _s(
+            "bridge",
+            "bridge",
+            BR,
+            "--scenario identical_1_vs_1_fobs_vec_void_cont --batch 2 "
+            "--steps 3 --repeats 2 --gym-batch --json {raw}",
+            120,
+        ),
+        _s(
+            "scan",
+            "scan",
+            SC,
+            "--T 8 --batch 4 --state-dim 8 --d-model 8 --repeats 2 --impl "
+            "torch_parallel jax --no-isolate --format none --json {raw}",
+            120,
+        ),
     ),
-}  # fmt: skip
+}
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", "cpu", 570.0, SECTIONS["quick"]),
@@ -253,13 +402,31 @@ PRESETS: dict[str, Preset] = {
 # step). "cpu": from runs of the quick preset on a 2-core EPYC VM; "gpu": an H100-class guess
 # (see the "gpu" preset above).
 COSTS = {
-    "cpu": {"process_s": 4.5, "compile_s": 2.5, "reset_compile_s": 4.5, "dispatch_s": 1e-3,
-            "rate": {"vector": 4e6, "rgb": 3.5e5}, "scan_ms_per_elem": 8e-5, "seq_factor": 5.0,
-            "seq_step_ms": 0.0, "tests_s": 30.0, "bridge_compiles": 1.1},
-    "gpu": {"process_s": 6.0, "compile_s": 6.0, "reset_compile_s": 12.0, "dispatch_s": 2e-4,
-            "rate": {"vector": 3e8, "rgb": 2e7}, "scan_ms_per_elem": 1e-6, "seq_factor": 1.0,
-            "seq_step_ms": 1.5, "tests_s": 30.0, "bridge_compiles": 0.5},
-}  # fmt: skip
+    "cpu": {
+        "process_s": 4.5,
+        "compile_s": 2.5,
+        "reset_compile_s": 4.5,
+        "dispatch_s": 1e-3,
+        "rate": {"vector": 4e6, "rgb": 3.5e5},
+        "scan_ms_per_elem": 8e-5,
+        "seq_factor": 5.0,
+        "seq_step_ms": 0.0,
+        "tests_s": 30.0,
+        "bridge_compiles": 1.1,
+    },
+    "gpu": {
+        "process_s": 6.0,
+        "compile_s": 6.0,
+        "reset_compile_s": 12.0,
+        "dispatch_s": 2e-4,
+        "rate": {"vector": 3e8, "rgb": 2e7},
+        "scan_ms_per_elem": 1e-6,
+        "seq_factor": 1.0,
+        "seq_step_ms": 1.5,
+        "tests_s": 30.0,
+        "bridge_compiles": 0.5,
+    },
+}
 
 
 def module_available(name: str) -> bool:
@@ -368,8 +535,9 @@ class PlannedSection:
         return max(1, len(self.configurations))
 
 
-def plan(preset: Preset, only: list[str] | None = None,
-         skip: list[str] | None = None) -> list[PlannedSection]:  # fmt: skip
+def plan(
+    preset: Preset, only: list[str] | None = None, skip: list[str] | None = None
+) -> list[PlannedSection]:
     """The sections to run (after --sections / --skip), each with its configurations and an
     estimate of its time. Raises ValueError for a section name the preset does not have."""
     names = [s.name for s in preset.sections]
@@ -378,8 +546,10 @@ def plan(preset: Preset, only: list[str] | None = None,
             from gigastep.types import closest
 
             near = ", ".join(closest(given, names))
-            raise ValueError(f"preset {preset.name!r} has no section {given!r}; its sections: "
-                             f"{', '.join(names)} (closest: {near})")  # fmt: skip
+            raise ValueError(
+                f"preset {preset.name!r} has no section {given!r}; its sections: "
+                f"{', '.join(names)} (closest: {near})"
+            )
     cost = COSTS[preset.device]
     out = []
     for s in preset.sections:
@@ -393,8 +563,11 @@ def plan(preset: Preset, only: list[str] | None = None,
 
 def format_plan(preset: Preset, planned: list[PlannedSection]) -> str:
     """The plan as text: every section, its command, configurations and estimated time."""
-    lines = [f"Preset {preset.name!r} ({preset.device} cost model"
-             + (f", budget {preset.budget_s:.0f} s" if preset.budget_s else "") + "):"]  # fmt: skip
+    lines = [
+        f"Preset {preset.name!r} ({preset.device} cost model"
+        + (f", budget {preset.budget_s:.0f} s" if preset.budget_s else "")
+        + "):"
+    ]
     known = 0.0
     for p in planned:
         s = p.section
@@ -404,10 +577,14 @@ def format_plan(preset: Preset, planned: list[PlannedSection]) -> str:
         est = f"~{p.estimate_s:.0f} s" if p.estimate_s is not None else "unknown"
         bound = min(p.estimate_s, s.timeout_s) if p.estimate_s is not None else s.timeout_s
         known += bound
-        lines.append(f"\n{s.name}: {len(p.configurations)} configuration(s), estimated {est} "
-                     f"(limit {s.timeout_s:.0f} s)")  # fmt: skip
-        lines.append(f"  python -m {s.module} "
-                     + s.args.format(raw="{raw}", out="{out}", cores=usable_cores()))  # fmt: skip
+        lines.append(
+            f"\n{s.name}: {len(p.configurations)} configuration(s), estimated {est} "
+            f"(limit {s.timeout_s:.0f} s)"
+        )
+        lines.append(
+            f"  python -m {s.module} "
+            + s.args.format(raw="{raw}", out="{out}", cores=usable_cores())
+        )
         lines += [f"    {c}" for c in p.configurations]
     limit = sum(p.section.timeout_s for p in planned if p.available)
     budget = f", {preset.budget_s:.0f} s by the budget." if preset.budget_s else "."
@@ -437,8 +614,9 @@ def probe(league_scenarios: list[str], timeout: float = 180.0) -> dict[str, Any]
     cmd = [sys.executable, "-m", "benchmarks.report", "--probe", *league_scenarios]
     env = _child_env((("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),))
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
         lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
         if proc.returncode == 0 and lines:
             return json.loads(lines[-1])
@@ -458,8 +636,11 @@ def _probe_main(scenarios: list[str]) -> int:
     try:
         import torch
 
-        gpu.update(torch=torch.__version__, torch_cuda=torch.cuda.is_available(),
-                   torch_cuda_version=torch.version.cuda)  # fmt: skip
+        gpu.update(
+            torch=torch.__version__,
+            torch_cuda=torch.cuda.is_available(),
+            torch_cuda_version=torch.version.cuda,
+        )
     except ImportError:
         gpu.update(torch=None, torch_cuda=False)
     hashes = {}
@@ -518,9 +699,15 @@ def run_section(section: Section, out: Path, timeout: float, on_progress=None) -
     lines: queue.Queue = queue.Queue()
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_child_env(section.env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=_child_env(section.env),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         thread = threading.Thread(target=_reader, args=(proc.stdout, log, lines), daemon=True)
         thread.start()
         timed_out = False
@@ -544,12 +731,17 @@ def run_section(section: Section, out: Path, timeout: float, on_progress=None) -
     tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
     status = "timed out" if timed_out else ("ok" if proc.returncode == 0 else "failed")
     return {
-        "status": status, "returncode": proc.returncode, "wall_s": wall, "timeout_s": timeout,
+        "status": status,
+        "returncode": proc.returncode,
+        "wall_s": wall,
+        "timeout_s": timeout,
         "command": shlex.join(["python", "-m", section.module, *args]),
-        "raw": str(raw.relative_to(out)), "log": str(log_path.relative_to(out)),
-        "error": None if status == "ok" else (
-            f"timed out after {timeout:.0f} s" if timed_out else "\n".join(tail)),
-    }  # fmt: skip
+        "raw": str(raw.relative_to(out)),
+        "log": str(log_path.relative_to(out)),
+        "error": None
+        if status == "ok"
+        else (f"timed out after {timeout:.0f} s" if timed_out else "\n".join(tail)),
+    }
 
 
 class _Progress:
@@ -559,8 +751,14 @@ class _Progress:
         from tqdm.auto import tqdm
 
         # disable=None: no bar when stderr is not a terminal (a log keeps the section lines).
-        self.bar = tqdm(total=total, unit="config", disable=None if enabled else True,
-                        dynamic_ncols=True, mininterval=0.5, file=sys.stderr)  # fmt: skip
+        self.bar = tqdm(
+            total=total,
+            unit="config",
+            disable=None if enabled else True,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            file=sys.stderr,
+        )
         self.base = 0
 
     def start(self, name: str) -> None:
@@ -584,9 +782,13 @@ class _Progress:
         self.bar.close()
 
 
-def run_report(preset: Preset, planned: list[PlannedSection], out: Path,
-               info: dict[str, Any] | None = None,
-               progress: bool = True) -> dict[str, Any]:  # fmt: skip
+def run_report(
+    preset: Preset,
+    planned: list[PlannedSection],
+    out: Path,
+    info: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Run every planned section in turn, then write every artefact; returns report.json's
     content. `info` is the probe's result (probed here if None)."""
     from benchmarks import _report_files
@@ -601,13 +803,19 @@ def run_report(preset: Preset, planned: list[PlannedSection], out: Path,
         for p in planned:
             s = p.section
             record = {"name": s.name, "kind": s.kind, "module": s.module}
-            left = None if preset.budget_s is None else (
-                preset.budget_s - (time.perf_counter() - t_start))  # fmt: skip
+            left = (
+                None
+                if preset.budget_s is None
+                else (preset.budget_s - (time.perf_counter() - t_start))
+            )
             if not p.available:
                 record.update(status="not available", error=f"module {s.needs} missing")
             elif left is not None and left < 5:
-                record.update(status="not run", error=f"the preset's {preset.budget_s:.0f} s "
-                              "budget was spent before this section")  # fmt: skip
+                record.update(
+                    status="not run",
+                    error=f"the preset's {preset.budget_s:.0f} s "
+                    "budget was spent before this section",
+                )
             else:
                 bar.start(s.name)
                 timeout = s.timeout_s if left is None else min(s.timeout_s, left)
@@ -637,13 +845,15 @@ def _gpu_problem(info: dict[str, Any]) -> str | None:
     torch_ok = bool(gpu.get("torch_cuda"))
     if jax_ok and torch_ok:
         return None
-    return ("--preset gpu needs a CUDA GPU that both JAX and PyTorch can use; here JAX's "
-            f"backend is {gpu.get('jax_backend', 'unknown')!r} (devices: "
-            f"{', '.join(gpu.get('jax_devices', [])) or 'unknown'}) and "
-            f"torch.cuda.is_available() is {torch_ok}"
-            + (f" (probe failed: {info['error'][-300:]})" if info.get("error") else "")
-            + ". Install jax[cuda12] and a CUDA build of torch, or run --preset quick. "
-            "Nothing was run.")  # fmt: skip
+    return (
+        "--preset gpu needs a CUDA GPU that both JAX and PyTorch can use; here JAX's "
+        f"backend is {gpu.get('jax_backend', 'unknown')!r} (devices: "
+        f"{', '.join(gpu.get('jax_devices', [])) or 'unknown'}) and "
+        f"torch.cuda.is_available() is {torch_ok}"
+        + (f" (probe failed: {info['error'][-300:]})" if info.get("error") else "")
+        + ". Install jax[cuda12] and a CUDA build of torch, or run --preset quick. "
+        "Nothing was run."
+    )
 
 
 def summary(path: Path) -> str:
@@ -659,33 +869,61 @@ def summary(path: Path) -> str:
     if not rows:
         raise ValueError(f"{path} holds no measured throughput rows")
     machines = sorted({f"{r['device']}; {r['versions']}" for r in rows})
-    return "\n".join([rt.markdown(rt.SUMMARY, rt.best_rows(rows)), "",
-                      *(f"Measured on {m}." for m in machines)])  # fmt: skip
+    return "\n".join(
+        [rt.markdown(rt.SUMMARY, rt.best_rows(rows)), "", *(f"Measured on {m}." for m in machines)]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0],
+        prog="python -m benchmarks.report",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="presets: quick (<= 10 min on 2 CPU cores), paper (the full sweep), gpu (one "
         "GPU, <= 4 min). --dry-run prints a preset's plan and estimated time.",
-    )  # fmt: skip
-    parser.add_argument("--preset", choices=("quick", "paper", "gpu", "tiny"), default="quick",
-                        help="which sections and sizes (tiny: for the tests)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the report (default: results/report-PRESET)")  # fmt: skip
-    parser.add_argument("--sections", nargs="+", default=None, metavar="NAME",
-                        help="run only these sections of the preset")  # fmt: skip
-    parser.add_argument("--skip", nargs="+", default=None, metavar="NAME",
-                        help="leave these sections of the preset out")  # fmt: skip
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (sections, configurations, estimated time), run "
-                        "nothing")  # fmt: skip
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar")  # fmt: skip
-    parser.add_argument("--summary", type=Path, default=None, metavar="JSON",
-                        help="print the peak-throughput table of a report.json (or of a "
-                        "benchmarks.throughput JSON) and exit")  # fmt: skip
+    )
+    parser.add_argument(
+        "--preset",
+        choices=("quick", "paper", "gpu", "tiny"),
+        default="quick",
+        help="which sections and sizes (tiny: for the tests)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the report (default: results/report-PRESET)",
+    )
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="run only these sections of the preset",
+    )
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="leave these sections of the preset out",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (sections, configurations, estimated time), run nothing",
+    )
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="print the peak-throughput table of a report.json (or of a "
+        "benchmarks.throughput JSON) and exit",
+    )
     parser.add_argument("--probe", nargs="*", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe is not None:
@@ -712,8 +950,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report = run_report(preset, planned, out, info=info, progress=args.progress)
     failed = [s["name"] for s in report["sections"] if s["status"] in ("failed", "timed out")]
-    print(f"wrote {out / 'report.md'} ({len(report['files'])} files)"
-          + (f"; problems in: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    print(
+        f"wrote {out / 'report.md'} ({len(report['files'])} files)"
+        + (f"; problems in: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -53,12 +53,18 @@ class Options:
     scenario: str = option("identical_5_vs_5_pobs_vec_maps_cont", "scenario name")
     batch: list = option([256, 1024, 4096, 16384], "batch sizes (games)", type=int)
     devices: list = option([1, 2], "device counts (the first is the reference)", type=int)
-    native: list = option(["off", "on"], "observation paths: off (GIGASTEP_NATIVE=0, pure "
-                          "JAX) and/or on (the native CPU kernel)", type=str)  # fmt: skip
+    native: list = option(
+        ["off", "on"],
+        "observation paths: off (GIGASTEP_NATIVE=0, pure JAX) and/or on (the native CPU kernel)",
+        type=str,
+    )
     steps: int = option(100, "steps per timed call (each call also resets the games)")
     repeats: int = option(5, "timed calls per configuration (median reported)")
-    rounds: int = option(1, "measure every configuration this many times, alternating the "
-                         "device counts (the median over rounds is reported)")  # fmt: skip
+    rounds: int = option(
+        1,
+        "measure every configuration this many times, alternating the "
+        "device counts (the median over rounds is reported)",
+    )
     timeout: float = option(1800.0, "seconds allowed per configuration")
     json: str = option(None, "write the throughput rows and the speed-ups as JSON here")
     png: str = option(None, "write agent-steps/s and speed-up against batch size here")
@@ -71,9 +77,20 @@ def _cases(opts: Options) -> list[throughput.Case]:
             raise ValueError(f"--devices {d}: every batch must split evenly (not {bad})")
     if opts.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {opts.rounds}")
-    return [throughput.Case(opts.scenario, batch=b, steps=opts.steps, repeats=opts.repeats,
-                            devices=d, driver="rollout", step_fn="autoreset")
-            for b in opts.batch for _ in range(opts.rounds) for d in opts.devices]  # fmt: skip
+    return [
+        throughput.Case(
+            opts.scenario,
+            batch=b,
+            steps=opts.steps,
+            repeats=opts.repeats,
+            devices=d,
+            driver="rollout",
+            step_fn="autoreset",
+        )
+        for b in opts.batch
+        for _ in range(opts.rounds)
+        for d in opts.devices
+    ]
 
 
 @contextmanager
@@ -101,16 +118,24 @@ def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             groups.setdefault((r["native"], r["batch"]), {}).setdefault(r["devices"], []).append(r)
     out = []
     for (mode, batch), by_devices in sorted(groups.items()):
-        rate = {d: statistics.median(r["agent_steps_per_s"] for r in rs)
-                for d, rs in by_devices.items()}  # fmt: skip
+        rate = {
+            d: statistics.median(r["agent_steps_per_s"] for r in rs) for d, rs in by_devices.items()
+        }
         base_devices = min(by_devices)
         for d, rs in sorted(by_devices.items()):
-            out.append({"native": mode, "batch": batch, "devices": d, "rounds": len(rs),
-                        "agent_steps_per_s": rate[d],
-                        "cpu_s_per_call": statistics.median(r["timing"]["cpu_median_s"]
-                                                            for r in rs),
-                        "speedup": rate[d] / rate[base_devices], "vs_devices": base_devices,
-                        "obs_kernel": rs[0].get("obs_kernel")})  # fmt: skip
+            out.append(
+                {
+                    "native": mode,
+                    "batch": batch,
+                    "devices": d,
+                    "rounds": len(rs),
+                    "agent_steps_per_s": rate[d],
+                    "cpu_s_per_call": statistics.median(r["timing"]["cpu_median_s"] for r in rs),
+                    "speedup": rate[d] / rate[base_devices],
+                    "vs_devices": base_devices,
+                    "obs_kernel": rs[0].get("obs_kernel"),
+                }
+            )
     return out
 
 
@@ -127,11 +152,19 @@ COLUMNS = (
 
 
 def _goal_lines(table: list[dict[str, Any]]) -> list[str]:
-    hits = [t for t in table if t["native"] == GOAL["native"] and t["devices"] == GOAL["devices"]
-            and t["batch"] >= GOAL["min_batch"]]  # fmt: skip
-    return [f"goal (pure JAX, {GOAL['devices']} devices, {t['batch']} games, >= "
-            f"{GOAL['speedup']}x): {t['speedup']:.2f}x "
-            f"{'met' if t['speedup'] >= GOAL['speedup'] else 'NOT met'}" for t in hits]  # fmt: skip
+    hits = [
+        t
+        for t in table
+        if t["native"] == GOAL["native"]
+        and t["devices"] == GOAL["devices"]
+        and t["batch"] >= GOAL["min_batch"]
+    ]
+    return [
+        f"goal (pure JAX, {GOAL['devices']} devices, {t['batch']} games, >= "
+        f"{GOAL['speedup']}x): {t['speedup']:.2f}x "
+        f"{'met' if t['speedup'] >= GOAL['speedup'] else 'NOT met'}"
+        for t in hits
+    ]
 
 
 def plot(table: list[dict[str, Any]], path: str) -> None:
@@ -161,8 +194,9 @@ def plot(table: list[dict[str, Any]], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0]
+    )
     add_options(parser, Options)
     opts = options_from_args(Options, parser.parse_args(argv))
     if opts.quick:

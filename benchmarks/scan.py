@@ -78,34 +78,45 @@ _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 class Options:
     """Command-line options (each field is one `--flag`; see `--help`)."""
 
-    quick: bool = option(False, "quick preset: T 32 128, batch 256, state 64, 5 repeats "
-                         "(~1-2 min on 2 CPU cores); overrides --T --batch --state-dim "
-                         "--repeats")  # fmt: skip
+    quick: bool = option(
+        False,
+        "quick preset: T 32 128, batch 256, state 64, 5 repeats "
+        "(~1-2 min on 2 CPU cores); overrides --T --batch --state-dim "
+        "--repeats",
+    )
     T: list = option([32, 128, 512], "sequence lengths [steps]", type=int)
     batch: int = option(1024, "sequences per call")
     state_dim: list = option([64, 128], "S5 state sizes P (P/2 complex states)", type=int)
     d_model: int = option(64, "block width H (input and output features)")
     n_layers: int = option(1, "S5 layers in the block")
     impl: list = option(list(IMPLS), "implementations: " + " ".join(IMPLS), type=str)
-    part: str = option("block", "what runs: block (the S5 block, parameter gradients) or scan "
-                       "(the recurrence alone, gradients of a and b)",
-                       choices=("block", "scan"))  # fmt: skip
+    part: str = option(
+        "block",
+        "what runs: block (the S5 block, parameter gradients) or scan "
+        "(the recurrence alone, gradients of a and b)",
+        choices=("block", "scan"),
+    )
     repeats: int = option(10, "timed calls per row (median and spread reported)")
     reset_prob: float = option(1 / 32, "probability that an episode starts at a step")
-    device: str = option("cpu", "torch device; JAX uses its default backend",
-                         choices=("cpu", "cuda"))  # fmt: skip
+    device: str = option(
+        "cpu", "torch device; JAX uses its default backend", choices=("cpu", "cuda")
+    )
     cpus: int = option(0, "pin each worker process to this many CPU cores (0: no pinning)")
-    omp_wait_policy: str = option("", "OMP_WAIT_POLICY of the workers: PASSIVE keeps idle "
-                                  "OpenMP threads from spinning, which matters on shared, "
-                                  "busy CPUs; empty: inherited",
-                                  choices=("", "PASSIVE", "ACTIVE"))  # fmt: skip
+    omp_wait_policy: str = option(
+        "",
+        "OMP_WAIT_POLICY of the workers: PASSIVE keeps idle "
+        "OpenMP threads from spinning, which matters on shared, "
+        "busy CPUs; empty: inherited",
+        choices=("", "PASSIVE", "ACTIVE"),
+    )
     timeout: float = option(1800.0, "seconds allowed per row")
-    isolate: bool = option(True, "a fresh process per row (its own memory peak); "
-                           "--no-isolate runs all rows in this process")  # fmt: skip
+    isolate: bool = option(
+        True,
+        "a fresh process per row (its own memory peak); --no-isolate runs all rows in this process",
+    )
     seed: int = option(0, "seed of parameters and inputs")
     json: str = option(None, "write the rows as a JSON list to this path")
-    format: str = option("markdown", "table format printed",
-                         choices=("markdown", "latex", "none"))  # fmt: skip
+    format: str = option("markdown", "table format printed", choices=("markdown", "latex", "none"))
 
 
 @dataclass(frozen=True)
@@ -330,15 +341,27 @@ def run_case(case: Case) -> dict[str, Any]:
     timing = time_repeats(_with_cpu_time(fn, cpu_ms), repeats=case.repeats, warmup=2)
     peak_mb, method = measure_peak(case, fn)
     return {
-        "impl": case.impl, "part": case.part, "T": case.T, "batch": case.batch,
+        "impl": case.impl,
+        "part": case.part,
+        "T": case.T,
+        "batch": case.batch,
         "state_dim": case.state_dim,
-        "d_model": case.d_model, "n_layers": case.n_layers, "repeats": case.repeats,
-        "fwd_bwd_ms": timing.median * 1e3, "fwd_bwd_ms_min": timing.min * 1e3,
-        "fwd_bwd_ms_max": timing.max * 1e3, "fwd_bwd_ms_iqr": timing.iqr * 1e3,
-        "spread": timing.spread, "fwd_bwd_cpu_ms": statistics.median(cpu_ms[2:]),
-        "peak_mb": peak_mb, "peak_mb_method": method, **extras,
-        **_environment(case, load), "case": dataclasses.asdict(case), "machine": run_info(),
-    }  # fmt: skip
+        "d_model": case.d_model,
+        "n_layers": case.n_layers,
+        "repeats": case.repeats,
+        "fwd_bwd_ms": timing.median * 1e3,
+        "fwd_bwd_ms_min": timing.min * 1e3,
+        "fwd_bwd_ms_max": timing.max * 1e3,
+        "fwd_bwd_ms_iqr": timing.iqr * 1e3,
+        "spread": timing.spread,
+        "fwd_bwd_cpu_ms": statistics.median(cpu_ms[2:]),
+        "peak_mb": peak_mb,
+        "peak_mb_method": method,
+        **extras,
+        **_environment(case, load),
+        "case": dataclasses.asdict(case),
+        "machine": run_info(),
+    }
 
 
 def _environment(case: Case, load: float | None) -> dict[str, Any]:
@@ -347,12 +370,13 @@ def _environment(case: Case, load: float | None) -> dict[str, Any]:
 
     return {
         "device": case.device if case.impl != "jax" else jax.default_backend(),
-        "torch_version": torch.__version__, "jax_version": jax.__version__,
+        "torch_version": torch.__version__,
+        "jax_version": jax.__version__,
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "load_average_1m": load,
-    }  # fmt: skip
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -368,11 +392,22 @@ def cases_from_options(opts: Options) -> list[Case]:
     for impl in opts.impl:
         if impl not in IMPLS:
             raise ValueError(f"unknown --impl {impl!r}; expected some of {IMPLS}")
-    common = dict(d_model=opts.d_model, n_layers=opts.n_layers, repeats=sizes["repeats"],
-                  reset_prob=opts.reset_prob, device=opts.device, cpus=opts.cpus,
-                  seed=opts.seed, part=opts.part)  # fmt: skip
-    return [Case(impl, t, sizes["batch"], p, **common)
-            for p in sizes["state_dim"] for t in sizes["T"] for impl in opts.impl]  # fmt: skip
+    common = dict(
+        d_model=opts.d_model,
+        n_layers=opts.n_layers,
+        repeats=sizes["repeats"],
+        reset_prob=opts.reset_prob,
+        device=opts.device,
+        cpus=opts.cpus,
+        seed=opts.seed,
+        part=opts.part,
+    )
+    return [
+        Case(impl, t, sizes["batch"], p, **common)
+        for p in sizes["state_dim"]
+        for t in sizes["T"]
+        for impl in opts.impl
+    ]
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -402,23 +437,35 @@ def _measure(case: Case, timeout: float, env: dict[str, str] | None, isolate: bo
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def run_sweep(cases: list[Case], timeout: float, env: dict[str, str] | None = None,
-              log=sys.stderr, isolate: bool = True,
-              on_row=None) -> list[dict[str, Any]]:  # fmt: skip
+def run_sweep(
+    cases: list[Case],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    log=sys.stderr,
+    isolate: bool = True,
+    on_row=None,
+) -> list[dict[str, Any]]:
     """Measure every case, each in a fresh process (with `env` added to its environment)
     when `isolate`; failures give rows with an `error` field. `on_row(rows)` is called after
     each row (to save partial results)."""
     rows = []
     for i, case in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {case.impl} T={case.T} batch={case.batch} "
-              f"P={case.state_dim} ...", file=log, flush=True)  # fmt: skip
+        print(
+            f"[{i + 1}/{len(cases)}] {case.impl} T={case.T} batch={case.batch} "
+            f"P={case.state_dim} ...",
+            file=log,
+            flush=True,
+        )
         row = _measure(case, timeout, env, isolate)
         if "error" in row:
             row = {**dataclasses.asdict(case), **row, "machine": {"hardware": hardware_info()}}
             print(f"    failed: {row['error'][-300:]}", file=log, flush=True)
         else:
-            print(f"    {row['fwd_bwd_ms']:.1f} ms, peak {row['peak_mb']:.0f} MiB",
-                  file=log, flush=True)  # fmt: skip
+            print(
+                f"    {row['fwd_bwd_ms']:.1f} ms, peak {row['peak_mb']:.0f} MiB",
+                file=log,
+                flush=True,
+            )
         rows.append(row)
         add_ratios(rows)
         if on_row is not None:
@@ -447,8 +494,10 @@ TABLE_COLUMNS = (
 def render(rows: list[dict[str, Any]], fmt: str) -> str:
     shown = [r for r in rows if "error" not in r]
     if fmt == "latex":
-        caption = ("S5 block forward+backward: median of repeats, compile and warm-up "
-                   "excluded; peak memory above the pre-call footprint.")  # fmt: skip
+        caption = (
+            "S5 block forward+backward: median of repeats, compile and warm-up "
+            "excluded; peak memory above the pre-call footprint."
+        )
         return latex_table(shown, TABLE_COLUMNS, caption=caption, label="tab:s5-scan")
     return markdown_table(shown, TABLE_COLUMNS)
 
@@ -467,12 +516,19 @@ GOALS = (
 def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The S5 targets, checked against the parallel-scan block rows at `GOAL_SIZE` only."""
     size = ", ".join(f"{k} = {v}" for k, v in GOAL_SIZE.items())
-    at_size = [r for r in rows if r.get("impl") == "torch_parallel" and "error" not in r
-               and r.get("part", "block") == "block"
-               and all(r.get(k) == v for k, v in GOAL_SIZE.items())]  # fmt: skip
+    at_size = [
+        r
+        for r in rows
+        if r.get("impl") == "torch_parallel"
+        and "error" not in r
+        and r.get("part", "block") == "block"
+        and all(r.get(k) == v for k, v in GOAL_SIZE.items())
+    ]
     if not at_size:
-        return [f"Goals are defined at {size} (`--T 128 --batch 1024`); this run has no row "
-                "at that size, so none is evaluated."]  # fmt: skip
+        return [
+            f"Goals are defined at {size} (`--T 128 --batch 1024`); this run has no row "
+            "at that size, so none is evaluated."
+        ]
     out = [f"Goals (defined at {size}):"]
     for r in at_size:
         for name, key, ok in GOALS:
@@ -484,8 +540,9 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scan",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scan", description=__doc__.split("\n\n")[0]
+    )
     opts, worker_rows = parse_command_line(parser, Options, Case, run_case, argv)
     if worker_rows is not None:
         return worker_rows
@@ -500,14 +557,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     # Each row carries the `machine` block of the process that measured it: this one never
     # starts JAX (on a GPU it would take the memory the JAX rows need).
-    rows = run_sweep(cases, timeout=opts.timeout, env=env, isolate=opts.isolate,
-                     on_row=save if opts.json else None)  # fmt: skip
+    rows = run_sweep(
+        cases,
+        timeout=opts.timeout,
+        env=env,
+        isolate=opts.isolate,
+        on_row=save if opts.json else None,
+    )
     if opts.json:
         print(f"wrote {len(rows)} rows to {opts.json}", file=sys.stderr)
     if opts.format != "none":
         hw = hardware_info()
-        print(f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
-              f"{hw.get('load_average_1m')} at the end)\n")  # fmt: skip
+        print(
+            f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
+            f"{hw.get('load_average_1m')} at the end)\n"
+        )
         print(render(rows, opts.format))
         print("\n" + "\n".join(goal_lines(rows)))
     return rows

@@ -78,38 +78,65 @@ class Options:
 
     quick: bool = option(False, "run the quick preset (4 configurations, ~2 min on 2 cores)")
     paper: bool = option(False, "run the paper sweep (batch 1..131072, the 1 M agents case)")
-    scenario: list = option(["identical_5_vs_5"], "base scenario names, or full names with "
-                            "suffixes (then --obs is ignored for them)", type=str)  # fmt: skip
-    obs: list = option(["pobs_vec"], "observation modes: pobs_vec fobs_vec pobs_rgb fobs_rgb",
-                       type=str)  # fmt: skip
+    scenario: list = option(
+        ["identical_5_vs_5"],
+        "base scenario names, or full names with suffixes (then --obs is ignored for them)",
+        type=str,
+    )
+    obs: list = option(
+        ["pobs_vec"], "observation modes: pobs_vec fobs_vec pobs_rgb fobs_rgb", type=str
+    )
     batch: list = option([1024], "batch sizes (environments per step)", type=int)
     steps: int = option(0, "scan length per timed call; 0 picks it from --work")
     work: float = option(5e5, "target agent-steps per timed call when --steps is 0")
     repeats: int = option(5, "timed calls per configuration (median and spread reported)")
-    policy: str = option("none", "actions: none (uniform random in the scan), mlp (2-layer tanh "
-                         "MLP on the vector obs; RGB cases use the cnn) or cnn (small CNN "
-                         "on RGB obs)", choices=("none", "mlp", "cnn"))  # fmt: skip
-    step_fn: str = option("autoreset", "autoreset (v_step_autoreset: live play, the resets "
-                          "included) or step (v_step, no reset: random play finishes most "
-                          "games within 100 steps, so it times mostly finished games)",
-                          choices=("autoreset", "step"))  # fmt: skip
-    driver: list = option(["scan"], "drivers of the step: scan (one compiled lax.scan per "
-                          "timed call), loop (a Python loop of the compiled step) and/or "
-                          "rollout (gigastep.rollout / sharded_rollout)", type=str)  # fmt: skip
-    memory_fraction: float = option(0.8, "skip a configuration whose estimated peak memory "
-                                    "exceeds this fraction of the device's available memory "
-                                    "(0: never skip)")  # fmt: skip
+    policy: str = option(
+        "none",
+        "actions: none (uniform random in the scan), mlp (2-layer tanh "
+        "MLP on the vector obs; RGB cases use the cnn) or cnn (small CNN "
+        "on RGB obs)",
+        choices=("none", "mlp", "cnn"),
+    )
+    step_fn: str = option(
+        "autoreset",
+        "autoreset (v_step_autoreset: live play, the resets "
+        "included) or step (v_step, no reset: random play finishes most "
+        "games within 100 steps, so it times mostly finished games)",
+        choices=("autoreset", "step"),
+    )
+    driver: list = option(
+        ["scan"],
+        "drivers of the step: scan (one compiled lax.scan per "
+        "timed call), loop (a Python loop of the compiled step) and/or "
+        "rollout (gigastep.rollout / sharded_rollout)",
+        type=str,
+    )
+    memory_fraction: float = option(
+        0.8,
+        "skip a configuration whose estimated peak memory "
+        "exceeds this fraction of the device's available memory "
+        "(0: never skip)",
+    )
     discrete: bool = option(False, "discrete actions (the _disc suffix) instead of continuous")
     resolution: int = option(84, "RGB resolution (square)")
-    baseline_frames: bool = option(False, "also measure the cost of only writing the "
-                                   "observation buffers (the memory-bandwidth bound)")  # fmt: skip
+    baseline_frames: bool = option(
+        False,
+        "also measure the cost of only writing the "
+        "observation buffers (the memory-bandwidth bound)",
+    )
     baseline_only: bool = option(False, "measure only the observation-write baselines")
-    isolate: bool = option(True, "a fresh process per configuration (its own peak RSS); "
-                           "--no-isolate runs all in this process")  # fmt: skip
+    isolate: bool = option(
+        True,
+        "a fresh process per configuration (its own peak RSS); "
+        "--no-isolate runs all in this process",
+    )
     timeout: float = option(1800.0, "seconds allowed per configuration (isolated runs)")
     seed: int = option(0, "PRNG seed")
-    devices: int = option(1, "shard each batch over this many devices; on CPU, as many XLA "
-                          "host devices (batches not divisible by it run on 1)")  # fmt: skip
+    devices: int = option(
+        1,
+        "shard each batch over this many devices; on CPU, as many XLA "
+        "host devices (batches not divisible by it run on 1)",
+    )
     json: str = option(None, "write the rows as a JSON list to this path")
     format: str = option("markdown", "table format printed", choices=("markdown", "latex", "none"))
 
@@ -178,8 +205,10 @@ def _mlp_params(key, sizes):
     import jax.numpy as jnp
 
     keys = jax.random.split(key, len(sizes) - 1)
-    return [(jax.random.normal(keys[i], (a, b)) / jnp.sqrt(a), jnp.zeros(b))
-            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))]  # fmt: skip
+    return [
+        (jax.random.normal(keys[i], (a, b)) / jnp.sqrt(a), jnp.zeros(b))
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
+    ]
 
 
 def _mlp(params, x):
@@ -243,10 +272,12 @@ def make_policy(kind: str, config, key):
             img = image_part(obs)
             b, n = img.shape[:2]
             x = img.reshape(b * n, *img.shape[2:]).astype(jnp.float32) / 255.0
-            x = jnp.tanh(jax.lax.conv_general_dilated(x, w1, (4, 4), "VALID",
-                                                      dimension_numbers=dims))  # fmt: skip
-            x = jnp.tanh(jax.lax.conv_general_dilated(x, w2, (2, 2), "VALID",
-                                                      dimension_numbers=dims))  # fmt: skip
+            x = jnp.tanh(
+                jax.lax.conv_general_dilated(x, w1, (4, 4), "VALID", dimension_numbers=dims)
+            )
+            x = jnp.tanh(
+                jax.lax.conv_general_dilated(x, w2, (2, 2), "VALID", dimension_numbers=dims)
+            )
             x = jnp.mean(x, axis=(1, 2))
             return squash(_mlp(dense, x)).reshape(b, n, *(() if config.discrete_actions else (3,)))
 
@@ -310,8 +341,9 @@ def build_rollout(config, case: Case, steps: int, env_step=None):
     body, carry = _step_body(config, case, env_step)
 
     def rollout(carry, key):
-        carry, _ = jax.lax.scan(lambda c, k: (body(c, k), None), carry,
-                                jax.random.split(key, steps))  # fmt: skip
+        carry, _ = jax.lax.scan(
+            lambda c, k: (body(c, k), None), carry, jax.random.split(key, steps)
+        )
         return carry
 
     return rollout, carry
@@ -375,10 +407,14 @@ def _mesh(case: Case):
 
     have = jax.devices()
     if case.devices < 1 or case.devices > len(have):
-        hint = (" (on CPU, start the process with XLA_FLAGS=--xla_force_host_platform_device_"
-                f"count={case.devices}; the isolated sweep does this)")  # fmt: skip
-        raise ValueError(f"devices={case.devices} but this process has {len(have)} "
-                         f"{jax.default_backend()} device(s){hint}")  # fmt: skip
+        hint = (
+            " (on CPU, start the process with XLA_FLAGS=--xla_force_host_platform_device_"
+            f"count={case.devices}; the isolated sweep does this)"
+        )
+        raise ValueError(
+            f"devices={case.devices} but this process has {len(have)} "
+            f"{jax.default_backend()} device(s){hint}"
+        )
     if case.batch % case.devices:
         raise ValueError(f"batch {case.batch} does not split over {case.devices} devices")
     return Mesh(np.asarray(have[: case.devices]), ("batch",))
@@ -457,8 +493,9 @@ def estimate_peak_mb(config, batch: int) -> float:
 
     from gigastep import env as genv
 
-    shapes = jax.eval_shape(partial(genv.batched_reset, config),
-                            jax.ShapeDtypeStruct((1, 2), jnp.uint32))  # fmt: skip
+    shapes = jax.eval_shape(
+        partial(genv.batched_reset, config), jax.ShapeDtypeStruct((1, 2), jnp.uint32)
+    )
     per_game = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
     return MEMORY_FACTOR * per_game * batch / 2**20 + MEMORY_BASE_MB
 
@@ -488,9 +525,11 @@ def _memory_skip(config, case: Case) -> tuple[float, str | None]:
     if case.memory_fraction <= 0 or available is None:
         return estimate, None
     if estimate > case.memory_fraction * available:
-        return estimate, (f"estimated peak {estimate / 1024:.1f} GiB > "
-                          f"{case.memory_fraction:.0%} of the {available / 1024:.1f} GiB "
-                          "available")  # fmt: skip
+        return estimate, (
+            f"estimated peak {estimate / 1024:.1f} GiB > "
+            f"{case.memory_fraction:.0%} of the {available / 1024:.1f} GiB "
+            "available"
+        )
     return estimate, None
 
 
@@ -522,8 +561,11 @@ def _compile_and_time(program, carry, case: Case, steps: int):
     import jax
 
     # Raw uint32 keys: AOT-compiled calls with typed key arguments fail on jax 0.10.
-    args = (carry,) if case.driver == "loop" and case.kind == "env" else (
-        carry, jax.random.PRNGKey(case.seed + 1))  # fmt: skip
+    args = (
+        (carry,)
+        if case.driver == "loop" and case.kind == "env"
+        else (carry, jax.random.PRNGKey(case.seed + 1))
+    )
     c0, t0 = time.process_time(), time.perf_counter()
     lowered = jax.jit(program, donate_argnums=0).lower(*args)
     t1 = time.perf_counter()
@@ -540,8 +582,12 @@ def _compile_and_time(program, carry, case: Case, steps: int):
         return state["carry"]
 
     timing = time_repeats(call, repeats=case.repeats, warmup=1)
-    return timing, {"compile_s": t2 - t0, "compile_cpu_s": c2 - c0, "lower_s": t1 - t0,
-                    "xla_compile_s": t2 - t1}  # fmt: skip
+    return timing, {
+        "compile_s": t2 - t0,
+        "compile_cpu_s": c2 - c0,
+        "lower_s": t1 - t0,
+        "xla_compile_s": t2 - t1,
+    }
 
 
 def _time_program(config, case: Case, steps: int):
@@ -566,8 +612,10 @@ def _time_library_rollout(config, case: Case, steps: int):
     from gigastep.parallel import sharded_rollout
 
     if case.policy != "none":
-        raise ValueError(f"--driver rollout plays uniform random actions (policy=None); got "
-                         f"--policy {case.policy}")  # fmt: skip
+        raise ValueError(
+            f"--driver rollout plays uniform random actions (policy=None); got "
+            f"--policy {case.policy}"
+        )
     if case.devices > 1:
         mesh = _mesh(case)
         play = lambda key: sharded_rollout(config, case.batch, steps, key, mesh=mesh)
@@ -577,11 +625,15 @@ def _time_library_rollout(config, case: Case, steps: int):
     c0, t0 = time.process_time(), time.perf_counter()
     jax.block_until_ready(play(jax.random.PRNGKey(case.seed + 1)))
     first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
-    timing = time_repeats(lambda i: play(jax.random.PRNGKey(case.seed + 100 + i)),
-                          repeats=case.repeats, warmup=0)  # fmt: skip
-    compile_times = {"compile_s": max(0.0, first - timing.median),
-                     "compile_cpu_s": max(0.0, first_cpu - timing.cpu_median),
-                     "lower_s": None, "xla_compile_s": None}  # fmt: skip
+    timing = time_repeats(
+        lambda i: play(jax.random.PRNGKey(case.seed + 100 + i)), repeats=case.repeats, warmup=0
+    )
+    compile_times = {
+        "compile_s": max(0.0, first - timing.median),
+        "compile_cpu_s": max(0.0, first_cpu - timing.cpu_median),
+        "lower_s": None,
+        "xla_compile_s": None,
+    }
     return timing, compile_times, memory
 
 
@@ -603,9 +655,15 @@ def run_case(case: Case) -> dict[str, Any]:
     name, config = resolve_config(case)
     estimate, skip = _memory_skip(config, case)
     if skip:
-        return {"scenario": name, "batch": case.batch, "skipped": skip,
-                "estimated_peak_mb": estimate, "scenario_hash": config_hash(config),
-                "case": dataclasses.asdict(case), "machine": run_info()}  # fmt: skip
+        return {
+            "scenario": name,
+            "batch": case.batch,
+            "skipped": skip,
+            "estimated_peak_mb": estimate,
+            "scenario_hash": config_hash(config),
+            "case": dataclasses.asdict(case),
+            "machine": run_info(),
+        }
     # The native observation kernel is compiled (or loaded from its cache) here, before the
     # timed compile, and reported on its own.
     t_native = time.perf_counter()
@@ -618,16 +676,24 @@ def run_case(case: Case) -> dict[str, Any]:
     timing, compile_times, (rss_ready, peak_ready) = timer(config, case, steps)
     row = _result_row(name, config, case, steps, timing)
     row.update(compile_times)
-    row.update({
-        "obs_kernel": kernel, "native_build_s": native_build_s,
-        "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
-        "peak_rss_mb": peak_rss_mb(), "rss_start_mb": rss_start,
-        "rss_after_reset_mb": rss_ready, "peak_rss_after_reset_mb": peak_ready,
-        "device_peak_mb": _device_peak_mb(), "estimated_peak_mb": estimate,
-        "scenario_hash": config_hash(config), "load_1m_before": load_before,
-        "load_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "case": dataclasses.asdict(case), "machine": run_info(),
-    })  # fmt: skip
+    row.update(
+        {
+            "obs_kernel": kernel,
+            "native_build_s": native_build_s,
+            "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
+            "peak_rss_mb": peak_rss_mb(),
+            "rss_start_mb": rss_start,
+            "rss_after_reset_mb": rss_ready,
+            "peak_rss_after_reset_mb": peak_ready,
+            "device_peak_mb": _device_peak_mb(),
+            "estimated_peak_mb": estimate,
+            "scenario_hash": config_hash(config),
+            "load_1m_before": load_before,
+            "load_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "case": dataclasses.asdict(case),
+            "machine": run_info(),
+        }
+    )
     row["obs_gb_per_s"] = row["agent_steps_per_s"] * row["obs_bytes_per_agent_step"] / 1e9
     return row
 
@@ -638,13 +704,22 @@ def _result_row(name: str, config, case: Case, steps: int, timing) -> dict[str, 
     agent_steps = env_steps * config.n_agents
     fobs = not config.stochastic_obs and config.cone_angle > math.pi
     return {
-        "scenario": name, "label": case.label, "kind": case.kind,
-        "obs_type": config.obs_type, "observability": "fobs" if fobs else "pobs",
+        "scenario": name,
+        "label": case.label,
+        "kind": case.kind,
+        "obs_type": config.obs_type,
+        "observability": "fobs" if fobs else "pobs",
         "resolution": case.resolution if config.obs_type != "vector" else None,
-        "batch": case.batch, "devices": case.devices, "n_agents": config.n_agents,
-        "agents_total": config.n_agents * case.batch, "steps": steps,
-        "repeats": case.repeats, "policy": case.policy, "step_fn": case.step_fn,
-        "driver": case.driver, "discrete": config.discrete_actions,
+        "batch": case.batch,
+        "devices": case.devices,
+        "n_agents": config.n_agents,
+        "agents_total": config.n_agents * case.batch,
+        "steps": steps,
+        "repeats": case.repeats,
+        "policy": case.policy,
+        "step_fn": case.step_fn,
+        "driver": case.driver,
+        "discrete": config.discrete_actions,
         "agent_steps_per_s": agent_steps / timing.median,
         "agent_steps_per_s_min": agent_steps / timing.max,
         "agent_steps_per_s_max": agent_steps / timing.min,
@@ -653,8 +728,9 @@ def _result_row(name: str, config, case: Case, steps: int, timing) -> dict[str, 
         "env_steps_per_s_max": env_steps / timing.min,
         "agent_steps_per_cpu_s": agent_steps / timing.cpu_median,
         "time_per_step_us": timing.median / steps * 1e6,
-        "spread": timing.spread, "timing": timing.as_dict(),
-    }  # fmt: skip
+        "spread": timing.spread,
+        "timing": timing.as_dict(),
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -664,9 +740,15 @@ def _result_row(name: str, config, case: Case, steps: int, timing) -> dict[str, 
 
 def quick_cases(opts: Options) -> list[Case]:
     """The quick preset: the four configurations of the issue's targets (scaled-down work)."""
-    common = dict(repeats=min(opts.repeats, 3), work=2e5, policy=opts.policy,
-                  step_fn=opts.step_fn, discrete=opts.discrete, seed=opts.seed,
-                  devices=opts.devices)  # fmt: skip
+    common = dict(
+        repeats=min(opts.repeats, 3),
+        work=2e5,
+        policy=opts.policy,
+        step_fn=opts.step_fn,
+        discrete=opts.discrete,
+        seed=opts.seed,
+        devices=opts.devices,
+    )
     return [
         Case("identical_5_vs_5", "pobs_vec", 1024, **common),
         Case("identical_5_vs_5", "fobs_vec", 1024, **common),
@@ -683,13 +765,21 @@ def quick_cases(opts: Options) -> list[Case]:
 def paper_cases(opts: Options) -> list[Case]:
     """The paper sweep: batch sizes 1..131072 for 5v5 (vector), 1..32768 for 20v20 (vector),
     1..2048 for 5v5 RGB 84x84, and the 1 M agents case (5v5, batch 100,000, vector)."""
-    common = dict(repeats=opts.repeats, work=2e6, policy=opts.policy, step_fn=opts.step_fn,
-                  discrete=opts.discrete, seed=opts.seed, devices=opts.devices)  # fmt: skip
+    common = dict(
+        repeats=opts.repeats,
+        work=2e6,
+        policy=opts.policy,
+        step_fn=opts.step_fn,
+        discrete=opts.discrete,
+        seed=opts.seed,
+        devices=opts.devices,
+    )
     cases = []
     for obs in ("pobs_vec", "fobs_vec"):
         cases += [Case("identical_5_vs_5", obs, b, **common) for b in PAPER_BATCHES]
-    cases += [Case("identical_20_vs_20", "pobs_vec", b, **common)
-              for b in PAPER_BATCHES if b <= 32768]  # fmt: skip
+    cases += [
+        Case("identical_20_vs_20", "pobs_vec", b, **common) for b in PAPER_BATCHES if b <= 32768
+    ]
     rgb = {**common, "policy": _policy_for(opts.policy, "fobs_rgb")}
     for obs in ("pobs_rgb", "fobs_rgb"):
         cases += [Case("identical_5_vs_5", obs, b, **rgb) for b in PAPER_BATCHES if b <= 2048]
@@ -705,8 +795,11 @@ def baseline_cases(opts: Options, env_cases: list[Case]) -> list[Case]:
         key = (c.scenario, kind, c.batch)
         if key not in seen:
             seen.add(key)
-            out.append(dataclasses.replace(c, kind=kind, policy="none", step_fn="step",
-                                           work=max(c.work, 2e6)))  # fmt: skip
+            out.append(
+                dataclasses.replace(
+                    c, kind=kind, policy="none", step_fn="step", work=max(c.work, 2e6)
+                )
+            )
     return out
 
 
@@ -727,12 +820,16 @@ def cases_from_options(opts: Options) -> list[Case]:
         if driver not in DRIVERS:
             raise ValueError(f"unknown --driver {driver!r}; expected some of {DRIVERS}")
     if "loop" in opts.driver and opts.devices > 1:
-        raise ValueError("--driver loop runs the step on one device; drop --devices "
-                         f"{opts.devices} or use --driver scan")  # fmt: skip
+        raise ValueError(
+            "--driver loop runs the step on one device; drop --devices "
+            f"{opts.devices} or use --driver scan"
+        )
     if "rollout" in opts.driver and opts.policy != "none":
-        raise ValueError("--driver rollout plays uniform random actions (gigastep.rollout's "
-                         f"policy=None); drop --policy {opts.policy} or use --driver "
-                         "scan")  # fmt: skip
+        raise ValueError(
+            "--driver rollout plays uniform random actions (gigastep.rollout's "
+            f"policy=None); drop --policy {opts.policy} or use --driver "
+            "scan"
+        )
     if opts.quick:
         cases = quick_cases(opts)
     elif opts.paper:
@@ -742,12 +839,24 @@ def cases_from_options(opts: Options) -> list[Case]:
             if obs not in OBS_MODES:
                 raise ValueError(f"unknown --obs {obs!r}; expected one of {OBS_MODES}")
         cases = [
-            Case(s, o, b, steps=opts.steps, work=opts.work, repeats=opts.repeats,
-                 policy=_policy_for(opts.policy, o), step_fn=opts.step_fn,
-                 discrete=opts.discrete, resolution=opts.resolution, seed=opts.seed,
-                 devices=opts.devices)
-            for s in opts.scenario for o in opts.obs for b in opts.batch
-        ]  # fmt: skip
+            Case(
+                s,
+                o,
+                b,
+                steps=opts.steps,
+                work=opts.work,
+                repeats=opts.repeats,
+                policy=_policy_for(opts.policy, o),
+                step_fn=opts.step_fn,
+                discrete=opts.discrete,
+                resolution=opts.resolution,
+                seed=opts.seed,
+                devices=opts.devices,
+            )
+            for s in opts.scenario
+            for o in opts.obs
+            for b in opts.batch
+        ]
     # A batch that does not split evenly runs on one device (e.g. batch 1 of the paper sweep).
     cases = [c if c.batch % c.devices == 0 else dataclasses.replace(c, devices=1) for c in cases]
     cases = [dataclasses.replace(c, memory_fraction=opts.memory_fraction) for c in cases]
@@ -766,12 +875,22 @@ def _case_id(c: Case) -> str:
 
 def _failed_row(case: Case, row: dict[str, Any]) -> dict[str, Any]:
     """A row for a case whose worker failed: the case and the error (no JAX needed here)."""
-    return {"scenario": case.scenario, "batch": case.batch, "case": dataclasses.asdict(case),
-            **row, "machine": row.get("machine") or {"hardware": hardware_info()}}  # fmt: skip
+    return {
+        "scenario": case.scenario,
+        "batch": case.batch,
+        "case": dataclasses.asdict(case),
+        **row,
+        "machine": row.get("machine") or {"hardware": hardware_info()},
+    }
 
 
-def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = None,
-              log=sys.stderr, on_row=None) -> list[dict[str, Any]]:  # fmt: skip
+def run_sweep(
+    cases: list[Case],
+    isolate: bool = True,
+    timeout: float | None = None,
+    log=sys.stderr,
+    on_row=None,
+) -> list[dict[str, Any]]:
     """Measure every case (each in a fresh process when `isolate`).
 
     Failed cases give rows with an `error` field, cases too large for the memory rows with
@@ -785,8 +904,12 @@ def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = N
         print(f"[{i + 1}/{len(cases)}] {_case_id(case)} ...", file=log, flush=True)
         t0 = time.perf_counter()
         if isolate:
-            row = run_worker("benchmarks.throughput", dataclasses.asdict(case), timeout=timeout,
-                             env=_worker_env(case))  # fmt: skip
+            row = run_worker(
+                "benchmarks.throughput",
+                dataclasses.asdict(case),
+                timeout=timeout,
+                env=_worker_env(case),
+            )
         else:
             try:
                 row = run_case(case)
@@ -798,9 +921,13 @@ def run_sweep(cases: list[Case], isolate: bool = True, timeout: float | None = N
         elif "skipped" in row:
             print(f"    skipped: {row['skipped']}", file=log, flush=True)
         else:
-            print(f"    {format_number(row['agent_steps_per_s'])} agent-steps/s, compile "
-                  f"{row['compile_s']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MiB "
-                  f"({time.perf_counter() - t0:.0f} s)", file=log, flush=True)  # fmt: skip
+            print(
+                f"    {format_number(row['agent_steps_per_s'])} agent-steps/s, compile "
+                f"{row['compile_s']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MiB "
+                f"({time.perf_counter() - t0:.0f} s)",
+                file=log,
+                flush=True,
+            )
         rows.append(row)
         if on_row is not None:
             on_row(rows)
@@ -855,10 +982,12 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
     if fmt == "latex":
         info = shown[0]["machine"] if shown else {}
         hw = info.get("hardware", {})
-        caption = (f"Gigastep throughput on {hw.get('cpu_model', '?')} "
-                   f"({hw.get('cpu_cores_usable', '?')} cores, "
-                   f"{info.get('device', {}).get('backend', '?')}); median of repeats, "
-                   "compile time excluded.")  # fmt: skip
+        caption = (
+            f"Gigastep throughput on {hw.get('cpu_model', '?')} "
+            f"({hw.get('cpu_cores_usable', '?')} cores, "
+            f"{info.get('device', {}).get('backend', '?')}); median of repeats, "
+            "compile time excluded."
+        )
         return latex_table(shown, LATEX_COLUMNS, caption=caption, label="tab:throughput")
     return markdown_table(shown, TABLE_COLUMNS)
 
@@ -882,8 +1011,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(f"wrote {len(rows)} rows to {opts.json}", file=sys.stderr)
     if opts.format != "none":
         hw = rows[0]["machine"]["hardware"] if rows else {}
-        print(f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
-              f"{hw.get('load_average_1m')} at start)\n")  # fmt: skip
+        print(
+            f"\n{hw.get('cpu_model')} ({hw.get('cpu_cores_usable')} usable cores, load "
+            f"{hw.get('load_average_1m')} at start)\n"
+        )
         print(render(rows, opts.format))
     return rows
 

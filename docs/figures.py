@@ -42,8 +42,14 @@ def still_images(steps: int = 12, seed: int = 3) -> None:
 def game_gif(steps: int = 120, seed: int = 0) -> None:
     """The front page's game, to its end: pursuit (team 0, blue) against evade (team 1, red),
     with agent 0's ego view beside the global view."""
-    frames = render_episode(SCENARIO.replace("fobs", "pobs"), ("pursuit", "evade"),
-                            steps=steps, seed=seed, agents=(0,), scale=3)  # fmt: skip
+    frames = render_episode(
+        SCENARIO.replace("fobs", "pobs"),
+        ("pursuit", "evade"),
+        steps=steps,
+        seed=seed,
+        agents=(0,),
+        scale=3,
+    )
     save_gif(frames, ASSETS / "game.gif", fps=8)
 
 

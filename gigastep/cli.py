@@ -281,9 +281,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
     agents = _default_agents(env, args.agents)
     players = (resolve_player(args.policy, args.device), resolve_player(args.opponent, args.device))
     overrides = _overrides(args.set)
-    rec = _with_progress(args.steps, "playing", "step",
-                         lambda bar: record_game(args.name, players, args.steps, args.seed, agents,
-                                                 overrides, args.device, bar))  # fmt: skip
+    rec = _with_progress(
+        args.steps,
+        "playing",
+        "step",
+        lambda bar: record_game(
+            args.name, players, args.steps, args.seed, agents, overrides, args.device, bar
+        ),
+    )
     frames = recording_frames(rec, args.scale)
     save_video(frames, out, args.fps)
     print(
@@ -352,9 +357,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     scenario = _match_scenario(args, (a, b))
     _check_name(scenario)
     options = dict(seed=args.seed, a_team=args.a_team, **_match_options(args))
-    result = _with_progress(args.games, f"{a.name} vs {b.name}", "game",
-                            lambda bar: evaluate(a, b, scenario, args.games, progress=bar,
-                                                 **options))  # fmt: skip
+    result = _with_progress(
+        args.games,
+        f"{a.name} vs {b.name}",
+        "game",
+        lambda bar: evaluate(a, b, scenario, args.games, progress=bar, **options),
+    )
     print(result.summary())
     if args.json:
         write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
@@ -374,9 +382,12 @@ def _cmd_league(args: argparse.Namespace) -> int:
     k = len(players)
     pairs = k * (k - 1) // 2 + (k if args.self_play else 0)
     options = dict(seed=args.seed, self_play=args.self_play, **_match_options(args))
-    league = _with_progress(pairs * args.games, "league", "game",
-                            lambda bar: play_league(players, scenario, args.games, progress=bar,
-                                                    **options))  # fmt: skip
+    league = _with_progress(
+        pairs * args.games,
+        "league",
+        "game",
+        lambda bar: play_league(players, scenario, args.games, progress=bar, **options),
+    )
     paths = league.write(args.out)
     print(league.summary())
     print(f"wrote {', '.join(os.path.basename(p) for p in paths.values())} to {args.out}")
@@ -598,16 +609,21 @@ def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
     p.add_argument("b", help="player B (the same kinds)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
-    p.add_argument("--a-team", type=int, choices=(0, 1),
-                   help="A plays only this team (default: both, half the games each, in "
-                   "symmetric scenarios)")  # fmt: skip
+    p.add_argument(
+        "--a-team",
+        type=int,
+        choices=(0, 1),
+        help="A plays only this team (default: both, half the games each, in symmetric scenarios)",
+    )
     _add_match_options(p, 256)
     p.set_defaults(run=_cmd_eval)
     p = commands.add_parser("league", help="every pair of players: matrix, ratings, heat map")
     p.add_argument("players", nargs="+", help="two or more players (names or checkpoints)")
-    p.add_argument("--out", required=True,
-                   help="folder for matrix.csv, results.csv, ratings.csv, league.json, "
-                   "heatmap.png")  # fmt: skip
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder for matrix.csv, results.csv, ratings.csv, league.json, heatmap.png",
+    )
     p.add_argument("--self-play", action="store_true", help="also play each against itself")
     _add_match_options(p, 64)
     p.set_defaults(run=_cmd_league)
@@ -641,8 +657,9 @@ def _parser() -> argparse.ArgumentParser:
     for add in (_add_catalogue, _add_videos, _add_matches, _add_windows):
         add(commands)
     for name, module in FORWARD.items():  # parsed by main: listed here for --help
-        p = commands.add_parser(name, help=f"run python -m {module} (arguments passed on)",
-                                add_help=False)  # fmt: skip
+        p = commands.add_parser(
+            name, help=f"run python -m {module} (arguments passed on)", add_help=False
+        )
         p.add_argument("args", nargs=argparse.REMAINDER, help=f"arguments of {module}")
     return parser
 

@@ -222,10 +222,14 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     health = jnp.clip(jnp.where(hz.alive, health, 0.0), 0.0, max_health)
     alive = hz.alive & (health > 0)
     reward_inputs = rewards.RewardInputs(
-        alive_pre=alive_pre, alive=alive, hit_waypoint=hit, collided=hz.collided,
-        hazard_death=alive_pre & (hz.oob | hz.in_box), detected=fight.detected,
+        alive_pre=alive_pre,
+        alive=alive,
+        hit_waypoint=hit,
+        collided=hz.collided,
+        hazard_death=alive_pre & (hz.oob | hz.in_box),
+        detected=fight.detected,
         damage=fight.damage,
-    )  # fmt: skip
+    )
     reward = rewards.total_reward(config, reward_inputs, episode.aux_rewards_factor)
     team1 = jnp.asarray(np.asarray(config.teams) == 1)
     a1 = jnp.sum(alive & team1)
@@ -241,12 +245,21 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     new = EnvState(
         agents=moved.replace(health=health, alive=alive, tracked=fight.tracked),
         episode=episode.replace(
-            waypoint=waypoint, waypoint_time=waypoint_time, step=length,
+            waypoint=waypoint,
+            waypoint_time=waypoint_time,
+            step=length,
             returns=episode.returns + reward,
         ),
-    )  # fmt: skip
-    return Advanced(state=new, geo=geo, combat=fight, rewards=reward, terminated=terminated,
-                    truncated=truncated, reward_inputs=reward_inputs)  # fmt: skip
+    )
+    return Advanced(
+        state=new,
+        geo=geo,
+        combat=fight,
+        rewards=reward,
+        terminated=terminated,
+        truncated=truncated,
+        reward_inputs=reward_inputs,
+    )
 
 
 def score_rewards(score: EnvConfig, adv: Advanced) -> jax.Array:
@@ -263,12 +276,23 @@ def transition(
     return _transition_streamed(config, state, actions, noise)
 
 
-def _transition_streamed(config: EnvConfig, state: EnvState, actions: ArrayLike,
-                         noise: StepNoise, comm_stream: jax.Array | None = None,
-                         ) -> StepResult:  # fmt: skip
+def _transition_streamed(
+    config: EnvConfig,
+    state: EnvState,
+    actions: ArrayLike,
+    noise: StepNoise,
+    comm_stream: jax.Array | None = None,
+) -> StepResult:
     adv = advance(config, state, actions, noise)
-    obs = observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
-                  noise.comm, comm_stream)  # fmt: skip
+    obs = observe(
+        config,
+        adv.state,
+        adv.geo,
+        adv.combat.detected,
+        adv.combat.took_damage,
+        noise.comm,
+        comm_stream,
+    )
     done = adv.terminated | adv.truncated
     return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
 
@@ -302,9 +326,15 @@ def step(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array)
     return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
 
 
-def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array,
-                   final_obs: bool = True, final_state: bool = False,
-                   score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+def step_autoreset(
+    config: EnvConfig,
+    state: EnvState,
+    actions: ArrayLike,
+    key: jax.Array,
+    final_obs: bool = True,
+    final_state: bool = False,
+    score: EnvConfig | None = None,
+) -> AutoresetResult:
     """A step that replaces a finished game by a fresh one inside the same call.
 
     Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
@@ -330,15 +360,32 @@ def step_autoreset(config: EnvConfig, state: EnvState, actions: ArrayLike, key: 
     adv = advance(config, state, actions, noise)
     done = adv.terminated | adv.truncated
     fresh, fresh_comm, fresh_stream = reset_state_streamed(config, k_reset)
-    return _finish_autoreset(config, adv, noise, fresh, fresh_comm, done, final_obs,
-                             (step_stream, fresh_stream), final_state, score)  # fmt: skip
+    return _finish_autoreset(
+        config,
+        adv,
+        noise,
+        fresh,
+        fresh_comm,
+        done,
+        final_obs,
+        (step_stream, fresh_stream),
+        final_state,
+        score,
+    )
 
 
-def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh: EnvState,
-                      fresh_comm: jax.Array, done: jax.Array, final_obs: bool,
-                      streams: tuple[jax.Array | None, jax.Array | None] = (None, None),
-                      final_state: bool = False,
-                      score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+def _finish_autoreset(
+    config: EnvConfig,
+    adv: Advanced,
+    noise: StepNoise,
+    fresh: EnvState,
+    fresh_comm: jax.Array,
+    done: jax.Array,
+    final_obs: bool,
+    streams: tuple[jax.Array | None, jax.Array | None] = (None, None),
+    final_state: bool = False,
+    score: EnvConfig | None = None,
+) -> AutoresetResult:
     """Take the fresh game where `done`, observe the result once (and the finished game's
     last observation when `final_obs`), and assemble the auto-reset step's outputs.
     `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
@@ -350,9 +397,14 @@ def _finish_autoreset(config: EnvConfig, adv: Advanced, noise: StepNoise, fresh:
         assert fresh_stream is not None  # both streams, or neither (without stochastic_comm)
         stream = jnp.where(done, fresh_stream, step_stream)
     obs = observe(
-        config, nxt, geo, adv.combat.detected & ~done, adv.combat.took_damage & ~done,
-        jnp.where(done, fresh_comm, noise.comm), stream,
-    )  # fmt: skip
+        config,
+        nxt,
+        geo,
+        adv.combat.detected & ~done,
+        adv.combat.took_damage & ~done,
+        jnp.where(done, fresh_comm, noise.comm),
+        stream,
+    )
     last = _last_observation(config, adv, noise, step_stream) if final_obs else obs
     info = StepInfo(
         terminated=adv.terminated,
@@ -411,9 +463,15 @@ def _reset_finished(
     return reset_where(partial(reset_state_streamed, config), done, keys)
 
 
-def batched_step_autoreset(config: EnvConfig, states: EnvState, actions: ArrayLike,
-                           keys: jax.Array, final_obs: bool = True, final_state: bool = False,
-                           score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+def batched_step_autoreset(
+    config: EnvConfig,
+    states: EnvState,
+    actions: ArrayLike,
+    keys: jax.Array,
+    final_obs: bool = True,
+    final_state: bool = False,
+    score: EnvConfig | None = None,
+) -> AutoresetResult:
     """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs, final_state=final_state,
     score=score))(states, actions, keys)`, bit for bit, without resetting the games that go
     on.
@@ -458,8 +516,9 @@ def _last_observation(
     config: EnvConfig, adv: Advanced, noise: StepNoise, stream: jax.Array | None
 ) -> Observation:
     """The observation of the state a step ended in (before any reset)."""
-    return observe(config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage,
-                   noise.comm, stream)  # fmt: skip
+    return observe(
+        config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm, stream
+    )
 
 
 @partial(jax.jit, static_argnums=(0, 4))
@@ -589,8 +648,10 @@ class GigastepEnv:
 
     def __repr__(self) -> str:
         name = self.spec.name if self.spec is not None else "custom"
-        return (f"GigastepEnv({name}: {self.team_sizes[0]} vs {self.team_sizes[1]}, "
-                f"obs={self.obs_type}, discrete={self.discrete_actions})")  # fmt: skip
+        return (
+            f"GigastepEnv({name}: {self.team_sizes[0]} vs {self.team_sizes[1]}, "
+            f"obs={self.obs_type}, discrete={self.discrete_actions})"
+        )
 
     # --- pure functions (compiled once per config; they also trace inside a caller's jit,
     # vmap or scan, and run eagerly under jax.disable_jit) --------------------------------
@@ -659,6 +720,7 @@ class GigastepEnv:
     @staticmethod
     def set_aux_reward_factor(state: EnvState, factor: ArrayLike) -> EnvState:
         """A copy of `state` (single or batched) with the curriculum factor set to `factor`."""
-        f = jnp.broadcast_to(jnp.asarray(factor, jnp.float32),
-                             state.episode.aux_rewards_factor.shape)  # fmt: skip
+        f = jnp.broadcast_to(
+            jnp.asarray(factor, jnp.float32), state.episode.aux_rewards_factor.shape
+        )
         return state.replace(episode=state.episode.replace(aux_rewards_factor=f))

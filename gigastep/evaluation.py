@@ -475,7 +475,7 @@ class MatchResult:
                     "losses": s.losses,
                 }
                 for s in self.seats
-            ],  # fmt: skip
+            ],
             "requested_games": self.requested_games,
             "unfinished": self.unfinished,
             "max_steps": self.max_steps,
@@ -564,11 +564,21 @@ def _seat_result(config: EnvConfig, a_team: int, tally: _Tally, rows: slice) -> 
     )
 
 
-def evaluate(player_a: PlayerLike, player_b: PlayerLike, scenario: EnvLike = DEFAULT_SCENARIO,
-             games: int = 256, *, seed: int = 0, a_team: int | None = None,
-             max_steps: int | None = None, batch_size: int = 4096, device: Device = "cpu",
-             confidence: float = 0.95, progress: Progress | None = None,
-             **overrides: Any) -> MatchResult:  # fmt: skip
+def evaluate(
+    player_a: PlayerLike,
+    player_b: PlayerLike,
+    scenario: EnvLike = DEFAULT_SCENARIO,
+    games: int = 256,
+    *,
+    seed: int = 0,
+    a_team: int | None = None,
+    max_steps: int | None = None,
+    batch_size: int = 4096,
+    device: Device = "cpu",
+    confidence: float = 0.95,
+    progress: Progress | None = None,
+    **overrides: Any,
+) -> MatchResult:
     """Play `games` complete episodes of `scenario` between two players.
 
     Args:
@@ -617,10 +627,18 @@ def evaluate(player_a: PlayerLike, player_b: PlayerLike, scenario: EnvLike = DEF
     from gigastep.scenarios import scenario_hash
 
     return MatchResult(
-        player_a=a.name, player_b=b.name, scenario=name, scenario_hash=scenario_hash(config),
-        seats=tuple(seats), requested_games=games, unfinished=unfinished, max_steps=steps,
-        seed=seed, confidence=confidence, notes=tuple(notes),
-    )  # fmt: skip
+        player_a=a.name,
+        player_b=b.name,
+        scenario=name,
+        scenario_hash=scenario_hash(config),
+        seats=tuple(seats),
+        requested_games=games,
+        unfinished=unfinished,
+        max_steps=steps,
+        seed=seed,
+        confidence=confidence,
+        notes=tuple(notes),
+    )
 
 
 def _check_player(player: Player, config: EnvConfig, team: int, which: str) -> None:
@@ -797,8 +815,12 @@ _Carry: TypeAlias = tuple[EnvState, jax.Array, _Record, jax.Array, jax.Array, ja
 
 
 def _empty_record(b: int, n: int) -> _Record:
-    return (jnp.zeros(b, bool), jnp.full(b, -1, jnp.int32), jnp.zeros((b, n), jnp.float32),
-            jnp.zeros(b, jnp.int32))  # fmt: skip
+    return (
+        jnp.zeros(b, bool),
+        jnp.full(b, -1, jnp.int32),
+        jnp.zeros((b, n), jnp.float32),
+        jnp.zeros(b, jnp.int32),
+    )
 
 
 def _play_scripted(
@@ -875,8 +897,11 @@ def _check_actor_output(actions: Any, side: _Side, obs: TorchObservation) -> Non
         )
     if not ok or actions.is_floating_point() == discrete:
         what = "integer" if discrete else "float32"
-        got = (f"{actions.dtype} of shape {tuple(actions.shape)}"
-               if isinstance(actions, torch.Tensor) else type(actions).__name__)  # fmt: skip
+        got = (
+            f"{actions.dtype} of shape {tuple(actions.shape)}"
+            if isinstance(actions, torch.Tensor)
+            else type(actions).__name__
+        )
         raise ValueError(
             f"the actor of {side.player.name} (team {side.team}) must return {what} actions "
             f"of shape {shape} (games, team agents{'' if discrete else ', 3'}); got {got}"
@@ -914,11 +939,14 @@ def _play_torch(
         start += size
     # Scripted sides play inside the compiled step; the actors' rows come from the caller.
     # (a side without an actor is a ScriptedPlayer's)
-    scripted = [ScriptedTeam(s.rows.start, s.rows.stop, s.team,
-                             cast(ScriptedPlayer, s.player).policy)
-                for s in sides if s.actor is None]  # fmt: skip
-    venv = TorchVecEnv(config, num_envs=total, seed=seed, device=device, final_obs=False,
-                       scripted=scripted)  # fmt: skip
+    scripted = [
+        ScriptedTeam(s.rows.start, s.rows.stop, s.team, cast(ScriptedPlayer, s.player).policy)
+        for s in sides
+        if s.actor is None
+    ]
+    venv = TorchVecEnv(
+        config, num_envs=total, seed=seed, device=device, final_obs=False, scripted=scripted
+    )
     obs = venv.reset_to(_groups_from_one_start(config, groups, seed))
     dev = venv.device
     dtype = torch.int32 if config.discrete_actions else torch.float32

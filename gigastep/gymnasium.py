@@ -100,8 +100,11 @@ def _check_actions(versus: VersusEnv, actions: npt.ArrayLike, batch: tuple[int, 
     actions = np.asarray(actions)
     discrete = versus.discrete_actions
     shape = batch + ((m,) if discrete else (m, 3))
-    kind_ok = (np.issubdtype(actions.dtype, np.integer) if discrete
-               else np.issubdtype(actions.dtype, np.floating))  # fmt: skip
+    kind_ok = (
+        np.issubdtype(actions.dtype, np.integer)
+        if discrete
+        else np.issubdtype(actions.dtype, np.floating)
+    )
     if actions.shape != shape or not kind_ok:
         what = "integers in 0..26" if discrete else "floats (heading, dive, throttle) in [-1, 1]"
         raise ValueError(
@@ -156,9 +159,16 @@ def _vector_step(
     actions: jax.Array,
     pending: jax.Array,
 ) -> tuple[
-    jax.Array, Observation, EnvState, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array,
+    jax.Array,
+    Observation,
+    EnvState,
+    jax.Array,
+    jax.Array,
+    jax.Array,
+    jax.Array,
+    jax.Array,
     Observation | None,
-]:  # fmt: skip
+]:
     """One batched step in autoreset `mode` ("NextStep", "SameStep", "Disabled").
 
     `pending` (B,) bool: games that ended at the previous step (NextStep resets them now
@@ -174,8 +184,17 @@ def _vector_step(
         # anyway.)
         obs, new, rewards, _, done, info = versus.batched_step_autoreset(states, actions, step_keys)
         ep_return = jnp.sum(info.episode_return, axis=-1)
-        return (key, obs, new, jnp.sum(rewards, axis=-1), info.terminated, info.truncated,
-                ep_return, info.episode_length, info.final_obs)  # fmt: skip
+        return (
+            key,
+            obs,
+            new,
+            jnp.sum(rewards, axis=-1),
+            info.terminated,
+            info.truncated,
+            ep_return,
+            info.episode_length,
+            info.final_obs,
+        )
     obs, new, rewards, _, done = jax.vmap(versus.step)(states, actions, step_keys)
     terminated, truncated = team_outcome(versus.config, new.agents.alive, done)
     ep_return, ep_length = jax.vmap(partial(_stats, versus))(new)
@@ -213,11 +232,18 @@ class TeamEnv(gymnasium.Env):
 
     metadata = {"render_modes": _RENDER_MODES, "render_fps": 10}
 
-    def __init__(self, name_or_env: EnvLike, team: int = 0, opponent: str | Policy = "random",
-                 render_mode: str | None = None, **overrides: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name_or_env: EnvLike,
+        team: int = 0,
+        opponent: str | Policy = "random",
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
         if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
-                             f"got {render_mode!r}")  # fmt: skip
+            raise ValueError(
+                f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}"
+            )
         check_team(team)
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.observation_space, self.action_space = team_spaces(self.versus)
@@ -297,15 +323,22 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
     All games run in one compiled call per step; the game states stay on the device.
     """
 
-    def __init__(self, name_or_env: EnvLike, num_envs: int, team: int = 0,
-                 opponent: str | Policy = "random",
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-                 render_mode: str | None = None, **overrides: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name_or_env: EnvLike,
+        num_envs: int,
+        team: int = 0,
+        opponent: str | Policy = "random",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
         check_positive_int(num_envs, "num_envs")
         check_team(team)
         if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
-                             f"got {render_mode!r}")  # fmt: skip
+            raise ValueError(
+                f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}"
+            )
         self.versus = VersusEnv(resolve_env(name_or_env, **overrides), opponent, 1 - team)
         self.num_envs = num_envs
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
@@ -356,8 +389,10 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
                 raise RuntimeError("reset() without reset_mask must come first")
             mask = np.asarray(mask)
             if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape "
-                                 f"({self.num_envs},), got {mask.dtype} {mask.shape}")  # fmt: skip
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool array of shape "
+                    f"({self.num_envs},), got {mask.dtype} {mask.shape}"
+                )
             self._obs, self._states = _masked_reset(
                 self.versus, self._obs, self._states, jnp.asarray(mask), keys
             )
@@ -378,8 +413,9 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
                 f"DISABLED call reset(options={{'reset_mask': mask}}) before stepping them"
             )
         actions = jnp.asarray(_check_actions(self.versus, actions, (self.num_envs,)))
-        out = _vector_step(self.versus, self.autoreset_mode.value, self._states, self._key,
-                           actions, self._pending)  # fmt: skip
+        out = _vector_step(
+            self.versus, self.autoreset_mode.value, self._states, self._key, actions, self._pending
+        )
         self._key, obs, self._states, reward, term, trunc, ep_ret, ep_len, final = out
         self._obs = obs
         obs, reward, term, trunc, ep_ret, ep_len, final = _numpy(

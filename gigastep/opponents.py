@@ -158,11 +158,13 @@ def pursuit(config: EnvConfig, state: EnvState, key: jax.Array) -> jax.Array:
     dx = agents.x[target] - agents.x
     dy = agents.y[target] - agents.y
     turn = _heading_control(config, agents.heading, dx, dy)
-    dive = jnp.clip((agents.z[target] - agents.z) / np.float32(config.dt * config.dive_rate),
-                    -1.0, 1.0)  # fmt: skip
+    dive = jnp.clip(
+        (agents.z[target] - agents.z) / np.float32(config.dt * config.dive_rate), -1.0, 1.0
+    )
     controls = jnp.stack(
-        [jnp.where(has_target, turn, 0.0), jnp.where(has_target, dive, 0.0),
-         jnp.ones_like(turn)], axis=-1)  # fmt: skip
+        [jnp.where(has_target, turn, 0.0), jnp.where(has_target, dive, 0.0), jnp.ones_like(turn)],
+        axis=-1,
+    )
     return _emit(config, controls)
 
 
@@ -363,9 +365,15 @@ class VersusEnv:
         obs, state, rewards, dones, done = _env.step(self.config, state, actions, k_env)
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done
 
-    def step_autoreset(self, state: EnvState, team_actions: ArrayLike, key: jax.Array,
-                       final_obs: bool = True, final_state: bool = False,
-                       score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+    def step_autoreset(
+        self,
+        state: EnvState,
+        team_actions: ArrayLike,
+        key: jax.Array,
+        final_obs: bool = True,
+        final_state: bool = False,
+        score: EnvConfig | None = None,
+    ) -> AutoresetResult:
         """As `GigastepEnv.step_autoreset`, restricted to the learner team (info included;
         `info.final_state` is the whole game's state)."""
         k_opponent, k_env = jax.random.split(key)
@@ -385,10 +393,15 @@ class VersusEnv:
         )
         return self.team_view(obs), state, self._take(rewards), self._take(dones), done, info
 
-    def batched_step_autoreset(self, states: EnvState, team_actions: ArrayLike,
-                               keys: jax.Array, final_obs: bool = True,
-                               final_state: bool = False,
-                               score: EnvConfig | None = None) -> AutoresetResult:  # fmt: skip
+    def batched_step_autoreset(
+        self,
+        states: EnvState,
+        team_actions: ArrayLike,
+        keys: jax.Array,
+        final_obs: bool = True,
+        final_state: bool = False,
+        score: EnvConfig | None = None,
+    ) -> AutoresetResult:
         """`jax.vmap(step_autoreset)` over a batch (leading axis B on every argument), with
         the finished games reset by `env.batched_step_autoreset` instead of every game.
 

@@ -91,18 +91,33 @@ def _specs(mesh: Mesh, trajectory: bool) -> Any:
     per_step: Any = PartitionSpec(None, mesh.axis_names)  # in place of the arrays: Any
     record = None
     if trajectory:
-        record = Trajectory(obs=per_step, actions=per_step, rewards=per_step, dones=per_step,
-                            episode_done=per_step)  # fmt: skip
-    fields: dict[str, Any] = dict(total_reward=games, episodes=games, episode_steps=games,
-                  episode_return_sum=games, wins=games, draws=games, final_state=games,
-                  final_obs=games, trajectory=record)  # fmt: skip
+        record = Trajectory(
+            obs=per_step, actions=per_step, rewards=per_step, dones=per_step, episode_done=per_step
+        )
+    fields: dict[str, Any] = dict(
+        total_reward=games,
+        episodes=games,
+        episode_steps=games,
+        episode_return_sum=games,
+        wins=games,
+        draws=games,
+        final_state=games,
+        final_obs=games,
+        trajectory=record,
+    )
     return RolloutResult(**fields)
 
 
 @lru_cache(maxsize=32)
-def _compiled(config: EnvConfig, policy: Policy, num_envs: int, num_steps: int,
-              trajectory: bool, impl: str,
-              mesh: Mesh) -> Callable[[ArrayLike], RolloutResult]:  # fmt: skip
+def _compiled(
+    config: EnvConfig,
+    policy: Policy,
+    num_envs: int,
+    num_steps: int,
+    trajectory: bool,
+    impl: str,
+    mesh: Mesh,
+) -> Callable[[ArrayLike], RolloutResult]:
     """The jitted sharded rollout `key data -> RolloutResult` (one per argument tuple)."""
     check_policy(config, policy)
     platform = mesh.devices.flat[0].platform
@@ -111,13 +126,15 @@ def _compiled(config: EnvConfig, policy: Policy, num_envs: int, num_steps: int,
     # Unchecked: no step communicates, and the auto-reset's conditional has a branch of
     # constants (no game to reset) that the varying-axes check would reject.
     no_check: Any = _NO_CHECK
-    sharded = shard_map(local, mesh=mesh, in_specs=games, out_specs=_specs(mesh, trajectory),
-                        **no_check)  # fmt: skip
+    sharded = shard_map(
+        local, mesh=mesh, in_specs=games, out_specs=_specs(mesh, trajectory), **no_check
+    )
 
     def run(key_data: jax.Array) -> RolloutResult:
         _TRACES["sharded_rollout"] += 1
-        keys = jax.lax.with_sharding_constraint(game_keys(key_data, impl, num_envs),
-                                                NamedSharding(mesh, games))  # fmt: skip
+        keys = jax.lax.with_sharding_constraint(
+            game_keys(key_data, impl, num_envs), NamedSharding(mesh, games)
+        )
         return sharded(keys)
 
     return jax.jit(
@@ -132,17 +149,23 @@ def _same_everywhere(key_data: np.ndarray, num_envs: int, num_steps: int) -> Non
     the games would silently not be the ones `gigastep.rollout` plays)."""
     from jax.experimental import multihost_utils
 
-    words = np.concatenate([np.asarray(key_data, np.uint32).ravel(),
-                            np.asarray([num_envs, num_steps], np.uint32)])  # fmt: skip
+    words = np.concatenate(
+        [np.asarray(key_data, np.uint32).ravel(), np.asarray([num_envs, num_steps], np.uint32)]
+    )
     multihost_utils.assert_equal(
         words, "sharded_rollout needs the same key, num_envs and num_steps in every process"
     )
 
 
 def sharded_rollout(
-    env: EnvLike, num_envs: int, num_steps: int, key: jax.Array, policy: PolicyLike = None,
-    trajectory: bool = False, mesh: Mesh | None = None,
-) -> RolloutResult:  # fmt: skip
+    env: EnvLike,
+    num_envs: int,
+    num_steps: int,
+    key: jax.Array,
+    policy: PolicyLike = None,
+    trajectory: bool = False,
+    mesh: Mesh | None = None,
+) -> RolloutResult:
     """`gigastep.rollout` with the games split over the devices of `mesh`.
 
     Args:

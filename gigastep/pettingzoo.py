@@ -108,8 +108,9 @@ class GigastepParallelEnv(ParallelEnv):
 
     def __init__(self, env: _env.GigastepEnv, render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, "
-                             f"got {render_mode!r}")  # fmt: skip
+            raise ValueError(
+                f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}"
+            )
         self.env = env
         self.config = env.config
         self.render_mode = render_mode
@@ -143,8 +144,9 @@ class GigastepParallelEnv(ParallelEnv):
         try:
             return self._index[agent]
         except KeyError:
-            raise KeyError(f"unknown agent {agent!r}; closest: "
-                           f"{closest(str(agent), self.possible_agents)}") from None  # fmt: skip
+            raise KeyError(
+                f"unknown agent {agent!r}; closest: {closest(str(agent), self.possible_agents)}"
+            ) from None
 
     def observation_space(self, agent: str) -> gymnasium.Space[Any]:
         self._agent(agent)
@@ -180,10 +182,15 @@ class GigastepParallelEnv(ParallelEnv):
         self.agents = [a for a, live in zip(self.possible_agents, alive, strict=True) if live]
         return self._per_agent(obs, self.agents), {a: {} for a in self.agents}
 
-    def step(self, actions: dict[str, Any]) -> tuple[
-        dict[str, AgentObservation], dict[str, float], dict[str, bool], dict[str, bool],
+    def step(
+        self, actions: dict[str, Any]
+    ) -> tuple[
+        dict[str, AgentObservation],
+        dict[str, float],
+        dict[str, bool],
+        dict[str, bool],
         dict[str, dict[str, Any]],
-    ]:  # fmt: skip
+    ]:
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         live = list(self.agents)
@@ -200,8 +207,13 @@ class GigastepParallelEnv(ParallelEnv):
             truncations[a] = trunc and not died
         self.agents = [] if ended else [a for a in live if not terminations[a]]
         rewards = {a: float(rewards[self._index[a]]) for a in live}
-        return (self._per_agent(obs, live), rewards, terminations, truncations,
-                {a: {} for a in live})  # fmt: skip
+        return (
+            self._per_agent(obs, live),
+            rewards,
+            terminations,
+            truncations,
+            {a: {} for a in live},
+        )
 
     def state(self) -> np.ndarray:
         """The global view of the current game, (res_x, res_y, 3) uint8."""
@@ -224,8 +236,10 @@ class GigastepParallelEnv(ParallelEnv):
             raise TypeError(f"options['state'] must be an EnvState, got {type(state).__name__}")
         n = self.config.n_agents
         if state.agents.x.shape != (n,):
-            raise ValueError(f"options['state'] must be one game of {n} agents (x of shape "
-                             f"({n},)), got x of shape {state.agents.x.shape}")  # fmt: skip
+            raise ValueError(
+                f"options['state'] must be one game of {n} agents (x of shape "
+                f"({n},)), got x of shape {state.agents.x.shape}"
+            )
         check_finite_state(state, "options['state']")
 
     def _per_agent(
@@ -245,16 +259,16 @@ class GigastepParallelEnv(ParallelEnv):
             raise ValueError(f"no action for live agent(s) {missing}")
         n = self.config.n_agents
         discrete = self.config.discrete_actions
-        joint = (np.full(n, _NOOP_DISCRETE, np.int32) if discrete
-                 else np.zeros((n, 3), np.float32))  # fmt: skip
+        joint = np.full(n, _NOOP_DISCRETE, np.int32) if discrete else np.zeros((n, 3), np.float32)
         for a in live:
             value = np.asarray(actions[a])
             if discrete:
                 if value.shape != () or not np.issubdtype(value.dtype, np.integer):
                     raise ValueError(f"action of {a} must be an integer in 0..26, got {value!r}")
             elif value.shape != (3,) or not np.issubdtype(value.dtype, np.number):
-                raise ValueError(f"action of {a} must be 3 floats (heading, dive, throttle), "
-                                 f"got {value!r}")  # fmt: skip
+                raise ValueError(
+                    f"action of {a} must be 3 floats (heading, dive, throttle), got {value!r}"
+                )
             joint[self._index[a]] = value
         return joint
 

@@ -106,9 +106,11 @@ class Ratings:
 
     @property
     def model(self) -> str:
-        draws = "no draws: plain Bradley-Terry" if self.draw_parameter == 0 else (
-            f"Davidson draws, nu = {self.draw_parameter:.3g}"
-        )  # fmt: skip
+        draws = (
+            "no draws: plain Bradley-Terry"
+            if self.draw_parameter == 0
+            else (f"Davidson draws, nu = {self.draw_parameter:.3g}")
+        )
         prior = "no prior" if self.prior_sd is None else f"prior sd {self.prior_sd:g} Elo"
         return f"Bradley-Terry (Elo scale), {draws}, {prior}"
 
@@ -158,9 +160,13 @@ def _objective(
     g = np.stack([pa + pc / 2, pb + pc / 2, pc])  # d log D / d (ti, tj, eta)
     obs = np.stack([w + d / 2, lost + d / 2, d])
     per_pair = n * g - obs  # (3, P)
-    second = np.stack([np.stack([pa + pc / 4, pc / 4, pc / 2]),
-                       np.stack([pc / 4, pb + pc / 4, pc / 2]),
-                       np.stack([pc / 2, pc / 2, pc])])  # fmt: skip
+    second = np.stack(
+        [
+            np.stack([pa + pc / 4, pc / 4, pc / 2]),
+            np.stack([pc / 4, pb + pc / 4, pc / 2]),
+            np.stack([pc / 2, pc / 2, pc]),
+        ]
+    )
     hess_pair = n * (second - g[:, None] * g[None, :])  # (3, 3, P)
     size = k + int(draws)
     grad = np.zeros(size)
@@ -181,8 +187,12 @@ def _objective(
     return value, grad, hess
 
 
-def fit_ratings(outcomes: Iterable[Outcome], players: Sequence[str] | None = None,
-                prior_sd: float | None = 1000.0, confidence: float = 0.95) -> Ratings:  # fmt: skip
+def fit_ratings(
+    outcomes: Iterable[Outcome],
+    players: Sequence[str] | None = None,
+    prior_sd: float | None = 1000.0,
+    confidence: float = 0.95,
+) -> Ratings:
     """Fit Elo-scale Bradley-Terry-Davidson ratings to game outcomes (module docstring).
 
     Args:
@@ -198,9 +208,11 @@ def fit_ratings(outcomes: Iterable[Outcome], players: Sequence[str] | None = Non
         raise ImportError("fitting ratings needs scipy: pip install 'gigastep[eval]'") from None
 
     records = _records(outcomes)
-    names = list(players) if players is not None else list(
-        dict.fromkeys(n for r in records for n in r[:2])
-    )  # fmt: skip
+    names = (
+        list(players)
+        if players is not None
+        else list(dict.fromkeys(n for r in records for n in r[:2]))
+    )
     index: dict[Any, int] = {p: m for m, p in enumerate(names)}
     missing = sorted({n for r in records for n in r[:2]} - set(index))
     if missing:
@@ -214,9 +226,14 @@ def fit_ratings(outcomes: Iterable[Outcome], players: Sequence[str] | None = Non
     prior_var = None if prior_sd is None else (prior_sd / ELO_SCALE) ** 2
     args = (i, j, w, d, lost, k, prior_var, draws)
     x0 = np.zeros(k + int(draws))
-    fit = minimize(lambda x: _objective(x, *args)[:2], x0, jac=True,
-                   hess=lambda x: _objective(x, *args)[2], method="trust-exact",
-                   options={"gtol": 1e-9})  # fmt: skip
+    fit = minimize(
+        lambda x: _objective(x, *args)[:2],
+        x0,
+        jac=True,
+        hess=lambda x: _objective(x, *args)[2],
+        method="trust-exact",
+        options={"gtol": 1e-9},
+    )
     if not np.all(np.isfinite(fit.x)):
         raise ValueError(f"the rating fit did not converge ({fit.message})")
     cov = np.linalg.inv(_objective(fit.x, *args)[2])[:k, :k]
@@ -226,12 +243,26 @@ def fit_ratings(outcomes: Iterable[Outcome], players: Sequence[str] | None = Non
     z = normal_quantile(confidence)
     out = []
     for m, name in enumerate(names):
-        rec = [(r[2], r[3], r[4]) if r[0] == name else (r[4], r[3], r[2])
-               for r in records if name in r[:2]]  # fmt: skip
+        rec = [
+            (r[2], r[3], r[4]) if r[0] == name else (r[4], r[3], r[2])
+            for r in records
+            if name in r[:2]
+        ]
         wins, dr, losses = (int(sum(x[c] for x in rec)) for c in range(3))
         rating, err = BASE_RATING + ELO_SCALE * float(theta[m]), float(se[m])
-        out.append(Rating(name, rating, err, rating - z * err, rating + z * err,
-                          wins + dr + losses, wins, dr, losses))  # fmt: skip
+        out.append(
+            Rating(
+                name,
+                rating,
+                err,
+                rating - z * err,
+                rating + z * err,
+                wins + dr + losses,
+                wins,
+                dr,
+                losses,
+            )
+        )
     nu = float(np.exp(fit.x[k])) if draws else 0.0
     return Ratings(tuple(out), nu, prior_sd, confidence)
 
@@ -274,13 +305,16 @@ class League:
 
     def summary(self) -> str:
         """The ratings table and the matrix as text."""
-        lines = [f"league on {self.scenario} ({self.scenario_hash}), {self.games_per_pair} "
-                 f"games per pair; {self.ratings.model}",
-                 f"{'player':<20} {'rating':>8} {'+-se':>6} {'games':>6} {'W':>5} {'D':>5} "
-                 f"{'L':>5}"]  # fmt: skip
+        lines = [
+            f"league on {self.scenario} ({self.scenario_hash}), {self.games_per_pair} "
+            f"games per pair; {self.ratings.model}",
+            f"{'player':<20} {'rating':>8} {'+-se':>6} {'games':>6} {'W':>5} {'D':>5} {'L':>5}",
+        ]
         for r in self.ratings.ranked():
-            lines.append(f"{r.player:<20} {r.rating:8.1f} {r.se:6.1f} {r.games:6d} "
-                         f"{r.wins:5d} {r.draws:5d} {r.losses:5d}")  # fmt: skip
+            lines.append(
+                f"{r.player:<20} {r.rating:8.1f} {r.se:6.1f} {r.games:6d} "
+                f"{r.wins:5d} {r.draws:5d} {r.losses:5d}"
+            )
         return "\n".join(lines)
 
     # --- files --------------------------------------------------------------------------
@@ -304,37 +338,93 @@ class League:
         return _csv(rows)
 
     def _results_csv(self) -> str:
-        head = ["player_a", "player_b", "games", "wins", "draws", "losses", "win_rate",
-                "win_ci_low", "win_ci_high", "loss_rate", "loss_ci_low", "loss_ci_high",
-                "mean_return_a", "mean_return_b", "mean_episode_length", "unfinished"]  # fmt: skip
+        head = [
+            "player_a",
+            "player_b",
+            "games",
+            "wins",
+            "draws",
+            "losses",
+            "win_rate",
+            "win_ci_low",
+            "win_ci_high",
+            "loss_rate",
+            "loss_ci_low",
+            "loss_ci_high",
+            "mean_return_a",
+            "mean_return_b",
+            "mean_episode_length",
+            "unfinished",
+        ]
         rows: list[list[Any]] = [head]
         for r in self.results:
-            rows.append([r.player_a, r.player_b, r.games, r.wins, r.draws, r.losses,
-                         *_fmt(r.win_rate, *r.win_rate_ci, r.loss_rate, *r.loss_rate_ci,
-                               r.mean_return_a, r.mean_return_b, r.mean_episode_length),
-                         r.unfinished])  # fmt: skip
+            rows.append(
+                [
+                    r.player_a,
+                    r.player_b,
+                    r.games,
+                    r.wins,
+                    r.draws,
+                    r.losses,
+                    *_fmt(
+                        r.win_rate,
+                        *r.win_rate_ci,
+                        r.loss_rate,
+                        *r.loss_rate_ci,
+                        r.mean_return_a,
+                        r.mean_return_b,
+                        r.mean_episode_length,
+                    ),
+                    r.unfinished,
+                ]
+            )
         return _csv(rows)
 
     def _ratings_csv(self) -> str:
-        head = ["player", "rating", "se", "ci_low", "ci_high", "games", "wins", "draws",
-                "losses", "score"]  # fmt: skip
+        head = [
+            "player",
+            "rating",
+            "se",
+            "ci_low",
+            "ci_high",
+            "games",
+            "wins",
+            "draws",
+            "losses",
+            "score",
+        ]
         rows: list[list[Any]] = [head]
         for r in self.ratings.ranked():
-            rows.append([r.player, *_fmt(r.rating, r.se, r.ci_low, r.ci_high), r.games,
-                         r.wins, r.draws, r.losses, *_fmt(r.score)])  # fmt: skip
+            rows.append(
+                [
+                    r.player,
+                    *_fmt(r.rating, r.se, r.ci_low, r.ci_high),
+                    r.games,
+                    r.wins,
+                    r.draws,
+                    r.losses,
+                    *_fmt(r.score),
+                ]
+            )
         return _csv(rows)
 
     def marl_eval(self) -> dict[str, Any]:
         """Per-player metrics in marl-eval's raw-data layout (one-element metric lists)."""
         per_player = {}
         for m, name in enumerate(self.players):
-            mine = [(r, a == m) for (a, b), r in zip(self.pairs, self.results, strict=True)
-                    if m in (a, b) and a != b]  # fmt: skip
+            mine = [
+                (r, a == m)
+                for (a, b), r in zip(self.pairs, self.results, strict=True)
+                if m in (a, b) and a != b
+            ]
             games = sum(r.games for r, _ in mine)
             wins = sum(r.wins if first else r.losses for r, first in mine)
             draws = sum(r.draws for r, _ in mine)
-            ret = sum((r.mean_return_a if first else r.mean_return_b) * r.games
-                      for r, first in mine if r.games)  # fmt: skip
+            ret = sum(
+                (r.mean_return_a if first else r.mean_return_b) * r.games
+                for r, first in mine
+                if r.games
+            )
             rating = self.ratings[name]
             metrics = {
                 "win_rate": [wins / games if games else None],
@@ -345,8 +435,12 @@ class League:
                 "rating_se": [rating.se],
                 "games": [games],
             }
-            per_player[name] = {f"seed_{self.seed}": {"step_0": {"step_count": 0, **metrics},
-                                                      "absolute_metrics": metrics}}  # fmt: skip
+            per_player[name] = {
+                f"seed_{self.seed}": {
+                    "step_0": {"step_count": 0, **metrics},
+                    "absolute_metrics": metrics,
+                }
+            }
         return {"gigastep": {self.scenario: per_player}}
 
     def heatmap(self, path: str | os.PathLike[str]) -> None:
@@ -372,16 +466,27 @@ class League:
                     ax.text(b, a, "-", ha="center", va="center", fontsize=10)
                     continue
                 ink = "white" if abs(m[a, b] - 0.5) > 0.3 else "black"  # dark ends of the map
-                ax.text(b, a - 0.08, f"{m[a, b]:.2f}", ha="center", va="center", fontsize=10,
-                        color=ink)  # fmt: skip
-                ax.text(b, a + 0.22, f"draws {draws[a, b]:.2f}", ha="center", va="center",
-                        fontsize=7, color=ink)  # fmt: skip
+                ax.text(
+                    b, a - 0.08, f"{m[a, b]:.2f}", ha="center", va="center", fontsize=10, color=ink
+                )
+                ax.text(
+                    b,
+                    a + 0.22,
+                    f"draws {draws[a, b]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=ink,
+                )
         ax.set_xticks(range(k), self.players, rotation=30, ha="right")
         ax.set_yticks(range(k), self.players)
         ax.set_xlabel("opponent")
         ax.set_ylabel("player")
-        ax.set_title(f"win rate of row vs column (and draw rate)\n{self.scenario}, "
-                     f"{self.games_per_pair} games per pair", fontsize=10)  # fmt: skip
+        ax.set_title(
+            f"win rate of row vs column (and draw rate)\n{self.scenario}, "
+            f"{self.games_per_pair} games per pair",
+            fontsize=10,
+        )
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="win rate")
         fig.tight_layout()
         with atomic_path(path) as tmp:
@@ -399,10 +504,18 @@ def _csv(rows: Iterable[Iterable[Any]]) -> str:
     return buffer.getvalue()
 
 
-def play_league(players: Sequence[PlayerLike], scenario: EnvLike = DEFAULT_SCENARIO,
-                games: int = 64, *, seed: int = 0, self_play: bool = False,
-                device: Device = "cpu", prior_sd: float = 1000.0,
-                progress: Progress | None = None, **kwargs: Any) -> League:  # fmt: skip
+def play_league(
+    players: Sequence[PlayerLike],
+    scenario: EnvLike = DEFAULT_SCENARIO,
+    games: int = 64,
+    *,
+    seed: int = 0,
+    self_play: bool = False,
+    device: Device = "cpu",
+    prior_sd: float = 1000.0,
+    progress: Progress | None = None,
+    **kwargs: Any,
+) -> League:
     """Play every pair of `players` (`games` games each, `gigastep.evaluation.evaluate`) and
     fit ratings to all the games.
 
@@ -416,8 +529,9 @@ def play_league(players: Sequence[PlayerLike], scenario: EnvLike = DEFAULT_SCENA
         raise ValueError(f"a league needs at least 2 players, got {len(players)}")
     resolved = [resolve_player(p, device) for p in players]
     labels = _player_labels(resolved)
-    pairs = [(a, b) for a in range(len(labels)) for b in range(a, len(labels))
-             if a != b or self_play]  # fmt: skip
+    pairs = [
+        (a, b) for a in range(len(labels)) for b in range(a, len(labels)) if a != b or self_play
+    ]
     results, done = [], 0
     for a, b in pairs:
 
@@ -425,16 +539,23 @@ def play_league(players: Sequence[PlayerLike], scenario: EnvLike = DEFAULT_SCENA
             if progress is not None:
                 progress(base + n)
 
-        r = evaluate(resolved[a], resolved[b], scenario, games, seed=seed, device=device,
-                     progress=step, **kwargs)  # fmt: skip
+        r = evaluate(
+            resolved[a],
+            resolved[b],
+            scenario,
+            games,
+            seed=seed,
+            device=device,
+            progress=step,
+            **kwargs,
+        )
         r.player_a, r.player_b = labels[a], labels[b]
         results.append(r)
         done += games
     rated = [r for (a, b), r in zip(pairs, results, strict=True) if a != b]
     ratings = fit_ratings(rated, players=labels, prior_sd=prior_sd)
     first = results[0]
-    return League(labels, first.scenario, first.scenario_hash, games, seed, results, pairs,
-                  ratings)  # fmt: skip
+    return League(labels, first.scenario, first.scenario_hash, games, seed, results, pairs, ratings)
 
 
 def _player_labels(players: Sequence[Player]) -> list[str]:

@@ -143,9 +143,14 @@ class FrameRenderer:
         title: the first line of the legend (e.g. the scenario name).
     """
 
-    def __init__(self, env: GigastepEnv, agents: Iterable[int] = (),
-                 names: Iterable[str] = ("team 0", "team 1"), scale: int = 4,
-                 title: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: GigastepEnv,
+        agents: Iterable[int] = (),
+        names: Iterable[str] = ("team 0", "team 1"),
+        scale: int = 4,
+        title: str = "",
+    ) -> None:
         check_positive_int(scale, "scale")
         from gigastep.replay import check_agents
 
@@ -182,10 +187,18 @@ class FrameRenderer:
         alive = np.asarray(states.agents.alive)
         ego = None if ego is None else np.asarray(ego)
         return [
-            self._compose(views[i], px[i], py[i], health[i], alive[i],
-                          None if ego is None else ego[i], first_step + i, total_steps)
+            self._compose(
+                views[i],
+                px[i],
+                py[i],
+                health[i],
+                alive[i],
+                None if ego is None else ego[i],
+                first_step + i,
+                total_steps,
+            )
             for i in range(t)
-        ]  # fmt: skip
+        ]
 
     def _compose(
         self,
@@ -282,11 +295,17 @@ def recording_frames(recording: Recording, scale: int = 4) -> list[np.ndarray]:
     return renderer.frames(recording.states, recording.ego, 0, recording.steps)
 
 
-def render_episode(env: str | GigastepEnv, policies: Sequence[PlayerLike], steps: int = 200,
-                   seed: int = 0, agents: Iterable[int] = (), scale: int = 4,
-                   overrides: dict[str, Any] | None = None, device: Device = "cpu",
-                   progress: Callable[[int], object] | None = None,
-                   ) -> list[np.ndarray]:  # fmt: skip
+def render_episode(
+    env: str | GigastepEnv,
+    policies: Sequence[PlayerLike],
+    steps: int = 200,
+    seed: int = 0,
+    agents: Iterable[int] = (),
+    scale: int = 4,
+    overrides: dict[str, Any] | None = None,
+    device: Device = "cpu",
+    progress: Callable[[int], object] | None = None,
+) -> list[np.ndarray]:
     """Play one episode and return its video frames.
 
     Args:
@@ -330,8 +349,14 @@ def save_gif(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> N
 
     images = [Image.fromarray(f) for f in _check_frames(frames)]
     with atomic_path(path, suffix=".gif") as tmp:
-        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
-                       duration=max(1, round(1000 / fps)), loop=0)  # fmt: skip
+        images[0].save(
+            tmp,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=max(1, round(1000 / fps)),
+            loop=0,
+        )
 
 
 def save_mp4(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> None:
@@ -351,8 +376,14 @@ def save_mp4(frames: Iterable[npt.ArrayLike], path: StrPath, fps: int = 10) -> N
         # ffmpeg runs as a subprocess (fork, then exec at once), which JAX's fork warning
         # does not concern.
         warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-        writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264",
-                                    macro_block_size=1, pixelformat="yuv420p")  # fmt: skip
+        writer = imageio.get_writer(
+            tmp,
+            format="FFMPEG",
+            fps=fps,
+            codec="libx264",
+            macro_block_size=1,
+            pixelformat="yuv420p",
+        )
         try:
             for f in arrays:
                 writer.append_data(f)

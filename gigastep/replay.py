@@ -141,9 +141,14 @@ class GameRunner:
         device: torch device for TorchPlayers.
     """
 
-    def __init__(self, env: str | GigastepEnv, players: Sequence[PlayerLike], seed: int = 0,
-                 overrides: dict[str, Any] | None = None,
-                 device: Device = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: str | GigastepEnv,
+        players: Sequence[PlayerLike],
+        seed: int = 0,
+        overrides: dict[str, Any] | None = None,
+        device: Device = "cpu",
+    ) -> None:
         if len(players) != 2:
             raise ValueError(f"players are (team 0's, team 1's); got {len(players)} players")
         self.env = make_env(env, overrides)
@@ -173,10 +178,11 @@ class GameRunner:
         self.done = False
         self.actions: list[np.ndarray] = []
         self._actors: list[TorchActor | None] = [
-            None if isinstance(p, ScriptedPlayer)
+            None
+            if isinstance(p, ScriptedPlayer)
             else p.actor(self.config, team, 1, self.device, self.seed + team)
             for team, p in enumerate(self.players)
-        ]  # fmt: skip
+        ]
 
     def policy_actions(self) -> np.ndarray:
         """What the players do in the current state: (n,) int32 or (n, 3) float32."""
@@ -199,8 +205,9 @@ class GameRunner:
         from gigastep.torch import jax_to_torch
 
         rows = jnp.asarray(self._rows[team])
-        obs = jax.tree_util.tree_map(lambda x: jax_to_torch(x[rows][None]).to(self.device),
-                                     self.obs)  # fmt: skip
+        obs = jax.tree_util.tree_map(
+            lambda x: jax_to_torch(x[rows][None]).to(self.device), self.obs
+        )
         first = torch.tensor([self.t == 0], device=self.device)
         actor = self._actors[team]
         assert actor is not None  # the team of a TorchPlayer has an actor
@@ -209,8 +216,16 @@ class GameRunner:
 
     def replay(self, agents: Iterable[int] = ()) -> Replay:
         """The replay of the game so far (needs a scenario name)."""
-        return _replay_of(self.env, self.scenario, self.overrides, self.seed, self.names,
-                          agents, self.actions, self.state)  # fmt: skip
+        return _replay_of(
+            self.env,
+            self.scenario,
+            self.overrides,
+            self.seed,
+            self.names,
+            agents,
+            self.actions,
+            self.state,
+        )
 
     def step(
         self,
@@ -277,8 +292,16 @@ class Recording:
     def replay(self) -> Replay:
         """The replay of this game (needs a scenario name)."""
         final = jax.tree_util.tree_map(lambda x: x[-1], self.states)
-        return _replay_of(self.env, self.scenario, self.overrides, self.seed, self.players,
-                          self.agents, self.actions, final)  # fmt: skip
+        return _replay_of(
+            self.env,
+            self.scenario,
+            self.overrides,
+            self.seed,
+            self.players,
+            self.agents,
+            self.actions,
+            final,
+        )
 
 
 def _replay_of(
@@ -370,10 +393,16 @@ def _collect(
     )
 
 
-def record_game(env: str | GigastepEnv, players: Sequence[PlayerLike], steps: int = 200,
-                seed: int = 0, agents: Iterable[int] = (),
-                overrides: dict[str, Any] | None = None, device: Device = "cpu",
-                progress: Callable[[int], object] | None = None) -> Recording:  # fmt: skip
+def record_game(
+    env: str | GigastepEnv,
+    players: Sequence[PlayerLike],
+    steps: int = 200,
+    seed: int = 0,
+    agents: Iterable[int] = (),
+    overrides: dict[str, Any] | None = None,
+    device: Device = "cpu",
+    progress: Callable[[int], object] | None = None,
+) -> Recording:
     """Play one episode (at most `steps` steps) between (team 0's, team 1's) players.
 
     Args:
@@ -392,8 +421,15 @@ def record_game(env: str | GigastepEnv, players: Sequence[PlayerLike], steps: in
         return game.obs, game.state, game.actions[-1], rewards, dones, done
 
     parts = _collect(game.env, game.obs, game.state, advance, agents, steps)
-    return Recording(env=game.env, scenario=game.scenario, overrides=game.overrides,
-                     seed=game.seed, players=game.names, agents=agents, **parts)  # fmt: skip
+    return Recording(
+        env=game.env,
+        scenario=game.scenario,
+        overrides=game.overrides,
+        seed=game.seed,
+        players=game.names,
+        agents=agents,
+        **parts,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -431,11 +467,16 @@ class Replay:
     def save(self, path: StrPath) -> None:
         """Write the replay as a compressed .npz (atomically)."""
         meta = {
-            "scenario": self.scenario, "config_hash": self.config_hash, "seed": self.seed,
-            "players": list(self.players), "agents": list(self.agents),
-            "overrides": self.overrides, "final_step": self.final_step,
-            "platform": self.platform, "render_options": self.render_options,
-        }  # fmt: skip
+            "scenario": self.scenario,
+            "config_hash": self.config_hash,
+            "seed": self.seed,
+            "players": list(self.players),
+            "agents": list(self.agents),
+            "overrides": self.overrides,
+            "final_step": self.final_step,
+            "platform": self.platform,
+            "render_options": self.render_options,
+        }
         arrays: dict[str, Any] = {
             "format": np.asarray("gigastep-replay"),
             "version": np.asarray(self.version, np.int32),
@@ -463,13 +504,19 @@ class Replay:
             )
         meta = json.loads(str(arrays["meta"]))
         return cls(
-            scenario=meta["scenario"], config_hash=meta["config_hash"], seed=int(meta["seed"]),
-            actions=arrays["actions"], players=tuple(meta["players"]),
-            agents=tuple(meta["agents"]), overrides=meta["overrides"],
-            final_returns=arrays.get("final_returns"), final_step=meta["final_step"],
-            platform=meta.get("platform", ""), version=version,
+            scenario=meta["scenario"],
+            config_hash=meta["config_hash"],
+            seed=int(meta["seed"]),
+            actions=arrays["actions"],
+            players=tuple(meta["players"]),
+            agents=tuple(meta["agents"]),
+            overrides=meta["overrides"],
+            final_returns=arrays.get("final_returns"),
+            final_step=meta["final_step"],
+            platform=meta.get("platform", ""),
+            version=version,
             render_options=meta.get("render_options", {}),
-        )  # fmt: skip
+        )
 
     def env(self) -> GigastepEnv:
         """The recorded game's environment, refused if the scenario changed since."""
@@ -512,8 +559,15 @@ class Replay:
             return obs, state, self.actions[t], rewards, dones, done
 
         parts = _collect(env, obs, state, advance, agents, self.steps)
-        rec = Recording(env=env, scenario=self.scenario, overrides=self.overrides,
-                        seed=self.seed, players=self.players, agents=agents, **parts)  # fmt: skip
+        rec = Recording(
+            env=env,
+            scenario=self.scenario,
+            overrides=self.overrides,
+            seed=self.seed,
+            players=self.players,
+            agents=agents,
+            **parts,
+        )
         if check:
             self._check(rec)
         return rec
@@ -522,8 +576,9 @@ class Replay:
         final = rec.states.episode
         returns = np.asarray(final.returns[-1])
         same_steps = len(rec.actions) == self.steps
-        same = same_steps and (self.final_returns is None
-                               or np.array_equal(returns, self.final_returns))  # fmt: skip
+        same = same_steps and (
+            self.final_returns is None or np.array_equal(returns, self.final_returns)
+        )
         if not same:
             raise ReplayError(
                 "the re-simulated game differs from the recording (final returns "

@@ -209,8 +209,9 @@ def joint_policy(policy_team0: PolicyLike, policy_team1: PolicyLike) -> JointPol
         >>> out = gigastep.rollout(env, 256, 500, key, policy=match)
         >>> out.wins.sum(0) / out.episodes.sum()             # win rates of team 0 and team 1
     """
-    return JointPolicy(_as_policy(policy_team0, "policy_team0"),
-                       _as_policy(policy_team1, "policy_team1"))  # fmt: skip
+    return JointPolicy(
+        _as_policy(policy_team0, "policy_team0"), _as_policy(policy_team1, "policy_team1")
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,8 +327,15 @@ def _batched_step(
     return jax.vmap(partial(_env.step_autoreset, config, final_obs=False))
 
 
-def play_games(config: EnvConfig, policy: opponents.Policy, num_steps: int, trajectory: bool,
-               reset_finished_only: bool, impl: str, keys: jax.Array) -> RolloutResult:  # fmt: skip
+def play_games(
+    config: EnvConfig,
+    policy: opponents.Policy,
+    num_steps: int,
+    trajectory: bool,
+    reset_finished_only: bool,
+    impl: str,
+    keys: jax.Array,
+) -> RolloutResult:
     """Reset the games of `keys` ((B, ...) uint32 key data, one per game) and play them for
     `num_steps` steps in one `lax.scan` (see the module docstring for the key derivation)."""
     keys = jax.random.wrap_key_data(keys, impl=impl)
@@ -346,8 +354,11 @@ def play_games(config: EnvConfig, policy: opponents.Policy, num_steps: int, traj
         actions = act(states, k[:, 0])
         nxt_obs, states, rewards, dones, done, info = step(states, actions, k[:, 1])
         totals = _add_step(totals, rewards, done, info)
-        record = Trajectory(obs=obs, actions=actions, rewards=rewards, dones=dones,
-                            episode_done=done) if trajectory else None  # fmt: skip
+        record = (
+            Trajectory(obs=obs, actions=actions, rewards=rewards, dones=dones, episode_done=done)
+            if trajectory
+            else None
+        )
         return (states, nxt_obs, totals), record
 
     init = (states, obs, _zero_totals(b, config.n_agents))
@@ -383,9 +394,15 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
 
 
 @lru_cache(maxsize=32)
-def _compiled(config: EnvConfig, policy: opponents.Policy, num_envs: int, num_steps: int,
-              trajectory: bool, impl: str,
-              platform: str) -> Callable[[ArrayLike], RolloutResult]:  # fmt: skip
+def _compiled(
+    config: EnvConfig,
+    policy: opponents.Policy,
+    num_envs: int,
+    num_steps: int,
+    trajectory: bool,
+    impl: str,
+    platform: str,
+) -> Callable[[ArrayLike], RolloutResult]:
     """The jitted rollout `key data -> RolloutResult` (one per argument tuple)."""
     check_policy(config, policy)
 
@@ -397,8 +414,14 @@ def _compiled(config: EnvConfig, policy: opponents.Policy, num_envs: int, num_st
     return jax.jit(run, compiler_options=compiler_options(platform))
 
 
-def rollout(env: opponents.EnvLike, num_envs: int, num_steps: int, key: jax.Array,
-            policy: PolicyLike = None, trajectory: bool = False) -> RolloutResult:  # fmt: skip
+def rollout(
+    env: opponents.EnvLike,
+    num_envs: int,
+    num_steps: int,
+    key: jax.Array,
+    policy: PolicyLike = None,
+    trajectory: bool = False,
+) -> RolloutResult:
     """Play `num_envs` games for `num_steps` steps on one device, in one compiled scan.
 
     Finished games restart inside the step (the library's auto-resetting batched step), so
@@ -428,8 +451,9 @@ def rollout(env: opponents.EnvLike, num_envs: int, num_steps: int, key: jax.Arra
     genv, num_envs, num_steps, data, impl, policy, trajectory = check_arguments(
         env, num_envs, num_steps, key, policy, trajectory
     )
-    run = _compiled(genv.config, policy, num_envs, num_steps, trajectory, impl,
-                    jax.default_backend())  # fmt: skip
+    run = _compiled(
+        genv.config, policy, num_envs, num_steps, trajectory, impl, jax.default_backend()
+    )
     return run(data)
 
 

@@ -69,13 +69,15 @@ _TYPE_TO_CONFIG = {
 }
 # Fields a scenario sets through its agents, map and map size rather than its `env` table.
 _STRUCTURAL = {
-    **{f: "list agents with add/add_type (team0/team1 in a file)"
-       for f in ("teams", "type_names", *_TYPE_TO_CONFIG.values())},
+    **{
+        f: "list agents with add/add_type (team0/team1 in a file)"
+        for f in ("teams", "type_names", *_TYPE_TO_CONFIG.values())
+    },
     "maps": "choose maps with set_map/add_map (`map` in a file)",
     "map_set": "choose maps with set_map/add_map (`map` in a file)",
     "limit_x": "set the world size with set_map(size=...) (`map_size` in a file)",
     "limit_y": "set the world size with set_map(size=...) (`map_size` in a file)",
-}  # fmt: skip
+}
 _SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env")
 
 
@@ -483,14 +485,28 @@ class ScenarioBuilder:
         self._agents += [(team, self._types[type_name])] * count
         return self
 
-    def add(self, team: int = 0, sprite: int = 1, max_health: float = 1.0, range: float = 1.0,
-            damage_range: float = 1.0, thrust: float = 1.0, idle_reward: float = 0.0, *,
-            type_name: str = "custom") -> ScenarioBuilder:  # fmt: skip
+    def add(
+        self,
+        team: int = 0,
+        sprite: int = 1,
+        max_health: float = 1.0,
+        range: float = 1.0,
+        damage_range: float = 1.0,
+        thrust: float = 1.0,
+        idle_reward: float = 0.0,
+        *,
+        type_name: str = "custom",
+    ) -> ScenarioBuilder:
         """Append one agent with the given properties (`range` sets its detection range)."""
         agent = AgentType(
-            name=type_name, sprite=sprite, max_health=max_health, detection_range=range,
-            damage_range=damage_range, thrust=thrust, idle_reward=idle_reward,
-        )  # fmt: skip
+            name=type_name,
+            sprite=sprite,
+            max_health=max_health,
+            detection_range=range,
+            damage_range=damage_range,
+            thrust=thrust,
+            idle_reward=idle_reward,
+        )
         self._agents.append((check_team(team), agent))
         return self
 

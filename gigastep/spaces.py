@@ -55,8 +55,9 @@ class Box:
         k1, k2 = jax.random.split(key)
         u = jax.random.uniform(k1, self.shape, jnp.float32)
         safe_low, safe_high = np.where(bounded, low, 0), np.where(bounded, high, 1)
-        x = jnp.where(bounded, safe_low + u * (safe_high - safe_low),
-                      jax.random.normal(k2, self.shape))  # fmt: skip
+        x = jnp.where(
+            bounded, safe_low + u * (safe_high - safe_low), jax.random.normal(k2, self.shape)
+        )
         return x.astype(self.dtype)
 
     def contains(self, x: Any) -> bool:
@@ -111,8 +112,11 @@ class Tuple:
         return tuple(s.sample(k) for s, k in zip(self.spaces, keys, strict=True))
 
     def contains(self, x: Any) -> bool:
-        return (isinstance(x, tuple) and len(x) == len(self.spaces)
-                and all(s.contains(v) for s, v in zip(self.spaces, x, strict=True)))  # fmt: skip
+        return (
+            isinstance(x, tuple)
+            and len(x) == len(self.spaces)
+            and all(s.contains(v) for s, v in zip(self.spaces, x, strict=True))
+        )
 
     def to_gymnasium(self) -> gymnasium.spaces.Tuple[Any]:
         import gymnasium
@@ -201,8 +205,17 @@ def vector_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
     r = max(config.z_max, *(mp.height[1] for mp in config.maps)) / config.z_max
     v_lo, v_hi = _speed_range(config)
     pi = np.float32(math.pi)
-    ego_hi = [1.0, 1.0, _up(1.0), _up(1.0), _up(r), pi, _up(v_hi / diag),
-              max(config.max_health), max(config.sprites)]  # fmt: skip
+    ego_hi = [
+        1.0,
+        1.0,
+        _up(1.0),
+        _up(1.0),
+        _up(r),
+        pi,
+        _up(v_hi / diag),
+        max(config.max_health),
+        max(config.sprites),
+    ]
     ego_lo = [0.0, 0.0, 0.0, 0.0, 0.0, -pi, 0.0, 0.0, 0.0]
     dv = _up((v_hi - v_lo) / diag)
     other_hi = [1.0, 1.0, _up(1.0), _up(1.0), _up(r), pi, dv, ego_hi[7], ego_hi[8]]

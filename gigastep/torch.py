@@ -260,15 +260,21 @@ class ScriptedTeam:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"ScriptedTeam.{name} must be an int, got {value!r}")
         if not 0 <= self.start < self.stop:
-            raise ValueError(f"ScriptedTeam needs 0 <= start < stop, got [{self.start}, "
-                             f"{self.stop})")  # fmt: skip
+            raise ValueError(
+                f"ScriptedTeam needs 0 <= start < stop, got [{self.start}, {self.stop})"
+            )
         check_team(self.team, "ScriptedTeam.team")
         object.__setattr__(self, "policy", get_policy(self.policy))
 
 
-def _apply_scripted(config: EnvConfig, scripted: tuple[ScriptedTeam, ...], states: EnvState,
-                    actions: jax.Array, key: jax.Array,
-                    window: tuple[int, int] | None = None) -> jax.Array:  # fmt: skip
+def _apply_scripted(
+    config: EnvConfig,
+    scripted: tuple[ScriptedTeam, ...],
+    states: EnvState,
+    actions: jax.Array,
+    key: jax.Array,
+    window: tuple[int, int] | None = None,
+) -> jax.Array:
     """`actions` (B, n, ...) with the rows of every scripted team replaced by its policy's
     actions on its slice of games. Game b's team t draws the key of b in
     `_game_keys(fold_in(key, t), ...)`: it does not depend on how the batch is sliced."""
@@ -314,12 +320,17 @@ class StepOutputs(NamedTuple):
 
 
 @lru_cache(maxsize=64)
-def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
-                   scripted: tuple[ScriptedTeam, ...] = (), state_vectors: bool = False,
-                   window: tuple[int, int] | None = None,
-                   score: EnvConfig | None = None) -> Callable[
-                       [list[jax.Array], jax.Array, jax.Array],
-                       tuple[jax.Array, list[jax.Array], StepOutputs]]:  # fmt: skip
+def _compiled_step(
+    game: Game,
+    final_obs: bool,
+    reset_finished_only: bool,
+    scripted: tuple[ScriptedTeam, ...] = (),
+    state_vectors: bool = False,
+    window: tuple[int, int] | None = None,
+    score: EnvConfig | None = None,
+) -> Callable[
+    [list[jax.Array], jax.Array, jax.Array], tuple[jax.Array, list[jax.Array], StepOutputs]
+]:
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, `StepOutputs`); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
@@ -355,18 +366,25 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
         key, sub = jax.random.split(key)
         states = jax.tree_util.tree_unflatten(treedef, leaves)
         if scripted:  # its own stream: the env's keys stay those of an unscripted batch
-            actions = _apply_scripted(config, scripted, states, actions,
-                                      jax.random.fold_in(sub, 1), window)  # fmt: skip
+            actions = _apply_scripted(
+                config, scripted, states, actions, jax.random.fold_in(sub, 1), window
+            )
         obs, states, rewards, dones, ep_dones, info = step(
             states, actions, _game_keys(sub, actions.shape[0], window)
         )
         outputs = StepOutputs(
-            obs=obs, rewards=rewards, dones=dones, ep_dones=ep_dones,
-            terminated=info.terminated, truncated=info.truncated,
-            episode_return=info.episode_return, episode_length=info.episode_length,
-            winner=info.winner, final_obs=info.final_obs if final_obs else None,
+            obs=obs,
+            rewards=rewards,
+            dones=dones,
+            ep_dones=ep_dones,
+            terminated=info.terminated,
+            truncated=info.truncated,
+            episode_return=info.episode_return,
+            episode_length=info.episode_length,
+            winner=info.winner,
+            final_obs=info.final_obs if final_obs else None,
             score=info.score,
-        )  # fmt: skip
+        )
         if state_vectors:
             assert info.final_state is not None  # the step was asked for it (final_state=True)
             outputs = outputs._replace(
@@ -380,8 +398,9 @@ def _compiled_step(game: Game, final_obs: bool, reset_finished_only: bool,
 
 def _both_state_vectors(config: EnvConfig, states: EnvState) -> jax.Array:
     """(B, 2, S) float32: every game's state vector seen from team 0 and from team 1."""
-    return jnp.stack([jax.vmap(partial(state_vector, config, team=t))(states)
-                      for t in (0, 1)], axis=1)  # fmt: skip
+    return jnp.stack(
+        [jax.vmap(partial(state_vector, config, team=t))(states) for t in (0, 1)], axis=1
+    )
 
 
 @partial(jax.jit, static_argnums=0)
@@ -468,12 +487,20 @@ class TorchVecEnv:
         >>> obs, rewards, dones, ep_dones, info = venv.step(actions)
     """
 
-    def __init__(self, name_or_env: EnvLike | VersusEnv, num_envs: int, seed: int = 0,
-                 device: torch.device | str | None = None, final_obs: bool = True,
-                 opponent: str | Policy | None = None, team: int = 0,
-                 scripted: Iterable[ScriptedTeam] = (), state_vectors: bool = False,
-                 window: tuple[int, int] | None = None,
-                 score: EnvLike | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name_or_env: EnvLike | VersusEnv,
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+        final_obs: bool = True,
+        opponent: str | Policy | None = None,
+        team: int = 0,
+        scripted: Iterable[ScriptedTeam] = (),
+        state_vectors: bool = False,
+        window: tuple[int, int] | None = None,
+        score: EnvLike | None = None,
+    ) -> None:
         check_positive_int(num_envs, "num_envs")
         self.game = _as_game(name_or_env, opponent, team)
         self.config = _game_config(self.game)
@@ -490,9 +517,15 @@ class TorchVecEnv:
         self._treedef = _state_treedef(self.game)
         self.last_obs: TorchObservation | None = None
         self.window = _check_window(window, num_envs)
-        self._step = _compiled_step(self.game, self.final_obs, self.jax_device.platform == "cpu",
-                                    self.scripted, self.state_vectors, self.window,
-                                    self.score)  # fmt: skip
+        self._step = _compiled_step(
+            self.game,
+            self.final_obs,
+            self.jax_device.platform == "cpu",
+            self.scripted,
+            self.state_vectors,
+            self.window,
+            self.score,
+        )
 
     @classmethod
     def from_states(
@@ -635,8 +668,9 @@ class TorchVecEnv:
         discrete = self.config.discrete_actions
         shape = (b, m) if discrete else (b, m, 3)
         if discrete:
-            kind_ok = not (actions.is_floating_point() or actions.is_complex()
-                           or actions.dtype == torch.bool)  # fmt: skip
+            kind_ok = not (
+                actions.is_floating_point() or actions.is_complex() or actions.dtype == torch.bool
+            )
         else:
             kind_ok = actions.is_floating_point()
         if tuple(actions.shape) != shape or not kind_ok:
@@ -665,8 +699,9 @@ def _check_window(window: Iterable[int] | None, num_envs: int) -> tuple[int, int
     except (TypeError, ValueError):
         raise TypeError(f"window must be (start, total), got {window!r}") from None
     if not 0 <= start <= total - num_envs:
-        raise ValueError(f"window {window!r}: games [{start}, {start + num_envs}) must lie in "
-                         f"a batch of {total}")  # fmt: skip
+        raise ValueError(
+            f"window {window!r}: games [{start}, {start + num_envs}) must lie in a batch of {total}"
+        )
     return (start, total)
 
 
@@ -687,8 +722,9 @@ def _check_scripted(
             raise ValueError(f"{s}: team {s.team} has no agents in this game")
         for lo, hi in taken[s.team]:
             if s.start < hi and lo < s.stop:
-                raise ValueError(f"{s} overlaps games [{lo}, {hi}) already scripted for team "
-                                 f"{s.team}")  # fmt: skip
+                raise ValueError(
+                    f"{s} overlaps games [{lo}, {hi}) already scripted for team {s.team}"
+                )
         taken[s.team].append((s.start, s.stop))
     return scripted
 

@@ -97,16 +97,29 @@ class GigastepTorchRLEnv(EnvBase):
         **overrides: EnvConfig fields changed (e.g. `max_episode_length=100`).
     """
 
-    def __init__(self, name_or_env: EnvLike | VersusEnv, num_envs: int,
-                 device: torch.device | str = "cpu", seed: int = 0,
-                 opponent: str | Policy | None = None, team: int = 0,
-                 **overrides: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name_or_env: EnvLike | VersusEnv,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        opponent: str | Policy | None = None,
+        team: int = 0,
+        **overrides: Any,
+    ) -> None:
         if overrides:
             if isinstance(name_or_env, VersusEnv):
                 raise TypeError("EnvConfig overrides need a scenario name, GigastepEnv or config")
             name_or_env = resolve_env(name_or_env, **overrides)
-        venv = TorchVecEnv(name_or_env, num_envs, seed=seed, device=device, final_obs=True,
-                           opponent=opponent, team=team)  # fmt: skip
+        venv = TorchVecEnv(
+            name_or_env,
+            num_envs,
+            seed=seed,
+            device=device,
+            final_obs=True,
+            opponent=opponent,
+            team=team,
+        )
         super().__init__(device=venv.device, batch_size=torch.Size([num_envs]))
         self._venv = venv
         self.config = venv.config
@@ -140,27 +153,34 @@ class GigastepTorchRLEnv(EnvBase):
                     entries["observation"] = Bounded(
                         torch.as_tensor(low).expand(b, m, -1),
                         torch.as_tensor(high).expand(b, m, -1),
-                        (b, m, c.vector_size), dtype=torch.float32, device=dev,
-                    )  # fmt: skip
+                        (b, m, c.vector_size),
+                        dtype=torch.float32,
+                        device=dev,
+                    )
                 else:  # a game whose speed has no bound (drag = 0)
                     entries["observation"] = Unbounded(
                         (b, m, c.vector_size), dtype=torch.float32, device=dev
                     )
             if c.obs_type in ("rgb", "rgb_vector"):
-                entries["pixels"] = Bounded(0, 255, (b, m, c.resolution_x, c.resolution_y, 3),
-                                            dtype=torch.uint8, device=dev)  # fmt: skip
+                entries["pixels"] = Bounded(
+                    0, 255, (b, m, c.resolution_x, c.resolution_y, 3), dtype=torch.uint8, device=dev
+                )
             obs[group] = Composite(entries, shape=shape, device=dev)
             if c.discrete_actions:
                 action = Categorical(N_DISCRETE_ACTIONS, shape, dtype=torch.int64, device=dev)
             else:
                 action = Bounded(-1.0, 1.0, (b, m, 3), dtype=torch.float32, device=dev)
             act[group] = Composite(action=action, shape=shape, device=dev)
-            rew[group] = Composite(reward=Unbounded((b, m, 1), dtype=torch.float32, device=dev),
-                                   shape=shape, device=dev)  # fmt: skip
+            rew[group] = Composite(
+                reward=Unbounded((b, m, 1), dtype=torch.float32, device=dev),
+                shape=shape,
+                device=dev,
+            )
             done[group] = Composite(
                 {k: Categorical(2, (b, m, 1), dtype=torch.bool, device=dev) for k in _DONE_KEYS},
-                shape=shape, device=dev,
-            )  # fmt: skip
+                shape=shape,
+                device=dev,
+            )
         root = {k: Categorical(2, (b, 1), dtype=torch.bool, device=dev) for k in _DONE_KEYS}
         self.observation_spec = Composite(obs, shape=(b,), device=dev)
         self.action_spec = Composite(act, shape=(b,), device=dev)
@@ -230,16 +250,18 @@ class GigastepTorchRLEnv(EnvBase):
         self._fresh_obs = (obs, ~dones | ep_dones.unsqueeze(1))
         self._pending = ep_dones
         final_alive = ~dones  # the finished step's agents, whose final observation this is
-        return self._output(info["final_obs"], final_alive, info["terminated"],
-                            info["truncated"], rewards)  # fmt: skip
+        return self._output(
+            info["final_obs"], final_alive, info["terminated"], info["truncated"], rewards
+        )
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDict:
         mask = self._reset_mask(tensordict)
         if mask is None or self._fresh_obs is None:
             obs = self._venv.reset(seed=self._seed)
             self._seed += 1  # the next full reset draws new games
-            alive = torch.ones(self.num_envs, self._venv.n_agents, dtype=torch.bool,
-                               device=self.device)  # fmt: skip
+            alive = torch.ones(
+                self.num_envs, self._venv.n_agents, dtype=torch.bool, device=self.device
+            )
             self._fresh_obs = (obs, alive)
         else:
             running = mask & ~self._pending

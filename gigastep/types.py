@@ -330,10 +330,19 @@ class EnvConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         non_negative = (
-            "very_close_depth", "damage_cone_depth", "damage_per_second", "healing_per_second",
-            "communication_range", "collision_range", "collision_altitude", "min_speed",
-            "cone_angle", "damage_cone_angle", "drag", "min_tracking_steps",
-        )  # fmt: skip
+            "very_close_depth",
+            "damage_cone_depth",
+            "damage_per_second",
+            "healing_per_second",
+            "communication_range",
+            "collision_range",
+            "collision_altitude",
+            "min_speed",
+            "cone_angle",
+            "damage_cone_angle",
+            "drag",
+            "min_tracking_steps",
+        )
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -471,12 +480,22 @@ class EnvState(PytreeData):
     episode: EpisodeState
 
     @staticmethod
-    def create(config: EnvConfig, x: VectorLike, y: VectorLike, z: VectorLike | None = None,
-               v: VectorLike | None = None, heading: VectorLike | None = None,
-               health: VectorLike | None = None, alive: VectorLike | None = None,
-               tracked: ArrayLike | Sequence[Sequence[int]] | None = None, map_idx: ArrayLike = 0,
-               waypoint: VectorLike | None = None, waypoint_time: ArrayLike = 0.0,
-               aux_rewards_factor: ArrayLike = 1.0, step: ArrayLike = 0) -> EnvState:  # fmt: skip
+    def create(
+        config: EnvConfig,
+        x: VectorLike,
+        y: VectorLike,
+        z: VectorLike | None = None,
+        v: VectorLike | None = None,
+        heading: VectorLike | None = None,
+        health: VectorLike | None = None,
+        alive: VectorLike | None = None,
+        tracked: ArrayLike | Sequence[Sequence[int]] | None = None,
+        map_idx: ArrayLike = 0,
+        waypoint: VectorLike | None = None,
+        waypoint_time: ArrayLike = 0.0,
+        aux_rewards_factor: ArrayLike = 1.0,
+        step: ArrayLike = 0,
+    ) -> EnvState:
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
         Args:

@@ -69,10 +69,17 @@ class Viewer:
         title: the first line of the legend.
     """
 
-    def __init__(self, game: GameRunner, human: int | None = None,
-                 replay_actions: npt.ArrayLike | None = None, fps: float = 10.0, scale: int = 3,
-                 agents: Iterable[int] | None = None, title: str = "",
-                 names: Sequence[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        game: GameRunner,
+        human: int | None = None,
+        replay_actions: npt.ArrayLike | None = None,
+        fps: float = 10.0,
+        scale: int = 3,
+        agents: Iterable[int] | None = None,
+        title: str = "",
+        names: Sequence[str] | None = None,
+    ) -> None:
         n = game.config.n_agents
         if human is not None and not (isinstance(human, int) and 0 <= human < n):
             raise ValueError(f"the human's agent must be one of 0..{n - 1}, got {human!r}")

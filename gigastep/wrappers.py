@@ -156,5 +156,7 @@ def _reset_done(
     def pick(a: jax.Array, b: jax.Array) -> jax.Array:
         return jnp.where(jnp.reshape(ep_dones, (-1,) + (1,) * (a.ndim - 1)), a, b)
 
-    return (jax.tree_util.tree_map(pick, new_obs, obs),
-            jax.tree_util.tree_map(pick, new_states, states))  # fmt: skip
+    return (
+        jax.tree_util.tree_map(pick, new_obs, obs),
+        jax.tree_util.tree_map(pick, new_states, states),
+    )

@@ -174,8 +174,9 @@ class Harness:
     def state(self, config: EnvConfig, **fields) -> EnvState:
         return EnvState.create(config, **fields)
 
-    def noise(self, config: EnvConfig, detection=0.0, comm=0.0, waypoint=(0.99, 0.5, 0.5, 0.5),
-              **entries) -> StepNoise:  # fmt: skip
+    def noise(
+        self, config: EnvConfig, detection=0.0, comm=0.0, waypoint=(0.99, 0.5, 0.5, 0.5), **entries
+    ) -> StepNoise:
         """Hand-built noise. Scalars broadcast; `det_I_J=u` / `comm_E_J=u` set single entries.
 
         Defaults: detection 0 (the stochastic test `q < u` never fires), comm 0 (only the ego

@@ -53,9 +53,21 @@ PI = F32(math.pi)
 TWO_PI = F32(2.0 * math.pi)
 
 STATE_KEYS = (
-    "x", "y", "z", "v", "heading", "health", "alive", "tracked",
-    "map_idx", "waypoint", "waypoint_time", "aux_rewards_factor", "step", "returns",
-)  # fmt: skip
+    "x",
+    "y",
+    "z",
+    "v",
+    "heading",
+    "health",
+    "alive",
+    "tracked",
+    "map_idx",
+    "waypoint",
+    "waypoint_time",
+    "aux_rewards_factor",
+    "step",
+    "returns",
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -137,9 +149,16 @@ def dynamics(config, state, actions):
     out = {k: np.zeros(n, np.float32) for k in ("x", "y", "z", "v", "heading")}
     for i in range(n):
         moved = move_agent(
-            config, state["x"][i], state["y"][i], state["z"][i], state["v"][i],
-            state["heading"][i], bool(state["alive"][i]), config.thrust[i], actions[i],
-        )  # fmt: skip
+            config,
+            state["x"][i],
+            state["y"][i],
+            state["z"][i],
+            state["v"][i],
+            state["heading"][i],
+            bool(state["alive"][i]),
+            config.thrust[i],
+            actions[i],
+        )
         for key, value in zip(("x", "y", "z", "v", "heading"), moved, strict=True):
             out[key][i] = value
     return out
@@ -351,9 +370,21 @@ def rewards(config, d, aux_factor):
     d0, d1 = a0 - a0_pre, a1 - a1_pre
     sizes = team_sizes(config)
     out = np.zeros(n, np.float32)
-    terms = {k: np.zeros(n, np.float32) for k in (
-        "waypoint", "idle_reward", "defeat", "detection", "damage", "idle", "collision_agent",
-        "collision_obstacle", "disabled", "game_won")}  # fmt: skip
+    terms = {
+        k: np.zeros(n, np.float32)
+        for k in (
+            "waypoint",
+            "idle_reward",
+            "defeat",
+            "detection",
+            "damage",
+            "idle",
+            "collision_agent",
+            "collision_obstacle",
+            "disabled",
+            "game_won",
+        )
+    }
     for i in range(n):
         alive_post = F32(1.0 if d["alive"][i] else 0.0)
         alive_pre = F32(1.0 if d["alive_pre"][i] else 0.0)
@@ -383,8 +414,17 @@ def rewards(config, d, aux_factor):
         t["disabled"][i] = -F32(config.reward_agent_disabled) * (F32(1.0) - alive_post) * alive_pre
         t["game_won"][i] = F32(config.reward_game_won) * F32(1.0 if won else 0.0) * alive_post
         base = F32(0.0)
-        for key in ("waypoint", "idle_reward", "defeat", "detection", "damage", "idle",
-                    "collision_agent", "collision_obstacle", "disabled"):  # fmt: skip
+        for key in (
+            "waypoint",
+            "idle_reward",
+            "defeat",
+            "detection",
+            "damage",
+            "idle",
+            "collision_agent",
+            "collision_obstacle",
+            "disabled",
+        ):
             base = F32(base + t[key][i])
         total = F32(aux_factor) * base + t["game_won"][i]
         if config.divide_reward_by_team_size:  # §15 row 8
@@ -455,8 +495,15 @@ def vector_observation(config, next_state, seen, e) -> np.ndarray:
         if not seen[e, i]:
             continue  # unseen rows are all zeros
         if i == e:
-            feats = [1.0, 1.0, s["x"][e] / lx, s["y"][e] / ly, s["z"][e] / lz,
-                     s["heading"][e], s["v"][e] / diag]  # fmt: skip
+            feats = [
+                1.0,
+                1.0,
+                s["x"][e] / lx,
+                s["y"][e] / ly,
+                s["z"][e] / lz,
+                s["heading"][e],
+                s["v"][e] / diag,
+            ]
         else:
             feats = [
                 1.0,
@@ -475,9 +522,11 @@ def vector_observation(config, next_state, seen, e) -> np.ndarray:
         w = s["waypoint"]
         if active:
             obs[k : k + 4] = [
-                (w[0] - s["x"][e]) / lx, (w[1] - s["y"][e]) / ly,
-                (w[2] - s["x"][e]) / lx, (w[3] - s["y"][e]) / ly,
-            ]  # fmt: skip
+                (w[0] - s["x"][e]) / lx,
+                (w[1] - s["y"][e]) / ly,
+                (w[2] - s["x"][e]) / lx,
+                (w[3] - s["y"][e]) / ly,
+            ]
         obs[k + 4] = 1.0 if active else 0.0
         k += 5
     for x1, y1, x2, y2 in scaled_boxes(config, s["map_idx"]):
@@ -652,21 +701,44 @@ def reference_step_details(config, state: dict, actions, noise: dict):
     done, eliminated, time_up = episode_done(config, *counts_post, new_step)  # §4.9
 
     d = dict(
-        alive_pre=alive_pre, alive1=alive1, alive=alive_post, hit=hit, oob=oob, col=col,
-        hitbox=hitbox, hd=hd, lock=lock, dmg=dmg, takes=takes, detby=detby,
-        det_other=det_other, dmg_other=dmg_other, counts_pre=counts_pre,
-        counts_post=counts_post, eliminated=eliminated, time_up=time_up,
+        alive_pre=alive_pre,
+        alive1=alive1,
+        alive=alive_post,
+        hit=hit,
+        oob=oob,
+        col=col,
+        hitbox=hitbox,
+        hd=hd,
+        lock=lock,
+        dmg=dmg,
+        takes=takes,
+        detby=detby,
+        det_other=det_other,
+        dmg_other=dmg_other,
+        counts_pre=counts_pre,
+        counts_post=counts_post,
+        eliminated=eliminated,
+        time_up=time_up,
         took_damage=takes > 0,
-    )  # fmt: skip
+    )
     reward, terms = rewards(config, d, state["aux_rewards_factor"])  # §4.10
     d["terms"] = terms
 
     next_state = dict(
-        x=pos["x"], y=pos["y"], z=pos["z"], v=pos["v"], heading=pos["heading"],
-        health=health, alive=alive_post, tracked=new_tracked,
-        map_idx=np.int32(state["map_idx"]), waypoint=wp_loc, waypoint_time=F32(wp_time),
-        aux_rewards_factor=F32(state["aux_rewards_factor"]), step=np.int32(new_step),
-    )  # fmt: skip
+        x=pos["x"],
+        y=pos["y"],
+        z=pos["z"],
+        v=pos["v"],
+        heading=pos["heading"],
+        health=health,
+        alive=alive_post,
+        tracked=new_tracked,
+        map_idx=np.int32(state["map_idx"]),
+        waypoint=wp_loc,
+        waypoint_time=F32(wp_time),
+        aux_rewards_factor=F32(state["aux_rewards_factor"]),
+        step=np.int32(new_step),
+    )
     if "returns" in state:
         next_state["returns"] = (np.asarray(state["returns"], np.float32) + reward).astype(
             np.float32
@@ -764,11 +836,18 @@ def reference_reset_state(config, map_idx: int, uniforms) -> tuple[dict, int]:
                 )
         rounds = r
     state = dict(
-        **pos, v=np.ones(n, np.float32), health=np.asarray(config.max_health, np.float32),
-        alive=np.ones(n, bool), tracked=np.zeros((n, n), np.int32), map_idx=np.int32(map_idx),
-        waypoint=np.zeros(4, np.float32), waypoint_time=F32(0), aux_rewards_factor=F32(1),
-        step=np.int32(0), returns=np.zeros(n, np.float32),
-    )  # fmt: skip
+        **pos,
+        v=np.ones(n, np.float32),
+        health=np.asarray(config.max_health, np.float32),
+        alive=np.ones(n, bool),
+        tracked=np.zeros((n, n), np.int32),
+        map_idx=np.int32(map_idx),
+        waypoint=np.zeros(4, np.float32),
+        waypoint_time=F32(0),
+        aux_rewards_factor=F32(1),
+        step=np.int32(0),
+        returns=np.zeros(n, np.float32),
+    )
     return state, rounds
 
 
@@ -816,12 +895,21 @@ def numpy_to_state(config, state: dict):
     from gigastep.types import EnvState
 
     env_state = EnvState.create(
-        config, x=state["x"], y=state["y"], z=state["z"], v=state["v"],
-        heading=state["heading"], health=state["health"], alive=state["alive"],
-        tracked=state["tracked"], map_idx=state["map_idx"], waypoint=state["waypoint"],
-        waypoint_time=state["waypoint_time"], aux_rewards_factor=state["aux_rewards_factor"],
+        config,
+        x=state["x"],
+        y=state["y"],
+        z=state["z"],
+        v=state["v"],
+        heading=state["heading"],
+        health=state["health"],
+        alive=state["alive"],
+        tracked=state["tracked"],
+        map_idx=state["map_idx"],
+        waypoint=state["waypoint"],
+        waypoint_time=state["waypoint_time"],
+        aux_rewards_factor=state["aux_rewards_factor"],
         step=state["step"],
-    )  # fmt: skip
+    )
     if "returns" in state:
         episode = env_state.episode.replace(returns=jnp.asarray(state["returns"], jnp.float32))
         env_state = env_state.replace(episode=episode)

@@ -22,14 +22,18 @@ def _position(config, rng, centres, placed, boxes):
     """One (x, y, z) drawn from a mixture: cluster, near a placed agent, edge, box, uniform."""
     lx, ly, lz = config.limit_x, config.limit_y, config.z_max
     scale = 1.0  # detection and damage ranges are absolute, so clusters are too
-    kind = rng.choice(["cluster", "partner", "edge", "box", "uniform"],
-                      p=[0.5, 0.15, 0.12, 0.08, 0.15])  # fmt: skip
+    kind = rng.choice(
+        ["cluster", "partner", "edge", "box", "uniform"], p=[0.5, 0.15, 0.12, 0.08, 0.15]
+    )
     z = float(rng.choice([0.0, 0.0, 1.0, 2.0, 2.0, lz, rng.uniform(0, lz)]))
     z = float(np.clip(z + rng.normal(0, 0.15) * (rng.random() < 0.5), 0, lz))
     if kind == "partner" and placed:
         x0, y0, z0 = placed[rng.integers(len(placed))]
-        return (x0 + rng.normal(0, 0.2), y0 + rng.normal(0, 0.2),
-                float(np.clip(z0 + rng.normal(0, 0.25), 0, lz)))  # fmt: skip
+        return (
+            x0 + rng.normal(0, 0.2),
+            y0 + rng.normal(0, 0.2),
+            float(np.clip(z0 + rng.normal(0, 0.25), 0, lz)),
+        )
     if kind == "edge":
         t = rng.uniform(-0.02, 0.3) * scale
         x, y = rng.uniform(0, lx), rng.uniform(0, ly)
@@ -63,8 +67,10 @@ def random_state(config, rng: np.random.Generator, p_dead: float = 0.2) -> dict:
     teams = np.asarray(config.teams)
     map_idx = int(rng.integers(len(config.maps)))
     boxes = [b for b in scaled_boxes(config, map_idx) if b[2] > b[0]]
-    centres = [(rng.uniform(0.2 * lx, 0.8 * lx), rng.uniform(0.2 * ly, 0.8 * ly))
-               for _ in range(int(rng.integers(1, 3)))]  # fmt: skip
+    centres = [
+        (rng.uniform(0.2 * lx, 0.8 * lx), rng.uniform(0.2 * ly, 0.8 * ly))
+        for _ in range(int(rng.integers(1, 3)))
+    ]
     placed: list[tuple[float, float, float]] = []
     for _ in range(n):
         placed.append(_position(config, rng, centres, placed, boxes))
@@ -129,12 +135,21 @@ def random_state(config, rng: np.random.Generator, p_dead: float = 0.2) -> dict:
     else:
         step = int(rng.choice([max_len - 1, max_len - 2, rng.integers(0, max_len)]))
     return {
-        "x": x, "y": y, "z": z, "v": v.astype(np.float32), "heading": heading,
-        "health": health, "alive": alive, "tracked": tracked, "map_idx": np.int32(map_idx),
-        "waypoint": waypoint, "waypoint_time": waypoint_time,
+        "x": x,
+        "y": y,
+        "z": z,
+        "v": v.astype(np.float32),
+        "heading": heading,
+        "health": health,
+        "alive": alive,
+        "tracked": tracked,
+        "map_idx": np.int32(map_idx),
+        "waypoint": waypoint,
+        "waypoint_time": waypoint_time,
         "aux_rewards_factor": np.float32(rng.choice([1.0, 1.0, 0.5, rng.uniform(0, 2)])),
-        "step": np.int32(max(step, 0)), "returns": rng.normal(0, 1, n).astype(np.float32),
-    }  # fmt: skip
+        "step": np.int32(max(step, 0)),
+        "returns": rng.normal(0, 1, n).astype(np.float32),
+    }
 
 
 def random_actions(config, rng: np.random.Generator) -> np.ndarray:

@@ -33,9 +33,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/game/test_native_vector_obs.py", "tests/game/test_native_operands.py",
-         "tests/game/test_nonfinite.py", "tests/game/test_native_rgb.py",
-         "tests/game/test_rgb.py", "tests/game/test_native_hazards.py"]  # fmt: skip
+TESTS = [
+    "tests/game/test_native_vector_obs.py",
+    "tests/game/test_native_operands.py",
+    "tests/game/test_nonfinite.py",
+    "tests/game/test_native_rgb.py",
+    "tests/game/test_rgb.py",
+    "tests/game/test_native_hazards.py",
+]
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
 
@@ -52,8 +57,12 @@ def _stress(batches: list[int]) -> None:
     if not ok or os.environ["GIGASTEP_CACHE_DIR"] not in detail:
         raise SystemExit(f"the instrumented kernel was not loaded: {detail}")
     print(f"loaded {detail}", flush=True)
-    for name in ("5v5", "7 agents, 3 rows", "17 agents (insertion path)",
-                 "64 agents, waypoints, deterministic"):  # fmt: skip
+    for name in (
+        "5v5",
+        "7 agents, 3 rows",
+        "17 agents (insertion path)",
+        "64 agents, waypoints, deterministic",
+    ):
         config = t._config(name)
         jax_fn, native_fn = t._paths(config)
         for batch in batches:
@@ -62,9 +71,9 @@ def _stress(batches: list[int]) -> None:
             start = time.perf_counter()
             inputs = t._nonfinite_inputs(config, batch=min(batch, 64), seed=batch)
             # Tile the 64 distinct games up to `batch` (building each by hand is slow).
-            inputs = jax.tree.map(lambda a, b=batch: np.resize(np.asarray(a),
-                                                               (b, *np.shape(a)[1:])),
-                                  inputs)  # fmt: skip
+            inputs = jax.tree.map(
+                lambda a, b=batch: np.resize(np.asarray(a), (b, *np.shape(a)[1:])), inputs
+            )
             t._assert_same_bits(native_fn(*inputs), jax_fn(*inputs))
             print(f"  {name}: {batch} games ok ({time.perf_counter() - start:.1f} s)", flush=True)
     from tests.game import test_native_rgb as r
@@ -72,8 +81,10 @@ def _stress(batches: list[int]) -> None:
     states, seen, damaged = r._states(r.CFG, batch=64, seed=0, special=0.3)
     for batch in batches:
         start = time.perf_counter()
-        args = jax.tree.map(lambda a, b=batch: np.resize(np.asarray(a), (b, *np.shape(a)[1:])),
-                            (states.agents, states.episode, seen, damaged))  # fmt: skip
+        args = jax.tree.map(
+            lambda a, b=batch: np.resize(np.asarray(a), (b, *np.shape(a)[1:])),
+            (states.agents, states.episode, seen, damaged),
+        )
         r._assert_same(*r._both(r.CFG, *args))
         print(f"  RGB images: {batch} games ok ({time.perf_counter() - start:.1f} s)", flush=True)
 
@@ -92,8 +103,11 @@ def _run(cmd: list[str], env: dict) -> tuple[int, str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--opt", default="-O1", help="optimisation flag (default -O1)")
-    parser.add_argument("--batches", default="1,2,3,63,64,65,1000,10000",
-                        help="comma-separated batch sizes of the stress run")  # fmt: skip
+    parser.add_argument(
+        "--batches",
+        default="1,2,3,63,64,65,1000,10000",
+        help="comma-separated batch sizes of the stress run",
+    )
     parser.add_argument("--stress-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
@@ -108,27 +122,43 @@ def main(argv=None) -> int:
     # finds the real one (jaxlib throws C++ exceptions before it would load libstdc++ itself).
     preload = []
     for lib in ("libasan.so", "libstdc++.so"):
-        path = subprocess.run([cxx, f"-print-file-name={lib}"], capture_output=True,
-                              text=True).stdout.strip()  # fmt: skip
+        path = subprocess.run(
+            [cxx, f"-print-file-name={lib}"], capture_output=True, text=True
+        ).stdout.strip()
         if not os.path.isabs(path) or not os.path.exists(path):
             print(f"{cxx} has no {lib} (the sanitizer runtime is needed)", file=sys.stderr)
             return 2
         preload.append(path)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gigastep-asan-") as cache:
-        env = dict(os.environ, GIGASTEP_CACHE_DIR=cache, GIGASTEP_NATIVE="1",
-                   GIGASTEP_NATIVE_FLAGS=f"-fsanitize=address,undefined "
-                   f"-fno-sanitize-recover=all -fno-omit-frame-pointer -g {args.opt}",
-                   LD_PRELOAD=" ".join(preload),
-                   # Reports go to files: pytest's fd capture would drop them with the process.
-                   ASAN_OPTIONS=f"detect_leaks=0:log_path={cache}/report",
-                   UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={cache}/report",
-                   JAX_PLATFORMS="cpu")  # fmt: skip
+        env = dict(
+            os.environ,
+            GIGASTEP_CACHE_DIR=cache,
+            GIGASTEP_NATIVE="1",
+            GIGASTEP_NATIVE_FLAGS=f"-fsanitize=address,undefined "
+            f"-fno-sanitize-recover=all -fno-omit-frame-pointer -g {args.opt}",
+            LD_PRELOAD=" ".join(preload),
+            # Reports go to files: pytest's fd capture would drop them with the process.
+            ASAN_OPTIONS=f"detect_leaks=0:log_path={cache}/report",
+            UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={cache}/report",
+            JAX_PLATFORMS="cpu",
+        )
         runs = [
-            [sys.executable, "-m", "pytest", *TESTS, "-q", "-p", "no:randomly",
-             "-p", "no:cacheprovider", "-W", "error::RuntimeWarning"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *TESTS,
+                "-q",
+                "-p",
+                "no:randomly",
+                "-p",
+                "no:cacheprovider",
+                "-W",
+                "error::RuntimeWarning",
+            ],
             [sys.executable, __file__, "--stress-only", "--batches", args.batches],
-        ]  # fmt: skip
+        ]
         failed = False
         for cmd in runs:
             code, out = _run(cmd, env)

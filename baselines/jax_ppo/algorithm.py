@@ -48,8 +48,22 @@ def compute_gae(rewards, values, cont, boot, final_values, next_values, gamma, l
     return advantages, advantages + values
 
 
-def ppo_loss(logp, old_logp, advantages, values, old_values, returns, entropy, mask, *, clip,
-             vf_coef, ent_coef, clip_value=False, norm_adv=True):  # fmt: skip
+def ppo_loss(
+    logp,
+    old_logp,
+    advantages,
+    values,
+    old_values,
+    returns,
+    entropy,
+    mask,
+    *,
+    clip,
+    vf_coef,
+    ent_coef,
+    clip_value=False,
+    norm_adv=True,
+):
     """The clipped PPO objective averaged over the entries where `mask` is set.
 
     Args:

@@ -382,9 +382,16 @@ def _outcomes(setup: Setup, ended, info, running) -> tuple:
         running = jnp.where(ended[:, None], 0.0, running)
     length = info.episode_length.astype(jnp.float32)
     per_game = jnp.stack(
-        [winner == team, winner == -1, winner == 1 - team, jnp.ones_like(ended), length, mine,
-         mine_unshaped]
-    )  # fmt: skip
+        [
+            winner == team,
+            winner == -1,
+            winner == 1 - team,
+            jnp.ones_like(ended),
+            length,
+            mine,
+            mine_unshaped,
+        ]
+    )
     counts = (per_game.astype(jnp.float32) * e) @ _one_hot(setup.game_label, len(setup.labels))
     episode = jnp.concatenate(
         [e.sum()[None], (length * e).sum()[None], (returns * e[:, None]).sum(0)]
@@ -463,9 +470,17 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         obs = a.norm(raw)
         critic_in = a.critic_input(env["sv"])
         actions, logp, value, h = policy.act(
-            spec, a.part["params"], obs, a.types, first, h, critic_in,
-            jax.random.fold_in(a.key, t), False, a.moments,
-        )  # fmt: skip
+            spec,
+            a.part["params"],
+            obs,
+            a.types,
+            first,
+            h,
+            critic_in,
+            jax.random.fold_in(a.key, t),
+            False,
+            a.moments,
+        )
         record = {
             "obs": obs,
             "critic_in": critic_in if critic_in is not None else jnp.zeros((len(a.rows), 0)),

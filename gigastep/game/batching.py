@@ -25,8 +25,14 @@ def select_games(done: Any, a: Any, b: Any) -> Any:
     (equal structures and shapes) carries.
     """
     return jax.tree_util.tree_map(
-        lambda x, y: jnp.where(jnp.reshape(done, (-1,) + (1,) * (x.ndim - done.ndim)), x, y)
-        if done.ndim else jnp.where(done, x, y), a, b)  # fmt: skip
+        lambda x, y: (
+            jnp.where(jnp.reshape(done, (-1,) + (1,) * (x.ndim - done.ndim)), x, y)
+            if done.ndim
+            else jnp.where(done, x, y)
+        ),
+        a,
+        b,
+    )
 
 
 def autoreset_capacity(batch: int) -> int:

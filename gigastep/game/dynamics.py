@@ -12,8 +12,15 @@ from jax.typing import ArrayLike
 from gigastep.game.xla import stored
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["ACTION_TABLE", "N_DISCRETE_ACTIONS", "cos_sin", "decode_actions", "heading_trig",
-           "move", "wrap_angle"]  # fmt: skip
+__all__ = [
+    "ACTION_TABLE",
+    "N_DISCRETE_ACTIONS",
+    "cos_sin",
+    "decode_actions",
+    "heading_trig",
+    "move",
+    "wrap_angle",
+]
 
 N_DISCRETE_ACTIONS = 27
 
@@ -88,12 +95,18 @@ def heading_trig(heading: jax.Array) -> jax.Array:
 
 # Cody-Waite reduction: pi/2 split in three float32 parts. The first two have few significant
 # bits (8 and 11), so j * part is exact for |j| < 2^13, i.e. |x| up to about 12,800.
-_HALF_PI_PARTS = (np.float32(1.5703125), np.float32(4.837512969970703125e-4),
-                  np.float32(7.549789948768648e-8))  # fmt: skip
+_HALF_PI_PARTS = (
+    np.float32(1.5703125),
+    np.float32(4.837512969970703125e-4),
+    np.float32(7.549789948768648e-8),
+)
 # Minimax polynomials of sin and cos on [-pi/4, pi/4] (Cephes' sinf and cosf coefficients).
 _SIN = (np.float32(-1.9515295891e-4), np.float32(8.3321608736e-3), np.float32(-1.6666654611e-1))
-_COS = (np.float32(2.443315711809948e-5), np.float32(-1.388731625493765e-3),
-        np.float32(4.166664568298827e-2))  # fmt: skip
+_COS = (
+    np.float32(2.443315711809948e-5),
+    np.float32(-1.388731625493765e-3),
+    np.float32(4.166664568298827e-2),
+)
 
 
 def cos_sin(x: jax.Array) -> jax.Array:

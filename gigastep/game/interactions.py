@@ -18,8 +18,17 @@ from gigastep.game.dynamics import heading_trig, wrap_angle
 from gigastep.game.xla import stored, varying_like
 from gigastep.types import AgentState, EnvConfig
 
-__all__ = ["Geometry", "Hazards", "Combat", "geometry", "hazards", "jax_hazards", "combat",
-           "native_supported", "native_hazards"]  # fmt: skip
+__all__ = [
+    "Geometry",
+    "Hazards",
+    "Combat",
+    "geometry",
+    "hazards",
+    "jax_hazards",
+    "combat",
+    "native_supported",
+    "native_hazards",
+]
 
 
 @pytree_dataclass
@@ -118,9 +127,11 @@ def jax_hazards(
         collided = jnp.zeros(n, bool)
     alive = alive & ~collided
     inside = (
-        (x[:, None] > boxes[None, :, 0]) & (x[:, None] < boxes[None, :, 2])
-        & (y[:, None] > boxes[None, :, 1]) & (y[:, None] < boxes[None, :, 3])
-    )  # fmt: skip
+        (x[:, None] > boxes[None, :, 0])
+        & (x[:, None] < boxes[None, :, 2])
+        & (y[:, None] > boxes[None, :, 1])
+        & (y[:, None] < boxes[None, :, 3])
+    )
     in_box = jnp.any(inside & box_valid[None, :], axis=1)
     return Hazards(oob=oob, collided=collided, in_box=in_box, alive=alive & ~in_box)
 
@@ -198,29 +209,44 @@ def native_supported(config: EnvConfig, n_boxes: int) -> bool:
     kernels are built and loaded, at most 64 agents and 64 boxes per map."""
     from gigastep.game import _native
 
-    return (config.n_agents <= _NATIVE_MAX_AGENTS and n_boxes <= _NATIVE_MAX_BOXES
-            and jax.default_backend() == "cpu" and _native.load())  # fmt: skip
+    return (
+        config.n_agents <= _NATIVE_MAX_AGENTS
+        and n_boxes <= _NATIVE_MAX_BOXES
+        and jax.default_backend() == "cpu"
+        and _native.load()
+    )
 
 
-def native_hazards(config: EnvConfig, agents: AgentState, boxes: jax.Array,
-                   box_valid: jax.Array) -> Hazards:  # fmt: skip
+def native_hazards(
+    config: EnvConfig, agents: AgentState, boxes: jax.Array, box_valid: jax.Array
+) -> Hazards:
     """`hazards` of one game as one CPU kernel call (FFI target ``gigastep_hazards``): the
     same values bit for bit, finite or not. CPU only (callers pick it with
     `jax.lax.platform_dependent`). Its outputs are booleans, so it has no derivatives (its
     float inputs are read through `stop_gradient`)."""
     n = config.n_agents
     f32 = jnp.float32
-    call = jax.ffi.ffi_call("gigastep_hazards", jax.ShapeDtypeStruct((n, 3), jnp.bool_),
-                            vmap_method="broadcast_all")  # fmt: skip
-    inputs = (*(jax.lax.stop_gradient(v.astype(f32)) for v in (agents.x, agents.y, agents.z)),
-              agents.alive.astype(bool), jax.lax.stop_gradient(boxes.astype(f32)),
-              box_valid.astype(bool))  # fmt: skip
-    flags = varying_like(inputs, call(
-        *inputs, collisions=bool(config.collision_range > 0),
-        limit_x=np.float32(config.limit_x), limit_y=np.float32(config.limit_y),
-        coll_r2=np.float32(config.collision_range**2),
-        coll_alt=np.float32(config.collision_altitude),
-    ))  # fmt: skip
+    call = jax.ffi.ffi_call(
+        "gigastep_hazards", jax.ShapeDtypeStruct((n, 3), jnp.bool_), vmap_method="broadcast_all"
+    )
+    inputs = (
+        *(jax.lax.stop_gradient(v.astype(f32)) for v in (agents.x, agents.y, agents.z)),
+        agents.alive.astype(bool),
+        jax.lax.stop_gradient(boxes.astype(f32)),
+        box_valid.astype(bool),
+    )
+    flags = varying_like(
+        inputs,
+        call(
+            *inputs,
+            collisions=bool(config.collision_range > 0),
+            limit_x=np.float32(config.limit_x),
+            limit_y=np.float32(config.limit_y),
+            coll_r2=np.float32(config.collision_range**2),
+            coll_alt=np.float32(config.collision_altitude),
+        ),
+    )
     oob, collided, in_box = flags[..., 0], flags[..., 1], flags[..., 2]
-    return Hazards(oob=oob, collided=collided, in_box=in_box,
-                   alive=agents.alive & ~oob & ~collided & ~in_box)  # fmt: skip
+    return Hazards(
+        oob=oob, collided=collided, in_box=in_box, alive=agents.alive & ~oob & ~collided & ~in_box
+    )

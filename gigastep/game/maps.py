@@ -129,8 +129,12 @@ class MapArrays:
         self.boxes = boxes.astype(np.float32)
         self.box_valid = valid
         self.start = np.asarray(
-            [[np.asarray(m.start_team0) * scale, np.asarray(m.start_team1) * scale]
-             for m in config.maps], np.float32)  # fmt: skip
+            [
+                [np.asarray(m.start_team0) * scale, np.asarray(m.start_team1) * scale]
+                for m in config.maps
+            ],
+            np.float32,
+        )
         self.height = np.asarray([m.height for m in config.maps], np.float32)
         self.heading = np.asarray(
             [[m.heading_team0, m.heading_team1] for m in config.maps], np.float32

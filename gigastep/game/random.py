@@ -26,8 +26,17 @@ import numpy as np
 
 from gigastep.game.xla import stored
 
-__all__ = ["lowbias32", "seed_words", "split", "stream", "stream_from_seed", "threefry2x32",
-           "uniform", "uniforms", "uniforms_from_seed"]  # fmt: skip
+__all__ = [
+    "lowbias32",
+    "seed_words",
+    "split",
+    "stream",
+    "stream_from_seed",
+    "threefry2x32",
+    "uniform",
+    "uniforms",
+    "uniforms_from_seed",
+]
 
 _GOLDEN = np.uint32(0x9E3779B9)
 

@@ -44,9 +44,11 @@ def placement_conflicts(
         conflict = jnp.any(close & earlier, axis=1)
     x, y = agents.x[:, None], agents.y[:, None]
     inside = (
-        (x > boxes[None, :, 0] - margin) & (x < boxes[None, :, 2] + margin)
-        & (y > boxes[None, :, 1] - margin) & (y < boxes[None, :, 3] + margin)
-    )  # fmt: skip
+        (x > boxes[None, :, 0] - margin)
+        & (x < boxes[None, :, 2] + margin)
+        & (y > boxes[None, :, 1] - margin)
+        & (y < boxes[None, :, 3] + margin)
+    )
     return conflict | jnp.any(inside & box_valid[None, :], axis=1)
 
 
@@ -100,9 +102,15 @@ def place_agents(
     x, y, z, heading = draw(0)
     max_health = jnp.asarray(config.max_health, jnp.float32)
     agents = AgentState(
-        x=x, y=y, z=z, v=jnp.ones(n, jnp.float32), heading=dynamics.wrap_angle(heading),
-        health=max_health, alive=jnp.ones(n, bool), tracked=jnp.zeros((n, n), jnp.int32),
-    )  # fmt: skip
+        x=x,
+        y=y,
+        z=z,
+        v=jnp.ones(n, jnp.float32),
+        heading=dynamics.wrap_angle(heading),
+        health=max_health,
+        alive=jnp.ones(n, bool),
+        tracked=jnp.zeros((n, n), jnp.int32),
+    )
 
     def conflicts(a: AgentState) -> jax.Array:
         return placement_conflicts(config, a, boxes, box_valid, 0.1)
@@ -116,9 +124,12 @@ def place_agents(
     ) -> tuple[jax.Array, AgentState, jax.Array]:
         round_, a, need = carry
         x, y, z, h = draw(round_)
-        a = a.replace(x=jnp.where(need, x, a.x), y=jnp.where(need, y, a.y),
-                      z=jnp.where(need, z, a.z),
-                      heading=jnp.where(need, dynamics.wrap_angle(h), a.heading))  # fmt: skip
+        a = a.replace(
+            x=jnp.where(need, x, a.x),
+            y=jnp.where(need, y, a.y),
+            z=jnp.where(need, z, a.z),
+            heading=jnp.where(need, dynamics.wrap_angle(h), a.heading),
+        )
         return round_ + 1, a, conflicts(a)
 
     return jax.lax.while_loop(cond, body, (jnp.int32(1), agents, conflicts(agents)))[1]

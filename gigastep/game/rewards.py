@@ -29,8 +29,17 @@ class RewardInputs(PytreeData):
     damage: chex.Array  # (n, n) float32, damage units j deals to i
 
 
-TERMS = ("game_won", "defeat_one_opponent", "detection", "damage", "idle", "agent_disabled",
-         "collision_agent", "collision_obstacle", "hit_waypoint")  # fmt: skip
+TERMS = (
+    "game_won",
+    "defeat_one_opponent",
+    "detection",
+    "damage",
+    "idle",
+    "agent_disabled",
+    "collision_agent",
+    "collision_obstacle",
+    "hit_waypoint",
+)
 WEIGHT_FIELDS = ("idle_reward", "divide_reward_by_team_size", *(f"reward_{t}" for t in TERMS))
 """The `EnvConfig` fields that weigh the reward terms and nothing else: two configs that differ
 only in these play the same games and differ only in their rewards."""

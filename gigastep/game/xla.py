@@ -43,9 +43,9 @@ def stored(x: jax.Array) -> jax.Array:
         # A NumPy scalar init: JAX then emits its max window reduction, which has
         # derivatives (a traced init gives the generic one, which reverse mode cannot use).
         init = np.asarray(lowest, x.dtype)[()]
-        return jax.lax.reduce_window(x[None], init, jax.lax.max,
-                                     (2, *ones), (1, *ones),
-                                     ((1, 0), *((0, 0),) * x.ndim))[0]  # fmt: skip
+        return jax.lax.reduce_window(
+            x[None], init, jax.lax.max, (2, *ones), (1, *ones), ((1, 0), *((0, 0),) * x.ndim)
+        )[0]
 
     return jax.lax.platform_dependent(
         x,

@@ -28,10 +28,16 @@ def noop_opponent(config, state, key):
 # closing at most 2 x (0.096 + 0.123 + 0.123) = 0.68 in 3 steps (collision radius 0.4), and a
 # damage lock needs more than 3 steps. Rewards: idle reward 1 per agent and step, nothing else.
 SHORT = EnvConfig(
-    teams=(0, 0, 1, 1), obs_type="vector", map_set="empty", discrete_actions=True,
-    max_episode_length=3, idle_reward=(1.0,) * 4, reward_game_won=0.0,
-    reward_defeat_one_opponent=0.0, divide_reward_by_team_size=False,
-)  # fmt: skip
+    teams=(0, 0, 1, 1),
+    obs_type="vector",
+    map_set="empty",
+    discrete_actions=True,
+    max_episode_length=3,
+    idle_reward=(1.0,) * 4,
+    reward_game_won=0.0,
+    reward_defeat_one_opponent=0.0,
+    divide_reward_by_team_size=False,
+)
 NOOP = np.full((2, 2), 13, np.int64)
 
 
@@ -67,8 +73,7 @@ def test_registered_id_builds_both_envs_and_passes_check_env_with_its_spec():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unbounded vector Box
         check_env(env.unwrapped)
-    envs = gymnasium.make_vec(ENV_ID, num_envs=3, vectorization_mode="vector_entry_point",
-                              **kwargs)  # fmt: skip
+    envs = gymnasium.make_vec(ENV_ID, num_envs=3, vectorization_mode="vector_entry_point", **kwargs)
     assert isinstance(envs, TeamVectorEnv) and envs.num_envs == 3
 
 
@@ -111,8 +116,10 @@ def _truncation_pattern(envs, steps):
 
 @pytest.fixture(scope="module")
 def vector_envs():
-    return {mode: TeamVectorEnv(SHORT, 2, team=0, opponent=noop_opponent, autoreset_mode=mode)
-            for mode in AutoresetMode}  # fmt: skip
+    return {
+        mode: TeamVectorEnv(SHORT, 2, team=0, opponent=noop_opponent, autoreset_mode=mode)
+        for mode in AutoresetMode
+    }
 
 
 def test_vector_env_declares_its_autoreset_mode_and_spaces(vector_envs):
@@ -197,8 +204,13 @@ def test_vector_env_reset_is_reproducible(vector_envs):
 
 @pytest.mark.slow  # an RGB vector env (minutes on 2 cores); the vector tests cover the adapter
 def test_vector_env_with_rgb_observations():
-    envs = TeamVectorEnv("identical_1_vs_1_fobs_rgb_void_cont", 3, opponent="random",
-                         render_mode="rgb_array", **SMALL_RGB)  # fmt: skip
+    envs = TeamVectorEnv(
+        "identical_1_vs_1_fobs_rgb_void_cont",
+        3,
+        opponent="random",
+        render_mode="rgb_array",
+        **SMALL_RGB,
+    )
     obs, _ = envs.reset(seed=0)
     assert obs.shape == (3, 1, 16, 16, 3) and obs.dtype == np.uint8
     envs.action_space.seed(0)

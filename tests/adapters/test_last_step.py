@@ -28,8 +28,14 @@ from gigastep import EnvConfig, FrameStack, GigastepEnv
 from gigastep.types import EnvState
 from gigastep.wrappers import FrameStackState
 
-TIMED = EnvConfig(teams=(0, 1), obs_type="vector", map_set="empty", stochastic_obs=False,
-                  stochastic_comm=False, max_episode_length=5)  # fmt: skip
+TIMED = EnvConfig(
+    teams=(0, 1),
+    obs_type="vector",
+    map_set="empty",
+    stochastic_obs=False,
+    stochastic_comm=False,
+    max_episode_length=5,
+)
 DIAG = math.sqrt(200.0)
 FRESH_SPEED = 1.0 / DIAG
 TERMINAL = np.array(

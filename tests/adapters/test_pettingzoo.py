@@ -64,8 +64,13 @@ def test_state_test(make):
 
 def test_agents_are_named_by_team_and_index_within_the_team():
     config = EnvConfig(teams=(0, 0, 1, 0, 1), obs_type="vector")
-    assert agent_names(config) == ["team0_agent0", "team0_agent1", "team1_agent0",
-                                   "team0_agent2", "team1_agent1"]  # fmt: skip
+    assert agent_names(config) == [
+        "team0_agent0",
+        "team0_agent1",
+        "team1_agent0",
+        "team0_agent2",
+        "team1_agent1",
+    ]
 
 
 def test_spaces_are_cached_objects():
@@ -89,15 +94,19 @@ def test_reset_is_reproducible_for_a_seed():
 # A 2-vs-1 duel without randomness (see tests/adapters/test_torch_bridge.py): team0_agent0 and
 # team1_agent0 fly head-on from 0.95 apart and collide at step 3; team0_agent1 survives.
 DUEL = EnvConfig(
-    teams=(0, 0, 1), obs_type="vector", map_set="empty", stochastic_obs=False,
-    stochastic_comm=False, damage_per_second=0.0, discrete_actions=True,
-)  # fmt: skip
+    teams=(0, 0, 1),
+    obs_type="vector",
+    map_set="empty",
+    stochastic_obs=False,
+    stochastic_comm=False,
+    damage_per_second=0.0,
+    discrete_actions=True,
+)
 
 
 def test_dead_agents_leave_and_the_game_end_terminates_the_rest():
     env = parallel_env(DUEL)
-    start = EnvState.create(DUEL, x=[5.0, 2.0, 5.95], y=[5.0, 8.0, 5.0],
-                            heading=[0.0, 0.0, np.pi])  # fmt: skip
+    start = EnvState.create(DUEL, x=[5.0, 2.0, 5.95], y=[5.0, 8.0, 5.0], heading=[0.0, 0.0, np.pi])
     env.reset(seed=0, options={"state": start})
     noop = dict.fromkeys(env.agents, 13)
     for _ in range(2):
@@ -173,5 +182,6 @@ def test_last_step_time_limit_truncates_the_survivors_and_terminates_the_agent_d
     np.testing.assert_array_equal(obs["team0_agent0"], 0.0)
     np.testing.assert_allclose(obs["team0_agent1"][2:4], [0.234248, 0.8], atol=1e-5)
     np.testing.assert_allclose(obs["team1_agent0"][2:4], [0.234248, 0.2], atol=1e-5)
-    assert rewards == pytest.approx({"team0_agent0": 0.0, "team0_agent1": -25.0,
-                                     "team1_agent0": 50.0}, abs=1e-4)  # fmt: skip
+    assert rewards == pytest.approx(
+        {"team0_agent0": 0.0, "team0_agent1": -25.0, "team1_agent0": 50.0}, abs=1e-4
+    )

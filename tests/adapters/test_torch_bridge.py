@@ -20,8 +20,12 @@ from gigastep.scenarios import make_config
 from gigastep.torch import TorchVecEnv, jax_to_torch, torch_to_jax
 from gigastep.types import EnvConfig, EnvState
 
-DTYPES = [(jnp.float32, torch.float32), (jnp.int32, torch.int32), (jnp.uint8, torch.uint8),
-          (jnp.bool_, torch.bool)]  # fmt: skip
+DTYPES = [
+    (jnp.float32, torch.float32),
+    (jnp.int32, torch.int32),
+    (jnp.uint8, torch.uint8),
+    (jnp.bool_, torch.bool),
+]
 
 
 def _jax_array(dtype, shape=(3, 5)):
@@ -93,8 +97,14 @@ def test_import_turns_jax_preallocation_off_when_nothing_is_set():
         "import os, gigastep.torch as g; "
         "print(g.JAX_MEMORY_SETTING, os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
     )
-    out = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, text=True,
-                         capture_output=True, timeout=300, cwd=root)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        cwd=root,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["set", "false"]
 
@@ -125,18 +135,26 @@ def test_a_late_import_on_cpu_changes_nothing_and_does_not_warn(monkeypatch):
 # per agent and step (alive at the start of the step), 10 to each survivor of the winning
 # team, nothing else; no division by team size; no damage.
 COLLISION = EnvConfig(
-    teams=(0, 0, 1), obs_type="vector", map_set="empty", stochastic_obs=False,
-    stochastic_comm=False, idle_reward=(1.0, 1.0, 1.0), reward_game_won=10.0,
-    reward_defeat_one_opponent=0.0, divide_reward_by_team_size=False, damage_per_second=0.0,
-)  # fmt: skip
+    teams=(0, 0, 1),
+    obs_type="vector",
+    map_set="empty",
+    stochastic_obs=False,
+    stochastic_comm=False,
+    idle_reward=(1.0, 1.0, 1.0),
+    reward_game_won=10.0,
+    reward_defeat_one_opponent=0.0,
+    divide_reward_by_team_size=False,
+    damage_per_second=0.0,
+)
 
 
 def _collision_states(batch: int) -> EnvState:
     # Head-on at distance 0.95 with no-op actions: each agent moves dt * v2 per step, v2 =
     # v - dt drag v^2 (v = 1 at start, then the 1.3 speed floor): 0.096, then 0.12324.
     # Distances after steps 1, 2, 3: 0.758, 0.5115, 0.2650; collision radius 0.4 -> step 3.
-    one = EnvState.create(COLLISION, x=[5.0, 2.0, 5.95], y=[5.0, 8.0, 5.0],
-                          heading=[0.0, 0.0, np.pi])  # fmt: skip
+    one = EnvState.create(
+        COLLISION, x=[5.0, 2.0, 5.95], y=[5.0, 8.0, 5.0], heading=[0.0, 0.0, np.pi]
+    )
     return jax.tree_util.tree_map(lambda x: jnp.stack([x] * batch), one)
 
 
@@ -219,8 +237,14 @@ def test_outputs_are_torch_tensors_of_the_documented_shapes(duel):
     assert rewards.shape == (2, 3) and rewards.dtype == torch.float32
     assert dones.shape == (2, 3) and dones.dtype == torch.bool
     assert ep_dones.shape == (2,) and ep_dones.dtype == torch.bool
-    assert set(info) == {"terminated", "truncated", "final_obs", "episode_return",
-                         "episode_length", "winner"}  # fmt: skip
+    assert set(info) == {
+        "terminated",
+        "truncated",
+        "final_obs",
+        "episode_return",
+        "episode_length",
+        "winner",
+    }
     assert all(isinstance(v, torch.Tensor) for v in info.values())
     assert info["winner"].shape == (2,) and info["winner"].dtype == torch.int32
 
@@ -307,8 +331,9 @@ def _far_states(config, steps, returns=None) -> EnvState:
     n = config.n_agents
     games = []
     for step in steps:
-        one = EnvState.create(config, x=[2.0, 2.0, 8.0, 8.0][:n], y=[2.0, 8.0, 5.0, 8.0][:n],
-                              step=step)  # fmt: skip
+        one = EnvState.create(
+            config, x=[2.0, 2.0, 8.0, 8.0][:n], y=[2.0, 8.0, 5.0, 8.0][:n], step=step
+        )
         games.append(one)
     states = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *games)
     if returns is not None:
@@ -347,8 +372,9 @@ def test_last_step_torch_vec_env_with_an_opponent_reports_its_teams_final_observ
     the time limit. Team 0's ego rows are, by hand, those of agents 0 and 1 above (the
     other rows show the pursuers, moved by their policy)."""
     states = _far_states(make_config("identical_2_vs_2_fobs_vec_void_disc"), [499, 10, 10, 10])
-    venv = TorchVecEnv.from_states("identical_2_vs_2_fobs_vec_void_disc", states, seed=1,
-                                   opponent="pursuit")  # fmt: skip
+    venv = TorchVecEnv.from_states(
+        "identical_2_vs_2_fobs_vec_void_disc", states, seed=1, opponent="pursuit"
+    )
     obs, rewards, dones, ep_dones, info = venv.step(torch.full((4, 2), 13, dtype=torch.int32))
     assert ep_dones.tolist() == [True, False, False, False]
     assert info["truncated"].tolist() == [True, False, False, False]

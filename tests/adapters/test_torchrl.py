@@ -52,10 +52,13 @@ def test_check_env_specs_passes(case):
 
 @pytest.mark.slow
 def test_each_team_is_a_group_with_its_own_agents():
-    env = _env("special_5_vs_1_pobs_vec_maps_cont", obs_type="rgb_vector",
-               resolution_x=12, resolution_y=12)  # fmt: skip
-    assert env.group_map == {"team0": [f"team0_agent{i}" for i in range(5)],
-                             "team1": ["team1_agent0"]}  # fmt: skip
+    env = _env(
+        "special_5_vs_1_pobs_vec_maps_cont", obs_type="rgb_vector", resolution_x=12, resolution_y=12
+    )
+    assert env.group_map == {
+        "team0": [f"team0_agent{i}" for i in range(5)],
+        "team1": ["team1_agent0"],
+    }
     td = env.reset()
     assert td.batch_size == torch.Size([B])
     assert td["team0", "observation"].shape == (B, 5, env.config.vector_size)
@@ -118,8 +121,9 @@ def test_a_partial_reset_of_a_running_game_restarts_only_that_game():
 
 def test_a_scripted_opponent_leaves_one_group():
     # built, not stepped (TorchVecEnv's own tests step scripted opponents)
-    env = GigastepTorchRLEnv("identical_5_vs_1_fobs_vec_void_disc", num_envs=B,
-                             opponent="pursuit", team=1)  # fmt: skip
+    env = GigastepTorchRLEnv(
+        "identical_5_vs_1_fobs_vec_void_disc", num_envs=B, opponent="pursuit", team=1
+    )
     assert env.group_map == {"team1": ["team1_agent0"]}
     assert env.action_spec["team1", "action"].shape == (B, 1)
     assert env.observation_spec["team1", "observation"].shape == (B, 1, env.config.vector_size)
@@ -153,6 +157,5 @@ def test_last_step_next_holds_the_final_observation_and_the_episode_flags():
         first, final = data[group, "observation"][:, 0], nxt[group, "observation"][:, 2]
         shift = torch.cos(first[..., 5]) * 0.034248
         torch.testing.assert_close(final[..., 2], first[..., 2] + shift, atol=1e-5, rtol=0)
-        torch.testing.assert_close(final[..., 6], torch.full_like(final[..., 6],
-                                                                  1.3 * FRESH_SPEED))  # fmt: skip
+        torch.testing.assert_close(final[..., 6], torch.full_like(final[..., 6], 1.3 * FRESH_SPEED))
         assert nxt[group, "reward"].shape == (B, 3, 2, 1)

@@ -209,9 +209,14 @@ def _play(venv: TorchVecEnv, steps: int, seed: int = 0) -> list:
     g = torch.Generator().manual_seed(seed)
     venv.reset()
     shape = (venv.num_envs, venv.n_agents)
-    return [venv.step(torch.randint(0, 27, shape, generator=g, dtype=torch.int32) if
-                      venv.config.discrete_actions else torch.rand(*shape, 3, generator=g) * 2 - 1)
-            for _ in range(steps)]  # fmt: skip
+    return [
+        venv.step(
+            torch.randint(0, 27, shape, generator=g, dtype=torch.int32)
+            if venv.config.discrete_actions
+            else torch.rand(*shape, 3, generator=g) * 2 - 1
+        )
+        for _ in range(steps)
+    ]
 
 
 @pytest.mark.parametrize("opponent", [None, "pursuit"])
@@ -266,10 +271,14 @@ def test_the_weight_fields_are_every_reward_weight_and_name_every_term():
     _, state = GigastepEnv(SMALL).reset(jax.random.key(0))
     n = SMALL.n_agents
     inputs = rewards.RewardInputs(
-        alive_pre=jnp.ones(n, bool), alive=jnp.ones(n, bool), hit_waypoint=jnp.zeros(n, bool),
-        collided=jnp.zeros(n, bool), hazard_death=jnp.zeros(n, bool),
-        detected=jnp.zeros((n, n), bool), damage=jnp.zeros((n, n)),
-    )  # fmt: skip
+        alive_pre=jnp.ones(n, bool),
+        alive=jnp.ones(n, bool),
+        hit_waypoint=jnp.zeros(n, bool),
+        collided=jnp.zeros(n, bool),
+        hazard_death=jnp.zeros(n, bool),
+        detected=jnp.zeros((n, n), bool),
+        damage=jnp.zeros((n, n)),
+    )
     terms = set(rewards.reward_terms(SMALL, inputs))
     weights = {f.name for f in dataclasses.fields(EnvConfig) if f.name.startswith("reward_")}
     assert weights == {f"reward_{t}" for t in terms}

@@ -106,10 +106,17 @@ def compile_cache(tmp_path_factory):
 def _gigastep(*args, cwd, env=None, cache=None):
     run_env = dict(os.environ, SDL_VIDEODRIVER="dummy", **(env or {}))
     if cache is not None:
-        run_env.update(JAX_COMPILATION_CACHE_DIR=str(cache),
-                       JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "gigastep.cli", *map(str, args)], cwd=cwd,
-                          env=run_env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        run_env.update(
+            JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"
+        )
+    return subprocess.run(
+        [sys.executable, "-m", "gigastep.cli", *map(str, args)],
+        cwd=cwd,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _ok(result):
@@ -140,12 +147,33 @@ def _gif_frames(path):
 
 @pytest.mark.subprocess
 def test_render_saves_a_replay_whose_video_has_the_same_frames(tmp_path, compile_cache):
-    out = _ok(_gigastep("render", RGB, "--policy", "pursuit", "--opponent", "random", "--out",
-                        "game.gif", "--steps", 12, "--seed", 4, "--scale", 2, "--save-replay",
-                        "game.replay", *SMALL, cwd=tmp_path, cache=compile_cache))  # fmt: skip
+    out = _ok(
+        _gigastep(
+            "render",
+            RGB,
+            "--policy",
+            "pursuit",
+            "--opponent",
+            "random",
+            "--out",
+            "game.gif",
+            "--steps",
+            12,
+            "--seed",
+            4,
+            "--scale",
+            2,
+            "--save-replay",
+            "game.replay",
+            *SMALL,
+            cwd=tmp_path,
+            cache=compile_cache,
+        )
+    )
     assert "wrote game.gif: 13 frames" in out and "wrote game.replay" in out
-    out = _ok(_gigastep("replay", "game.replay", "--out", "again.gif", cwd=tmp_path,
-                        cache=compile_cache))  # fmt: skip
+    out = _ok(
+        _gigastep("replay", "game.replay", "--out", "again.gif", cwd=tmp_path, cache=compile_cache)
+    )
     assert "re-simulated exactly" in out
     first, again = _gif_frames(tmp_path / "game.gif"), _gif_frames(tmp_path / "again.gif")
     assert len(first) == len(again) == 13
@@ -154,8 +182,22 @@ def test_render_saves_a_replay_whose_video_has_the_same_frames(tmp_path, compile
 
 @pytest.mark.subprocess
 def test_eval_writes_wins_draws_losses_and_games_as_json(tmp_path, compile_cache):
-    out = _ok(_gigastep("eval", "pursuit", "random", "--games", 8, "--scenario", VEC, *SHORT,
-                        "--json", "result.json", cwd=tmp_path, cache=compile_cache))  # fmt: skip
+    out = _ok(
+        _gigastep(
+            "eval",
+            "pursuit",
+            "random",
+            "--games",
+            8,
+            "--scenario",
+            VEC,
+            *SHORT,
+            "--json",
+            "result.json",
+            cwd=tmp_path,
+            cache=compile_cache,
+        )
+    )
     assert "pursuit vs random" in out and "win rate" in out
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["games"] == 8
@@ -165,9 +207,23 @@ def test_eval_writes_wins_draws_losses_and_games_as_json(tmp_path, compile_cache
 
 @pytest.mark.subprocess
 def test_league_writes_the_matrix_ratings_json_and_heat_map(tmp_path, compile_cache):
-    out = _ok(_gigastep("league", "random", "circle", "pursuit", "--games", 8, "--scenario",
-                        VEC, *SHORT, "--out", "league", cwd=tmp_path,
-                        cache=compile_cache))  # fmt: skip
+    out = _ok(
+        _gigastep(
+            "league",
+            "random",
+            "circle",
+            "pursuit",
+            "--games",
+            8,
+            "--scenario",
+            VEC,
+            *SHORT,
+            "--out",
+            "league",
+            cwd=tmp_path,
+            cache=compile_cache,
+        )
+    )
     assert "rating" in out
     files = sorted(p.name for p in (tmp_path / "league").iterdir())
     assert files == ["heatmap.png", "league.json", "matrix.csv", "ratings.csv", "results.csv"]
@@ -176,8 +232,22 @@ def test_league_writes_the_matrix_ratings_json_and_heat_map(tmp_path, compile_ca
 @pytest.mark.subprocess
 def test_play_and_view_run_headless_for_a_few_frames(tmp_path, compile_cache):
     run = dict(cwd=tmp_path, cache=compile_cache)
-    out = _ok(_gigastep("play", VEC, *SHORT, "--agent", 2, "--max-frames", 3, "--fps", 100,
-                        "--save-replay", "mine.replay", **run))  # fmt: skip
+    out = _ok(
+        _gigastep(
+            "play",
+            VEC,
+            *SHORT,
+            "--agent",
+            2,
+            "--max-frames",
+            3,
+            "--fps",
+            100,
+            "--save-replay",
+            "mine.replay",
+            **run,
+        )
+    )
     assert "3 frames, 3 steps played" in out
     out = _ok(_gigastep("view", "mine.replay", "--max-frames", 5, "--fps", 100, **run))
     assert "5 frames, 3 steps shown" in out  # the replay holds 3 steps
@@ -209,8 +279,9 @@ def test_bench_and_train_forward_their_arguments_and_exit_status(tmp_path):
 @pytest.mark.subprocess
 def test_a_missing_forward_target_is_named_with_a_non_zero_exit(tmp_path):
     _fake_package(tmp_path / "fake", "baselines", None)
-    result = _gigastep("train", "--steps", 5, cwd=tmp_path,
-                       env={"PYTHONPATH": str(tmp_path / "fake")})  # fmt: skip
+    result = _gigastep(
+        "train", "--steps", 5, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "fake")}
+    )
     assert result.returncode == 2
     assert "runs `python -m baselines.ppo`, but the package 'baselines'" in result.stderr
     assert "has no module 'ppo'" in result.stderr and "Traceback" not in result.stderr
@@ -249,8 +320,10 @@ BAD = [
     (["render", "identical_5_vs_4", "--out", "g.gif"], "`gigastep list --all` lists all 288"),
     (["render", VEC, "--out", "g.avi"], "ends in .gif or .mp4"),
     (["render", VEC, "--out", "no/such/folder/g.gif"], "does not exist"),
-    (["render", VEC, "--out", "g.gif", "--set", "max_episode_lenght=9"],
-     "unknown EnvConfig field 'max_episode_lenght' (closest: 'max_episode_length')"),
+    (
+        ["render", VEC, "--out", "g.gif", "--set", "max_episode_lenght=9"],
+        "unknown EnvConfig field 'max_episode_lenght' (closest: 'max_episode_length')",
+    ),
     (["render", VEC, "--out", "g.gif", "--set", "oops"], "--set takes FIELD=VALUE"),
     (["render", VEC, "--out", "g.gif", "--steps", "0"], "expected a positive integer, got '0'"),
     (["eval", "pursuit", "nobody", "--games", "4"], "unknown player 'nobody'"),
@@ -261,7 +334,7 @@ BAD = [
     (["play", VEC, "--agent", "9"], "this game has agents 0..3"),
     (["view", "nowhere_5_vs_5"], "`gigastep list --all`"),
     (["info", "missing.toml"], "no scenario file 'missing.toml'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a[:2]) for a, _ in BAD])
@@ -308,10 +381,19 @@ print(r.games, len(rec.actions))
 
 @pytest.mark.subprocess
 def test_scripted_evaluation_videos_and_replays_need_only_the_core(tmp_path, compile_cache):
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(compile_cache),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", CORE_ONLY.replace("VEC", VEC)], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    env = dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(compile_cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CORE_ONLY.replace("VEC", VEC)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["8", "5"]
     assert (tmp_path / "core.gif").exists() and (tmp_path / "core.replay").exists()

@@ -140,8 +140,9 @@ def test_games_still_running_after_max_steps_are_not_counted():
 
 def test_match_result_counts_and_rates_follow_from_the_seats():
     seats = (SeatResult(0, 6, 4, 1, 1, 12.0, 6.0, 60), SeatResult(1, 4, 1, 1, 2, 4.0, 8.0, 40))
-    r = MatchResult("a", "b", "s", "h", seats, requested_games=10, unfinished=0, max_steps=9,
-                    seed=0)  # fmt: skip
+    r = MatchResult(
+        "a", "b", "s", "h", seats, requested_games=10, unfinished=0, max_steps=9, seed=0
+    )
     d = r.to_dict()
     assert (d["games"], d["wins"], d["draws"], d["losses"]) == (10, 5, 2, 3)
     assert d["win_rate"] == 0.5 and d["loss_rate"] == 0.3 and d["decided_win_rate"] == 5 / 8
@@ -297,8 +298,9 @@ def test_loaders_are_found_in_the_entry_point_group(monkeypatch, tmp_path):
 
     from gigastep import evaluation
 
-    ep = EntryPoint(name="test-ep", value="tests.api.test_evaluation:_load_fixed",
-                    group="gigastep.players")  # fmt: skip
+    ep = EntryPoint(
+        name="test-ep", value="tests.api.test_evaluation:_load_fixed", group="gigastep.players"
+    )
     monkeypatch.setattr(evaluation, "_entry_points", lambda: {"test-ep": ep})
     path = tmp_path / "ep.pt"
     torch.save({"gigastep_player": "test-ep", "action": torch.tensor(13)}, path)

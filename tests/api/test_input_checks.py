@@ -343,8 +343,11 @@ def test_scenario_builder_add_keeps_its_range_argument():
 
 
 def test_an_unknown_field_lists_a_few_close_fields_not_all_of_them():
-    for wrong, first in (("cone_dept", "cone_depth"), ("max_episode_lenght", "max_episode_length"),
-                         ("xyz", None)):  # fmt: skip
+    for wrong, first in (
+        ("cone_dept", "cone_depth"),
+        ("max_episode_lenght", "max_episode_length"),
+        ("xyz", None),
+    ):
         with pytest.raises(TypeError) as err:
             make_config("identical_5_vs_1", **{wrong: 5})
         message = str(err.value)
@@ -371,23 +374,34 @@ def test_an_unknown_map_set_lists_each_valid_name_once():
 def test_step_given_a_batched_state_says_use_v_step():
     env, states, _ = _batch()
     actions = jnp.zeros((B, N), jnp.int32)
-    _raises(env.step, states, actions, jax.random.key(1),
-            match=re.escape(f"this state is batched ({B} games); use v_step"))  # fmt: skip
+    _raises(
+        env.step,
+        states,
+        actions,
+        jax.random.key(1),
+        match=re.escape(f"this state is batched ({B} games); use v_step"),
+    )
 
 
 def test_step_autoreset_given_a_batched_state_says_use_v_step_autoreset():
     env, states, _ = _batch()
     expected = re.escape(f"this state is batched ({B} games); use v_step_autoreset")
-    _raises(env.step_autoreset, states, jnp.zeros((B, N), jnp.int32), jax.random.key(1),
-            match=expected)  # fmt: skip
+    _raises(
+        env.step_autoreset, states, jnp.zeros((B, N), jnp.int32), jax.random.key(1), match=expected
+    )
 
 
 @pytest.mark.parametrize("method", ["v_step", "v_step_autoreset"])
 def test_v_step_given_a_single_state_says_use_step(method):
     env, states, _ = _batch()
     fn = getattr(env, method)
-    _raises(fn, _one(states), jnp.zeros((N,), jnp.int32), jax.random.key(1),
-            match="this state is a single game .*; use step")  # fmt: skip
+    _raises(
+        fn,
+        _one(states),
+        jnp.zeros((N,), jnp.int32),
+        jax.random.key(1),
+        match="this state is a single game .*; use step",
+    )
 
 
 @pytest.mark.parametrize("what", ["actions", "keys"])
@@ -404,8 +418,13 @@ def test_v_step_names_a_batch_size_that_differs_from_the_states(what):
 def test_a_state_of_another_scenario_names_both_agent_counts():
     env, states, _ = _batch()
     other = GigastepEnv(EnvConfig(teams=(0, 1), obs_type="vector", discrete_actions=True))
-    _raises(other.step, _one(states), jnp.zeros((2,), jnp.int32), jax.random.key(1),
-            match="state holds 4 agents per game but this game has 2")  # fmt: skip
+    _raises(
+        other.step,
+        _one(states),
+        jnp.zeros((2,), jnp.int32),
+        jax.random.key(1),
+        match="state holds 4 agents per game but this game has 2",
+    )
 
 
 def test_step_given_something_else_than_a_state_raises_type_error():

@@ -26,8 +26,9 @@ WIN_RATE_STEPS = 100  # games of pursuit vs random last ~30 steps (99th percenti
 
 
 def _config(teams, **fields) -> EnvConfig:
-    base = dict(teams=teams, obs_type="vector", map_set="empty", stochastic_obs=False,
-                stochastic_comm=False)  # fmt: skip
+    base = dict(
+        teams=teams, obs_type="vector", map_set="empty", stochastic_obs=False, stochastic_comm=False
+    )
     base.update(fields)
     return EnvConfig(**base)
 
@@ -65,8 +66,13 @@ def test_each_policy_returns_actions_in_the_action_space(small_configs, name, mo
     config = small_configs[mode]
     env = GigastepEnv(config)
     # Spread-out agents with varied headings (a hand-built state: no reset to compile).
-    state = EnvState.create(config, x=[2.0, 4.0, 6.0, 8.0], y=[5.0, 3.0, 6.0, 9.5],
-                            z=[0.0, 2.0, 4.0, 1.0], heading=[0.0, 1.0, -2.0, 3.0])  # fmt: skip
+    state = EnvState.create(
+        config,
+        x=[2.0, 4.0, 6.0, 8.0],
+        y=[5.0, 3.0, 6.0, 9.5],
+        z=[0.0, 2.0, 4.0, 1.0],
+        heading=[0.0, 1.0, -2.0, 3.0],
+    )
     actions = _act(name, config, state, seed=4)
     if mode == "disc":
         assert actions.shape == (4,) and actions.dtype == np.int32
@@ -119,8 +125,13 @@ def test_pursuit_targets_a_seen_enemy_before_a_nearer_unseen_one():
     # Turn = 0.464 / 0.4 -> clipped 1 (toward enemy 1; enemy 2 would give -1);
     # dive = (5.2 - 5) / 0.5 = 0.4; throttle 1.
     config = _config((0, 1, 1))
-    state = EnvState.create(config, x=[5.0, 7.0, 3.5], y=[5.0, 6.0, 4.5], z=[5.0, 5.2, 5.0],
-                            heading=[0.0, math.pi / 2, 0.0])  # fmt: skip
+    state = EnvState.create(
+        config,
+        x=[5.0, 7.0, 3.5],
+        y=[5.0, 6.0, 4.5],
+        z=[5.0, 5.2, 5.0],
+        heading=[0.0, math.pi / 2, 0.0],
+    )
     actions = _act("pursuit", config, state)
     np.testing.assert_allclose(actions[0], [1.0, 0.4, 1.0], atol=1e-5)
 
@@ -131,8 +142,9 @@ def test_pursuit_chases_the_nearest_alive_enemy_when_it_sees_none():
     # Enemy 3 at (5.5, 5) straight ahead is dead and must be ignored.
     # Nearest alive = enemy 1: error 3.042 rad -> turn +1 (enemy 2 would give -1).
     config = _config((0, 1, 1, 1))
-    state = EnvState.create(config, x=[5.0, 3.0, 5.0, 5.5], y=[5.0, 5.2, 1.0, 5.0],
-                            alive=[True, True, True, False])  # fmt: skip
+    state = EnvState.create(
+        config, x=[5.0, 3.0, 5.0, 5.5], y=[5.0, 5.2, 1.0, 5.0], alive=[True, True, True, False]
+    )
     actions = _act("pursuit", config, state)
     np.testing.assert_allclose(actions[0], [1.0, 0.0, 1.0], atol=1e-6)
 
@@ -217,14 +229,19 @@ def env_step(versus_config):
 
 
 @pytest.mark.parametrize("learner", [0, 1])
-def test_versus_step_is_the_env_step_with_the_opponent_rows_scripted(versus_config, env_step,
-                                                                     learner):  # fmt: skip
+def test_versus_step_is_the_env_step_with_the_opponent_rows_scripted(
+    versus_config, env_step, learner
+):
     # Reference: the opponent acts from the first half of the split key, the env steps with
     # the second (documented in VersusEnv.step); the learner's rows are its own actions.
     versus = VersusEnv(GigastepEnv(versus_config), "pursuit", opponent_team=1 - learner)
     rows = [0, 1] if learner == 0 else [2, 3]
-    state = EnvState.create(versus_config, x=[2.0, 2.0, 8.0, 8.0], y=[3.0, 7.0, 3.0, 7.0],
-                            heading=[0.0, 0.0, math.pi, math.pi])  # fmt: skip
+    state = EnvState.create(
+        versus_config,
+        x=[2.0, 2.0, 8.0, 8.0],
+        y=[3.0, 7.0, 3.0, 7.0],
+        heading=[0.0, 0.0, math.pi, math.pi],
+    )
     key = jax.random.PRNGKey(7)
     got = jax.jit(versus.step)(state, jnp.asarray([0, 26], jnp.int32), key)
     k_opp, k_env = jax.random.split(key)
@@ -282,6 +299,8 @@ def test_pursuit_beats_random_in_most_games_of_identical_5_vs_5():
     alive = np.asarray(jax.jit(jax.vmap(play))(keys))
     pursuit_left, random_left = alive[:, teams == 0].sum(1), alive[:, teams == 1].sum(1)
     rate = float(np.mean(pursuit_left > random_left))
-    print(f"pursuit win rate vs random over {WIN_RATE_GAMES} games: {rate:.3f} "
-          f"(random wins {np.mean(random_left > pursuit_left):.3f})")  # fmt: skip
+    print(
+        f"pursuit win rate vs random over {WIN_RATE_GAMES} games: {rate:.3f} "
+        f"(random wins {np.mean(random_left > pursuit_left):.3f})"
+    )
     assert rate > 0.6

@@ -80,8 +80,9 @@ def _build_wheel(tmp_path: Path) -> Path:
     except ImportError:
         result = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0 and "hatchling" in result.stdout + result.stderr:
             pytest.skip(
                 "no build backend: hatchling is not installed (pip install hatchling) and pip "
@@ -124,8 +125,14 @@ def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
         "print(len(s.list_scenarios()), s.scenario_hash(s.make_config('identical_5_vs_1')))\n"
     )
     env = {**_clean_env(), "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     module, catalog, listing = out.stdout.strip().splitlines()
     assert Path(module).is_relative_to(site)
     assert Path(catalog) == site / "gigastep" / "_envs"
@@ -145,10 +152,20 @@ def test_the_wheel_ships_the_package_its_entry_point_names(wheel):
 
 # A PPO checkpoint (untrained: one update of a tiny config) written by the repository's trainer.
 TINY_RUN = dict(
-    scenario="identical_2_vs_2_fobs_vec_void_disc", num_envs=4, rollout_steps=4, updates=1,
-    hidden=8, s5_state_dim=4, epochs=1, minibatches=1, opponent="pursuit", progress=False,
-    tensorboard=False, plots=False, checkpoint_every=1,
-)  # fmt: skip
+    scenario="identical_2_vs_2_fobs_vec_void_disc",
+    num_envs=4,
+    rollout_steps=4,
+    updates=1,
+    hidden=8,
+    s5_state_dim=4,
+    epochs=1,
+    minibatches=1,
+    opponent="pursuit",
+    progress=False,
+    tensorboard=False,
+    plots=False,
+    checkpoint_every=1,
+)
 
 # Run in the fresh environment: resolve the checkpoint as gigastep.evaluation does (through
 # the entry point of the installed distribution) and check that it can play.
@@ -174,13 +191,20 @@ def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(wheel, t
     venv = tmp_path / "venv"
     # --system-site-packages: torch, jax, ... come from this environment (no downloads); the
     # venv's own site-packages, which holds the wheel, comes first on its path
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
     install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
     subprocess.run(install, check=True, timeout=300, capture_output=True)
-    out = subprocess.run([python, "-c", LOAD, str(checkpoint)], cwd=tmp_path, env=_clean_env(),
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [python, "-c", LOAD, str(checkpoint)],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     gigastep_file, baselines_file, player = out.stdout.strip().splitlines()[-3:]
     site = venv / "lib"

@@ -110,8 +110,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def reference():
     """The one-device rollout of the subprocesses' arguments, flattened."""
-    out = gigastep.rollout(CONFIG, GAMES, STEPS, jax.random.key(KEY_SEED), POLICY,
-                           trajectory=True)  # fmt: skip
+    out = gigastep.rollout(CONFIG, GAMES, STEPS, jax.random.key(KEY_SEED), POLICY, trajectory=True)
     return jax.tree_util.tree_flatten_with_path(out)[0]
 
 
@@ -129,8 +128,14 @@ def assert_saved_equals(path, reference):
 
 @pytest.mark.subprocess
 def test_sharded_rollout_on_2_and_4_cpu_devices_equals_the_one_device_rollout(reference, tmp_path):
-    result = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT, str(tmp_path)], env=_env(4),
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _DEVICES_SCRIPT, str(tmp_path)],
+        env=_env(4),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "DEVICES OK" in result.stdout
     for d in (2, 4):
@@ -141,11 +146,16 @@ def test_sharded_rollout_on_2_and_4_cpu_devices_equals_the_one_device_rollout(re
 def test_two_process_sharded_rollout_equals_the_one_process_rollout(reference, tmp_path):
     port = str(_free_port())
     procs = [
-        subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, str(tmp_path), port, str(pid)],
-                         env=_env(2), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS_SCRIPT, str(tmp_path), port, str(pid)],
+            env=_env(2),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for pid in range(2)
-    ]  # fmt: skip
+    ]
     outputs = []
     try:
         for p in procs:

@@ -62,8 +62,9 @@ SMALL = {"resolution_x": 24, "resolution_y": 24}
 @pytest.fixture(scope="module")
 def circle_frames():
     # circle vs circle never ends early: 6 steps give the start plus 6 frames.
-    return render_episode(RGB_2V2, ("circle", "circle"), steps=6, seed=1, agents=(0, 3),
-                          scale=2, overrides=SMALL)  # fmt: skip
+    return render_episode(
+        RGB_2V2, ("circle", "circle"), steps=6, seed=1, agents=(0, 3), scale=2, overrides=SMALL
+    )
 
 
 @pytest.mark.slow
@@ -96,12 +97,24 @@ def test_frames_show_team_colours_and_health_bars():
     from gigastep.render import HEALTH_EMPTY, HEALTH_FULL, TEAM_RGB, FrameRenderer
     from gigastep.types import EnvState
 
-    env = GigastepEnv(EnvConfig(teams=(0, 0, 1, 1), obs_type="rgb", resolution_x=40,
-                                resolution_y=40, limit_x=10.0, limit_y=10.0))  # fmt: skip
+    env = GigastepEnv(
+        EnvConfig(
+            teams=(0, 0, 1, 1),
+            obs_type="rgb",
+            resolution_x=40,
+            resolution_y=40,
+            limit_x=10.0,
+            limit_y=10.0,
+        )
+    )
     # 4 pixels per world unit: agents at view pixels (8, 12), (28, 12), (8, 28), (28, 28).
-    state = EnvState.create(env.config, x=[2.0, 7.0, 2.0, 7.0], y=[3.0, 3.0, 7.0, 7.0],
-                            health=[0.5, 1.0, 1.0, 1.0],
-                            alive=[True, True, True, False])  # fmt: skip
+    state = EnvState.create(
+        env.config,
+        x=[2.0, 7.0, 2.0, 7.0],
+        y=[3.0, 3.0, 7.0, 7.0],
+        health=[0.5, 1.0, 1.0, 1.0],
+        alive=[True, True, True, False],
+    )
     batch = jax.tree_util.tree_map(lambda x: x[None], state)
     renderer = FrameRenderer(env, names=("blue", "red"), scale=4)  # bars 12 pixels wide
     frame = renderer.frames(batch)[0]
@@ -146,8 +159,9 @@ def test_save_video_needs_a_gif_or_mp4_name(circle_frames, tmp_path):
     with pytest.raises(ValueError, match="must end in .gif or .mp4"):
         save_video(circle_frames, tmp_path / "game.avi")
     with pytest.raises(ValueError, match="one shape"):
-        save_video([np.zeros((4, 4, 3), np.uint8), np.zeros((4, 6, 3), np.uint8)],
-                   tmp_path / "x.gif")  # fmt: skip
+        save_video(
+            [np.zeros((4, 4, 3), np.uint8), np.zeros((4, 6, 3), np.uint8)], tmp_path / "x.gif"
+        )
 
 
 def test_ego_views_need_rgb_observations():

@@ -25,8 +25,9 @@ SMALL = {"resolution_x": 24, "resolution_y": 24}  # an override the replay must 
 @pytest.fixture(scope="module")
 def recording():
     # pursuit against random ends in ~25 steps: the episode's end is part of the replay.
-    return record_game(SCENARIO, ("pursuit", "random"), steps=120, seed=3, agents=(0, 2),
-                       overrides=SMALL)  # fmt: skip
+    return record_game(
+        SCENARIO, ("pursuit", "random"), steps=120, seed=3, agents=(0, 2), overrides=SMALL
+    )
 
 
 @pytest.fixture(scope="module")

@@ -42,26 +42,39 @@ def _trap(name: str, team: int) -> MapSpec:
     """A map whose right (team 1) or left (team 0) half is one obstacle box holding that
     team's start region."""
     box = (5.0, 0.0, 10.0, 10.0) if team == 1 else (0.0, 0.0, 5.0, 10.0)
-    return MapSpec(name=name, boxes=(box,), start_team0=(1.0, 1.0, 3.0, 9.0),
-                   start_team1=(7.0, 1.0, 9.0, 9.0))  # fmt: skip
+    return MapSpec(
+        name=name, boxes=(box,), start_team0=(1.0, 1.0, 3.0, 9.0), start_team1=(7.0, 1.0, 9.0, 9.0)
+    )
 
 
 # 2 vs 1 in which one team starts inside a box (no placement retries) and dies on the first
 # step: every episode lasts one step and is won by the other team; a win pays 10 to each
 # survivor, divided by its team size (5 to each of team 0's agents, 10 to team 1's).
 WIN = EnvConfig(
-    teams=(0, 0, 1), obs_type="vector", maps=(_trap("trap_team1", 1), _trap("trap_team0", 0)),
-    reset_max_rounds=0, collision_range=0.0, reward_game_won=10.0,
-    reward_defeat_one_opponent=0.0, stochastic_obs=False, stochastic_comm=False,
-)  # fmt: skip
+    teams=(0, 0, 1),
+    obs_type="vector",
+    maps=(_trap("trap_team1", 1), _trap("trap_team0", 0)),
+    reset_max_rounds=0,
+    collision_range=0.0,
+    reward_game_won=10.0,
+    reward_defeat_one_opponent=0.0,
+    stochastic_obs=False,
+    stochastic_comm=False,
+)
 
 # 1 vs 1 without combat or collisions on the empty map, flying circles: episodes end only at
 # the time limit of 4 steps (draws); each agent earns its idle reward 1 every step.
 DRAW = EnvConfig(
-    teams=(0, 1), obs_type="vector", map_set="empty", damage_range=(0.0, 0.0),
-    collision_range=0.0, idle_reward=(1.0, 1.0), max_episode_length=4,
-    reward_game_won=0.0, reward_defeat_one_opponent=0.0,
-)  # fmt: skip
+    teams=(0, 1),
+    obs_type="vector",
+    map_set="empty",
+    damage_range=(0.0, 0.0),
+    collision_range=0.0,
+    idle_reward=(1.0, 1.0),
+    max_episode_length=4,
+    reward_game_won=0.0,
+    reward_defeat_one_opponent=0.0,
+)
 
 
 def assert_trees_identical(a, b, what=""):
@@ -243,10 +256,18 @@ def test_the_gpu_form_of_the_step_gives_the_same_games(main_rollout):
     # On GPU the rollout steps with the vmapped step_autoreset (no host-side conditional);
     # run that form here on the CPU and compare.
     key, out = main_rollout
-    run = jax.jit(lambda data: grollout.play_games(
-        MAIN, MATCH, STEPS, True, False, "threefry2x32",
-        grollout.game_keys(data, "threefry2x32", GAMES)),
-        compiler_options=grollout.compiler_options("cpu"))  # fmt: skip
+    run = jax.jit(
+        lambda data: grollout.play_games(
+            MAIN,
+            MATCH,
+            STEPS,
+            True,
+            False,
+            "threefry2x32",
+            grollout.game_keys(data, "threefry2x32", GAMES),
+        ),
+        compiler_options=grollout.compiler_options("cpu"),
+    )
     assert_trees_identical(run(jax.random.key_data(key)), out)
 
 
@@ -255,10 +276,17 @@ def test_rollout_traces_once_per_configuration_and_size(main_rollout):
     gigastep.rollout(env, GAMES, STEPS, jax.random.key(11), MATCH, trajectory=True)
     before = grollout._TRACES["rollout"]
     for seed in (12, 13):  # new keys, typed and raw, and an equal env built anew
-        gigastep.rollout(GigastepEnv(MAIN), GAMES, STEPS, jax.random.key(seed), MATCH,
-                         trajectory=True)  # fmt: skip
-        gigastep.rollout(env, GAMES, STEPS, jax.random.PRNGKey(seed), joint_policy("pursuit",
-                         None), trajectory=True)  # fmt: skip
+        gigastep.rollout(
+            GigastepEnv(MAIN), GAMES, STEPS, jax.random.key(seed), MATCH, trajectory=True
+        )
+        gigastep.rollout(
+            env,
+            GAMES,
+            STEPS,
+            jax.random.PRNGKey(seed),
+            joint_policy("pursuit", None),
+            trajectory=True,
+        )
     assert grollout._TRACES["rollout"] == before
 
 

@@ -97,9 +97,15 @@ TYPES = {
 TABLES = ("sprites", "max_health", "detection_range", "damage_range", "thrust", "idle_reward")
 
 ALL_MAPS = (
-    "empty", "empty_flipped", "two_rooms1", "two_rooms2_flipped",
-    "four_rooms", "four_rooms_flipped", "center_block", "center_block_flipped",
-)  # fmt: skip
+    "empty",
+    "empty_flipped",
+    "two_rooms1",
+    "two_rooms2_flipped",
+    "four_rooms",
+    "four_rooms_flipped",
+    "center_block",
+    "center_block_flipped",
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -282,9 +288,16 @@ def test_hide_and_seek_10_vs_5_has_5_seekers_and_10_hiders():
     assert c.collision_range == 0.0
     assert c.damage_cone_angle == math.pi
     assert (c.damage_per_second, c.damage_cone_depth, c.max_episode_length) == (10.0, 1.0, 500)
-    rewards = (c.reward_game_won, c.reward_defeat_one_opponent, c.reward_detection,
-               c.reward_damage, c.reward_idle, c.reward_agent_disabled,
-               c.reward_collision_agent, c.reward_collision_obstacle)  # fmt: skip
+    rewards = (
+        c.reward_game_won,
+        c.reward_defeat_one_opponent,
+        c.reward_detection,
+        c.reward_damage,
+        c.reward_idle,
+        c.reward_agent_disabled,
+        c.reward_collision_agent,
+        c.reward_collision_obstacle,
+    )
     assert rewards == (50.0, 5.0, 0.0, 10.0, 0.0, 10.0, 0.0, 10.0)
 
 
@@ -706,8 +719,13 @@ def test_a_file_scenario_makes_an_environment(tmp_path):
 
 
 def test_builder_keeps_the_order_of_the_calls():
-    config = (ScenarioBuilder().add_type(1, "super").add_type(0, "default", 2)
-              .add(1, sprite=2, range=2.0, damage_range=0.0).config())  # fmt: skip
+    config = (
+        ScenarioBuilder()
+        .add_type(1, "super")
+        .add_type(0, "default", 2)
+        .add(1, sprite=2, range=2.0, damage_range=0.0)
+        .config()
+    )
     assert config.teams == (1, 0, 0, 1)
     assert config.type_names == ("super", "default", "default", "custom")
     assert config.sprites == (6, 1, 1, 2)
@@ -732,8 +750,14 @@ def test_builder_makes_an_environment_with_its_spec():
 
 
 def test_builder_reproduces_a_catalogue_scenario():
-    built = (ScenarioBuilder().add_type(0, "seeker", 5).add_type(1, "hider", 10)
-             .set_map("all").preset("hide_and_seek").config())  # fmt: skip
+    built = (
+        ScenarioBuilder()
+        .add_type(0, "seeker", 5)
+        .add_type(1, "hider", 10)
+        .set_map("all")
+        .preset("hide_and_seek")
+        .config()
+    )
     assert built == make_config("hide_and_seek_10_vs_5")
 
 
@@ -796,9 +820,13 @@ def test_the_hash_is_the_same_in_a_fresh_interpreter():
     )
     here = scenario_hash(make_config("special_10_vs_3_fobs_vec_void_disc"))
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
         env={**_clean_env(), "PYTHONHASHSEED": "12345"},  # str hashes differ from this process
-    )  # fmt: skip
+    )
     assert out.stdout.strip() == here
 
 

@@ -58,9 +58,14 @@ def test_pause_step_speed_and_restart_keys():
 
     def on_frame(v, k):
         seen[k] = (game.t, v.paused, v.fps)
-        keys = {1: [(pygame.K_SPACE, " ")], 3: [(pygame.K_n, "n")],
-                5: [(pygame.K_PLUS, "+"), (pygame.K_PLUS, "+")], 6: [(pygame.K_MINUS, "-")],
-                7: [(pygame.K_r, "r")], 8: [(pygame.K_q, "q")]}  # fmt: skip
+        keys = {
+            1: [(pygame.K_SPACE, " ")],
+            3: [(pygame.K_n, "n")],
+            5: [(pygame.K_PLUS, "+"), (pygame.K_PLUS, "+")],
+            6: [(pygame.K_MINUS, "-")],
+            7: [(pygame.K_r, "r")],
+            8: [(pygame.K_q, "q")],
+        }
         for key, char in keys.get(k, ()):
             _key(key, char)
 

@@ -88,7 +88,7 @@ RESTART_CONFIGS = {  # every step ends the game (time limit 1), so every step re
     "vector": EnvConfig(teams=(0, 1), obs_type="vector", max_episode_length=1),
     "rgb": EnvConfig(
         teams=(0, 1), obs_type="rgb", resolution_x=16, resolution_y=12, max_episode_length=1
-    ),  # fmt: skip
+    ),
 }
 
 

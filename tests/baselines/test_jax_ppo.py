@@ -253,9 +253,12 @@ def test_the_unshaped_return_sums_the_rewards_of_the_game_without_its_shaping(tm
     # rollout of each game takes the same steps: the shaped run's running unshaped returns
     # are the running returns the unshaped game keeps in its own state, bit for bit.
     common = dict(
-        scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc", team=1, num_envs=4,
-        rollout_steps=16, opponent="random:0.5,pursuit:0.5",
-    )  # fmt: skip
+        scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc",
+        team=1,
+        num_envs=4,
+        rollout_steps=16,
+        opponent="random:0.5,pursuit:0.5",
+    )
     shaped = make_setup(_tiny(tmp_path, env="reward_idle=1,max_episode_length=12", **common))
     plain = make_setup(_tiny(tmp_path, env="max_episode_length=12", **common))
     assert plain.score is None and shaped.score is not None
@@ -357,9 +360,11 @@ def test_value_norm_and_separate_critic_losses_and_gradients_match_pytorch(
         params, buf, b["adv"], b["returns"], jnp.arange(n), jnp.ones(n, bool), moments
     )
     _, _, values = policy.evaluate(
-        spec, params, *(b[k] for k in ("obs", "types", "first", "h0", "actions", "critic_in")),
+        spec,
+        params,
+        *(b[k] for k in ("obs", "types", "first", "h0", "actions", "critic_in")),
         moments,
-    )  # fmt: skip
+    )
     np.testing.assert_allclose(np.asarray(values), value.detach().numpy(), rtol=1e-5, atol=1e-5)
     _assert_loss_and_gradients_match(loss, parts, grads, out, torch_grads)
 
@@ -578,12 +583,36 @@ def test_seeds_2_gives_each_seed_the_result_of_its_own_run(jax_run, tmp_path):
 def test_the_command_line_writes_the_pytorch_trainers_artefacts(tmp_path):
     out = tmp_path / "cli"
     args = [
-        sys.executable, "-m", "baselines.ppo", "--framework", "jax", "--scenario",
-        TINY.scenario, "--num-envs", "4", "--rollout-steps", "8", "--updates", "2",
-        "--hidden", "8", "--s5-state-dim", "4", "--epochs", "1", "--minibatches", "2",
-        "--opponent", "pursuit", "--checkpoint-every", "1", "--no-progress",
-        "--no-tensorboard", "--out", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "baselines.ppo",
+        "--framework",
+        "jax",
+        "--scenario",
+        TINY.scenario,
+        "--num-envs",
+        "4",
+        "--rollout-steps",
+        "8",
+        "--updates",
+        "2",
+        "--hidden",
+        "8",
+        "--s5-state-dim",
+        "4",
+        "--epochs",
+        "1",
+        "--minibatches",
+        "2",
+        "--opponent",
+        "pursuit",
+        "--checkpoint-every",
+        "1",
+        "--no-progress",
+        "--no-tensorboard",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     names = {p.name for p in out.iterdir()}

@@ -142,8 +142,16 @@ def _episodes(t, n, seed=0):
 
 
 def _image_spec(core: str) -> PolicySpec:
-    return PolicySpec(obs_type="rgb_vector", vector_size=7, image_shape=(24, 20, 3), n_types=2,
-                      discrete=True, core=core, hidden=16, s5_state_dim=8)  # fmt: skip
+    return PolicySpec(
+        obs_type="rgb_vector",
+        vector_size=7,
+        image_shape=(24, 20, 3),
+        n_types=2,
+        discrete=True,
+        core=core,
+        hidden=16,
+        s5_state_dim=8,
+    )
 
 
 @pytest.mark.parametrize("core", ["s5", "gru"])
@@ -165,8 +173,7 @@ def test_replaying_a_rollout_of_images_and_vectors_gives_the_acting_log_probs(co
 
 def test_images_too_small_for_the_cnn_are_refused():
     with pytest.raises(ValueError, match="at least 20 x 20 pixels, got 16 x 16"):
-        PolicySpec(obs_type="rgb", vector_size=0, image_shape=(16, 16, 3), n_types=1,
-                   discrete=True)  # fmt: skip
+        PolicySpec(obs_type="rgb", vector_size=0, image_shape=(16, 16, 3), n_types=1, discrete=True)
 
 
 @pytest.mark.parametrize("core", ["s5", "gru", "mlp"])

@@ -133,9 +133,15 @@ def test_continuous_actions_and_images_train(scenario, env, tmp_path):
 def test_a_checkpoint_file_is_a_frozen_opponent(smoke_run, tmp_path):
     from baselines.config import preset
 
-    config = dataclasses.replace(preset("smoke"), opponent=str(smoke_run / "checkpoint.pt"),
-                                 updates=1, out=str(tmp_path / "run"), progress=False,
-                                 tensorboard=False, plots=False)  # fmt: skip
+    config = dataclasses.replace(
+        preset("smoke"),
+        opponent=str(smoke_run / "checkpoint.pt"),
+        updates=1,
+        out=str(tmp_path / "run"),
+        progress=False,
+        tensorboard=False,
+        plots=False,
+    )
     trainer = Trainer(config)
     trainer.run()
     (frozen,) = trainer.frozen
@@ -295,8 +301,9 @@ def test_memory_stays_flat_over_100_updates(tmp_path):
 
     # One epoch of one minibatch: the per-update objects (pool snapshots, buffers, metrics)
     # are all made, at half the cost of the tiny recipe's epochs.
-    config = _tiny(tmp_path, updates=120, rollout_steps=8, checkpoint_every=1000, epochs=1,
-                   minibatches=1)  # fmt: skip
+    config = _tiny(
+        tmp_path, updates=120, rollout_steps=8, checkpoint_every=1000, epochs=1, minibatches=1
+    )
     trainer = Trainer(config)
     trainer.start()
     rss = []

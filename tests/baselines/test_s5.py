@@ -241,8 +241,9 @@ def test_hippo_normal_eigendecomposition_reconstructs_normal_part():
     torch.testing.assert_close(v @ torch.diag(lam) @ v.conj().T, s.to(v.dtype))
     torch.testing.assert_close(v.conj().T @ v, torch.eye(n, dtype=v.dtype))
     # Real S: eigenvalues in conjugate pairs, the first half's conjugates are the second half.
-    torch.testing.assert_close(torch.sort(-lam[: n // 2].imag).values,
-                               torch.sort(lam[n // 2 :].imag).values)  # fmt: skip
+    torch.testing.assert_close(
+        torch.sort(-lam[: n // 2].imag).values, torch.sort(lam[n // 2 :].imag).values
+    )
 
 
 def test_initial_eigenvalues_are_stable_and_discretisation_contracts():
@@ -381,8 +382,9 @@ def test_jax_scan_with_explicit_reset_operator_equals_torch_scan():
         a, b, reset, h0 = _scan_inputs(33, torch.complex64, a_kind, seed=11)
         x_jax = scan(a.numpy(), b.numpy(), reset.numpy(), h0.numpy())
         # float32 tolerance for states: rtol = atol = 1e-5.
-        np.testing.assert_allclose(np.asarray(x_jax), resettable_scan(a, b, reset, h0).numpy(),
-                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(x_jax), resettable_scan(a, b, reset, h0).numpy(), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_layer_matches_jax_reference():
@@ -426,9 +428,12 @@ def test_block_and_its_gradients_match_jax_reference():
         for name, p in layer.named_parameters():
             # Gradients sum over time and batch: rtol 1e-4, atol 1e-5.
             np.testing.assert_allclose(
-                np.asarray(grads["layers"][i][name]), p.grad.numpy(), rtol=1e-4, atol=1e-5,
+                np.asarray(grads["layers"][i][name]),
+                p.grad.numpy(),
+                rtol=1e-4,
+                atol=1e-5,
                 err_msg=f"layer {i} {name}",
-            )  # fmt: skip
+            )
 
 
 # --------------------------------------------------------------------------------------------

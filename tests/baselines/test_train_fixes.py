@@ -292,9 +292,12 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
 # Hiders (team 1) of hide and seek earn a reward every step they live, so their unshaped
 # return is not zero; the shaped runs add an idle penalty with --env.
 HIDE = dict(
-    scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc", team=1, num_envs=4, rollout_steps=16,
+    scenario="hide_and_seek_5_vs_5_fobs_vec_void_disc",
+    team=1,
+    num_envs=4,
+    rollout_steps=16,
     opponent="random:0.5,pursuit:0.5",
-)  # fmt: skip
+)
 SHAPED, PLAIN = "reward_idle=1,max_episode_length=12", "max_episode_length=12"
 
 

@@ -17,10 +17,21 @@ from benchmarks import _common, scan, throughput
 from benchmarks.profile_step import hlo_census
 
 ROW_KEYS = {
-    "scenario": str, "obs_type": str, "batch": int, "n_agents": int, "steps": int,
-    "repeats": int, "agent_steps_per_s": float, "env_steps_per_s": float, "compile_s": float,
-    "peak_rss_mb": float, "spread": float, "scenario_hash": str, "timing": dict, "machine": dict,
-}  # fmt: skip
+    "scenario": str,
+    "obs_type": str,
+    "batch": int,
+    "n_agents": int,
+    "steps": int,
+    "repeats": int,
+    "agent_steps_per_s": float,
+    "env_steps_per_s": float,
+    "compile_s": float,
+    "peak_rss_mb": float,
+    "spread": float,
+    "scenario_hash": str,
+    "timing": dict,
+    "machine": dict,
+}
 TINY = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=2)
 
 
@@ -76,9 +87,18 @@ def test_tables_show_every_row_with_units_in_headers(env_row):
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(6e6, "6.00 M"), (8.07e6, "8.07 M"), (3300.0, "3.30 k"), (999.7, "1.00 k"),
-     (131072, "131 k"), (0.0412, "0.0412"), (12, "12"), (-2500.0, "-2.50 k"), (None, "–")],
-)  # fmt: skip
+    [
+        (6e6, "6.00 M"),
+        (8.07e6, "8.07 M"),
+        (3300.0, "3.30 k"),
+        (999.7, "1.00 k"),
+        (131072, "131 k"),
+        (0.0412, "0.0412"),
+        (12, "12"),
+        (-2500.0, "-2.50 k"),
+        (None, "–"),
+    ],
+)
 def test_numbers_keep_three_significant_digits_and_never_an_exponent(value, text):
     assert _common.format_number(value) == text
 
@@ -111,22 +131,31 @@ def test_a_case_whose_memory_estimate_does_not_fit_is_skipped_with_the_reason():
     case = throughput.dataclasses.replace(TINY, batch=2**40)
     row = throughput.run_case(case)
     assert "timing" not in row and row["batch"] == 2**40
-    assert re.fullmatch(r"estimated peak [\d.]+ GiB > 80% of the [\d.]+ GiB available",
-                        row["skipped"])  # fmt: skip
+    assert re.fullmatch(
+        r"estimated peak [\d.]+ GiB > 80% of the [\d.]+ GiB available", row["skipped"]
+    )
 
 
 def test_the_sweep_reports_rows_as_they_finish():
     seen = []
     cases = [throughput.Case("no_such_scenario", batch=2), throughput.Case("nor_this", batch=2)]
-    rows = throughput.run_sweep(cases, isolate=False, log=io.StringIO(),
-                                on_row=lambda rows: seen.append(len(rows)))  # fmt: skip
+    rows = throughput.run_sweep(
+        cases, isolate=False, log=io.StringIO(), on_row=lambda rows: seen.append(len(rows))
+    )
     assert seen == [1, 2]
     assert "no_such_scenario" in rows[0]["error"] and "nor_this" in rows[1]["error"]
 
 
 def test_scan_goals_are_judged_only_at_the_size_they_are_defined_at():
-    quick = {"impl": "torch_parallel", "part": "block", "T": 128, "batch": 256, "state_dim": 64,
-             "speedup_vs_sequential": 2.2, "time_vs_jax": 0.5}  # fmt: skip
+    quick = {
+        "impl": "torch_parallel",
+        "part": "block",
+        "T": 128,
+        "batch": 256,
+        "state_dim": 64,
+        "speedup_vs_sequential": 2.2,
+        "time_vs_jax": 0.5,
+    }
     lines = scan.goal_lines([quick])
     assert len(lines) == 1 and "MISSED" not in lines[0]
     assert "defined at T = 128, batch = 1024" in lines[0]
@@ -161,10 +190,12 @@ def test_every_benchmark_help_names_python_m_as_its_program(name, capsys):
 
 @pytest.mark.subprocess
 def test_observation_write_baseline_runs_in_a_fresh_process():
-    case = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=1,
-                           kind="write_vector")  # fmt: skip
-    row = _common.run_worker("benchmarks.throughput", throughput.dataclasses.asdict(case),
-                             timeout=120)  # fmt: skip
+    case = throughput.Case(
+        "identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=1, kind="write_vector"
+    )
+    row = _common.run_worker(
+        "benchmarks.throughput", throughput.dataclasses.asdict(case), timeout=120
+    )
     assert "error" not in row, row
     assert row["scenario"].startswith("write_vector:") and row["agent_steps_per_s"] > 0
     assert row["peak_rss_mb"] > 0
@@ -183,8 +214,11 @@ def test_quick_and_paper_presets_cover_the_issue_targets():
 
 def test_every_sweep_times_live_play_unless_told_to_step_without_resets():
     # Random play finishes most games within 100 steps; the plain step would time those.
-    for opts in (throughput.Options(), throughput.Options(quick=True),
-                 throughput.Options(paper=True)):  # fmt: skip
+    for opts in (
+        throughput.Options(),
+        throughput.Options(quick=True),
+        throughput.Options(paper=True),
+    ):
         assert {c.step_fn for c in throughput.cases_from_options(opts)} == {"autoreset"}
     plain = throughput.cases_from_options(throughput.Options(step_fn="step"))
     assert {c.step_fn for c in plain} == {"step"}

@@ -30,11 +30,29 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("preflight")
-    cmd = [sys.executable, "-m", "benchmarks.collectives", "--quick", "--processes", "2",
-           "--devices", "2", "--sizes", "4KiB", "256KiB", "--repeats", "2",
-           "--sample-seconds", "0.01",
-           "--json", str(out / "rows.json"), "--markdown", str(out / "rows.md"),
-           "--png", str(out / "rows.png")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.collectives",
+        "--quick",
+        "--processes",
+        "2",
+        "--devices",
+        "2",
+        "--sizes",
+        "4KiB",
+        "256KiB",
+        "--repeats",
+        "2",
+        "--sample-seconds",
+        "0.01",
+        "--json",
+        str(out / "rows.json"),
+        "--markdown",
+        str(out / "rows.md"),
+        "--png",
+        str(out / "rows.png"),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -45,11 +63,15 @@ def quick_run(tmp_path_factory):
 def test_quick_run_measures_every_op_and_size_on_each_link(quick_run):
     _, rows, _ = quick_run
     links = {(r["framework"], r["scope"], r["processes"], r["devices"]) for r in rows}
-    assert links == {("jax", "in-process", 1, 2), ("jax", "cross-process", 2, 2),
-                     ("torch", "cross-process", 2, 2)}  # fmt: skip
+    assert links == {
+        ("jax", "in-process", 1, 2),
+        ("jax", "cross-process", 2, 2),
+        ("torch", "cross-process", 2, 2),
+    }
     for link in links:
-        mine = [r for r in rows if (r["framework"], r["scope"], r["processes"], r["devices"])
-                == link]  # fmt: skip
+        mine = [
+            r for r in rows if (r["framework"], r["scope"], r["processes"], r["devices"]) == link
+        ]
         assert sorted((r["op"], r["bytes"]) for r in mine) == sorted(
             (op, size) for op in OPS for size in SIZES
         ), link
@@ -108,16 +130,29 @@ def _table(slow_link=None, slowdown=40.0):
     """Rows of three links x two ops x three sizes at 10 GB/s bus bandwidth (n = 2), with
     `slow_link`'s all-reduce `slowdown` times slower."""
     rows = []
-    links = [("jax", "in-process", 1, "xla-cpu"), ("jax", "cross-process", 2, "xla-cpu/gloo"),
-             ("torch", "cross-process", 2, "gloo")]  # fmt: skip
+    links = [
+        ("jax", "in-process", 1, "xla-cpu"),
+        ("jax", "cross-process", 2, "xla-cpu/gloo"),
+        ("torch", "cross-process", 2, "gloo"),
+    ]
     for framework, scope, processes, backend in links:
         for op in ("all_reduce", "all_gather"):
             for size in (2**20, 2**24, 2**26):
                 t = size * bus_factor(op, 2) / 10e9
                 if (framework, scope) == slow_link and op == "all_reduce":
                     t *= slowdown
-                rows.append(make_row(op, size, 2, [t, t], framework=framework, scope=scope,
-                                     processes=processes, backend=backend))  # fmt: skip
+                rows.append(
+                    make_row(
+                        op,
+                        size,
+                        2,
+                        [t, t],
+                        framework=framework,
+                        scope=scope,
+                        processes=processes,
+                        backend=backend,
+                    )
+                )
     return rows
 
 

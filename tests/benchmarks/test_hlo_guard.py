@@ -126,8 +126,11 @@ def test_the_rgb_image_fusions_recompute_no_reduction(monkeypatch_module):
 def test_no_is_finite_inside_fusions_larger_than_the_agent_mask(jax_path_hlo):
     config, text = jax_path_hlo
     mask = BATCH * config.n_agents
-    offenders = [(f.name, f.root_elements, f.ops["is-finite"]) for f in fusion_census(text)
-                 if f.root_elements > mask and f.ops["is-finite"]]  # fmt: skip
+    offenders = [
+        (f.name, f.root_elements, f.ops["is-finite"])
+        for f in fusion_census(text)
+        if f.root_elements > mask and f.ops["is-finite"]
+    ]
     assert offenders == []
 
 
@@ -136,13 +139,18 @@ def test_no_costly_op_is_recomputed_per_pair(jax_path_hlo):
     every pair (what `xla.stored` is for)."""
     config, text = jax_path_hlo
     mask = BATCH * config.n_agents
-    offenders = [(f.name, f.root_elements, dict(f.recomputed)) for f in fusion_census(text)
-                 if f.root_elements > mask and any(f.recomputed[op] for op in COSTLY)]  # fmt: skip
+    offenders = [
+        (f.name, f.root_elements, dict(f.recomputed))
+        for f in fusion_census(text)
+        if f.root_elements > mask and any(f.recomputed[op] for op in COSTLY)
+    ]
     assert offenders == []
 
 
-@pytest.mark.skipif(tuple(int(p) for p in jax.__version__.split(".")[:2]) != BUDGET_JAX,
-                    reason="the budget was measured with the XLA of jax 0.10")  # fmt: skip
+@pytest.mark.skipif(
+    tuple(int(p) for p in jax.__version__.split(".")[:2]) != BUDGET_JAX,
+    reason="the budget was measured with the XLA of jax 0.10",
+)
 def test_recomputed_work_stays_within_its_measured_budget(jax_path_hlo):
     config, text = jax_path_hlo
     census = fusion_census(text)
@@ -150,8 +158,10 @@ def test_recomputed_work_stays_within_its_measured_budget(jax_path_hlo):
     assert any(f.root_elements >= n2 for f in census), "the census parser no longer reads the HLO"
     work = sum(f.root_elements * sum(f.recomputed.values()) for f in census) / n2
     worst = sorted(census, key=lambda f: -f.root_elements * sum(f.recomputed.values()))[:4]
-    assert work <= RECOMPUTED_BUDGET, (work, [(f.name, f.root_elements, dict(f.recomputed))
-                                              for f in worst])  # fmt: skip
+    assert work <= RECOMPUTED_BUDGET, (
+        work,
+        [(f.name, f.root_elements, dict(f.recomputed)) for f in worst],
+    )
 
 
 def test_the_census_reads_fusions_and_their_root_shapes():
@@ -170,7 +180,11 @@ ENTRY %main (p: f32[4,3]) -> pred[4,3] {
 """
     (f,) = fusion_census(text)
     assert (f.name, f.root_elements, f.instructions, f.ops["is-finite"]) == (
-        "fused_computation.1", 12, 2, 1)  # fmt: skip
+        "fused_computation.1",
+        12,
+        2,
+        1,
+    )
     assert f.recomputed == {}  # nothing is broadcast
     assert count_op(text, "is-finite") == 1
     assert count_op(text, "fusion") == 1
@@ -235,10 +249,12 @@ ENTRY %main (p: f32[4]) -> f32[4] {
 
 
 def test_the_thunk_profile_names_the_step_kernels():
-    rows = profile_thunks(gigastep.make("identical_1_vs_1").config, batch=2, steps=2, calls=1,
-                          top=3)  # fmt: skip
+    rows = profile_thunks(
+        gigastep.make("identical_1_vs_1").config, batch=2, steps=2, calls=1, top=3
+    )
     assert 1 <= len(rows) <= 3
     assert all(r["us_per_step"] > 0 for r in rows)
-    assert [r["us_per_step"] for r in rows] == sorted((r["us_per_step"] for r in rows),
-                                                      reverse=True)  # fmt: skip
+    assert [r["us_per_step"] for r in rows] == sorted(
+        (r["us_per_step"] for r in rows), reverse=True
+    )
     assert sum(r["pct"] for r in rows) <= 100.0 + 1e-9

@@ -12,10 +12,18 @@ from benchmarks import parity
 
 
 def _run(framework: str, seed: int, rates: dict[str, float], folder: str = "") -> dict:
-    final = [{"opponent": k, "win_rate": v, "games": 8, "ci_low": 0.0, "ci_high": 1.0}
-             for k, v in rates.items()]  # fmt: skip
-    return {"framework": framework, "seed": seed, "updates": 3, "trained_s": 1.0,
-            "final": final, "run_dir": folder}  # fmt: skip
+    final = [
+        {"opponent": k, "win_rate": v, "games": 8, "ci_low": 0.0, "ci_high": 1.0}
+        for k, v in rates.items()
+    ]
+    return {
+        "framework": framework,
+        "seed": seed,
+        "updates": 3,
+        "trained_s": 1.0,
+        "final": final,
+        "run_dir": folder,
+    }
 
 
 RUNS = [
@@ -83,9 +91,15 @@ def test_the_tables_name_each_run_the_aggregates_and_the_league():
     report = {
         "runs": RUNS,
         "aggregate": parity.aggregate(RUNS, ("pursuit",)),
-        "league": {"games": 20, "score": 0.5, "decided_games": 18, "decided_win_rate": 0.5,
-                   "decided_ci_low": 0.29, "decided_ci_high": 0.71},
-    }  # fmt: skip
+        "league": {
+            "games": 20,
+            "score": 0.5,
+            "decided_games": 18,
+            "decided_win_rate": 0.5,
+            "decided_ci_low": 0.29,
+            "decided_ci_high": 0.71,
+        },
+    }
     text = parity.tables(report)
     assert text.count("| torch |") == 3 + 1 and text.count("| jax |") == 3 + 1
     assert "P(PyTorch run > JAX run) vs pursuit: 0.67" in text

@@ -18,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(value: float, floor: float) -> dict:
-    return {"ratio": "jax_obs_vs_native", "value": value, "floor": floor, "ok": value >= floor,
-            "measured_on_reference": "0.39-0.43", "guards": "the JAX path slowed"}  # fmt: skip
+    return {
+        "ratio": "jax_obs_vs_native",
+        "value": value,
+        "floor": floor,
+        "ok": value >= floor,
+        "measured_on_reference": "0.39-0.43",
+        "guards": "the JAX path slowed",
+    }
 
 
 def test_a_ratio_below_its_floor_fails_with_its_name_value_and_floor():
@@ -68,16 +74,22 @@ def _cuda() -> bool:
 def test_the_gpu_script_stops_at_once_without_cuda(tmp_path):
     out = tmp_path / "gpu"
     env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), str(out)], capture_output=True,
-                          text=True, timeout=300, env=env)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "gpu"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 2
     assert "needs a CUDA GPU" in proc.stderr and "sees no CUDA device" in proc.stderr
     assert not out.exists()  # nothing installed, compiled or written
 
 
 def test_the_gpu_script_refuses_an_unknown_option():
-    proc = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--fast"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "gpu"), "--fast"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "unknown option --fast" in proc.stderr
 
 
@@ -113,8 +125,12 @@ def test_a_ratio_below_its_floor_is_timed_again_and_judged_by_its_best(monkeypat
     assert len(calls) == 2 and row["attempts"] == [0.4, 0.55]
     assert row["ok"] and row["value"] == 0.55
     row["build_and_compile_s"] = 0.0
-    row.update(numerator="a", denominator="b", numerator_agent_steps_per_s=5.5e5,
-               denominator_agent_steps_per_s=1e6)  # fmt: skip
+    row.update(
+        numerator="a",
+        denominator="b",
+        numerator_agent_steps_per_s=5.5e5,
+        denominator_agent_steps_per_s=1e6,
+    )
     assert "attempts 0.400, 0.550) ok" in guard._line(row)
 
 
@@ -134,11 +150,22 @@ def test_the_command_line_refuses_zero_attempts(capsys):
 
 
 def _guard_row(value, floor=0.5, attempts=None):
-    return {"ratio": "a_vs_b", "numerator": "a", "denominator": "b", "value": value,
-            "floor": floor, "ok": value >= floor, "attempts": attempts or [value],
-            "per_repeat_min": value, "per_repeat_max": value, "numerator_agent_steps_per_s": 1e6,
-            "denominator_agent_steps_per_s": 1e6, "build_and_compile_s": 0.0,
-            "measured_on_reference": "0.6-0.7", "guards": "a slowed"}  # fmt: skip
+    return {
+        "ratio": "a_vs_b",
+        "numerator": "a",
+        "denominator": "b",
+        "value": value,
+        "floor": floor,
+        "ok": value >= floor,
+        "attempts": attempts or [value],
+        "per_repeat_min": value,
+        "per_repeat_max": value,
+        "numerator_agent_steps_per_s": 1e6,
+        "denominator_agent_steps_per_s": 1e6,
+        "build_and_compile_s": 0.0,
+        "measured_on_reference": "0.6-0.7",
+        "guards": "a slowed",
+    }
 
 
 def test_a_ratio_at_its_floor_starts_no_fresh_process():
@@ -234,8 +261,7 @@ def test_measure_all_keeps_the_ratios_order_and_asks_one_pinned_child(monkeypatc
 
 def test_a_pinned_child_that_fails_fails_its_ratios_by_name(monkeypatch):
     _pinning(monkeypatch, 2)
-    rows = guard.measure_all((_one_cpu_ratio(),), repeats=3, attempts=1,
-                             child=lambda *args: None)  # fmt: skip
+    rows = guard.measure_all((_one_cpu_ratio(),), repeats=3, attempts=1, child=lambda *args: None)
     assert not rows[0]["ok"]
     (msg,) = guard.check(rows)
     assert msg.startswith("performance guard: c_vs_d could not be measured: its process failed")
@@ -255,8 +281,9 @@ def test_the_command_line_refuses_a_cpu_it_may_not_use(capsys):
 
 def test_a_ratio_whose_process_failed_is_replaced_by_a_measured_retry(monkeypatch):
     _pinning(monkeypatch, 2)
-    (failed,) = guard.measure_all((_one_cpu_ratio(),), repeats=3, attempts=1,
-                                  child=lambda *args: None)  # fmt: skip
+    (failed,) = guard.measure_all(
+        (_one_cpu_ratio(),), repeats=3, attempts=1, child=lambda *args: None
+    )
     measured = lambda name: _guard_row(0.7) | {"ratio": name}  # noqa: E731
     (row,) = guard.retry_in_fresh_processes([failed], 2, measured)
     assert row["ok"] and row["value"] == 0.7 and row["ratio"] == "c_vs_d"

@@ -29,11 +29,13 @@ CPU_INFO = {
         "hardware": {"cpu_model": "Test CPU", "cpu_cores_usable": 2, "memory_gb": 8.0},
         "device": {"backend": "cpu", "devices": ["cpu:0"], "device_kind": "cpu"},
         "versions": {"python": "3.x", "jax": "9.9.9", "gigastep": "0.1.0"},
-        "xla_flags": "--xla_test_flag=1", "git_commit": "abc1234", "time_utc": "T",
+        "xla_flags": "--xla_test_flag=1",
+        "git_commit": "abc1234",
+        "time_utc": "T",
     },
     "gpu": {"jax_backend": "cpu", "jax_devices": ["cpu:0"], "torch_cuda": False},
     "scenario_hashes": {"identical_5_vs_5_fobs_vec_void_cont": "feedfacecafe"},
-}  # fmt: skip
+}
 
 
 # ------------------------------------------------------------------------------------------
@@ -45,9 +47,21 @@ CPU_INFO = {
 def tiny(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.report", "--preset", "tiny", "--out", str(out),
-         "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.report",
+            "--preset",
+            "tiny",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -61,9 +75,19 @@ def tiny_json(tiny) -> dict:
 def test_tiny_preset_writes_every_artefact(tiny, tiny_json):
     assert [s["status"] for s in tiny_json["sections"]] == ["ok", "ok", "ok"]
     names = {p.name for p in tiny.iterdir()}
-    want = {"report.md", "report.json", "throughput.csv", "throughput.tex", "bridge.csv",
-            "bridge.tex", "scan.csv", "scan.tex", "throughput_vector.png",
-            "throughput_rgb.png", "time_to_1e9.png"}  # fmt: skip
+    want = {
+        "report.md",
+        "report.json",
+        "throughput.csv",
+        "throughput.tex",
+        "bridge.csv",
+        "bridge.tex",
+        "scan.csv",
+        "scan.tex",
+        "throughput_vector.png",
+        "throughput_rgb.png",
+        "time_to_1e9.png",
+    }
     assert want <= names, want - names
     assert set(tiny_json["files"]) == want
     assert (tiny / "logs" / "throughput.log").is_file() and (tiny / "raw" / "scan.json").is_file()
@@ -145,15 +169,18 @@ def test_throughput_rows_count_agent_steps_as_env_steps_times_agents(tiny_json):
         assert r["agent_steps_per_s"] == pytest.approx(r["env_steps_per_s"] * r["n_agents"])
         for end in ("_min", "_max"):
             assert r["agent_steps_per_s" + end] == pytest.approx(
-                r["env_steps_per_s" + end] * r["n_agents"])  # fmt: skip
+                r["env_steps_per_s" + end] * r["n_agents"]
+            )
 
 
 @pytest.mark.subprocess
 def test_rates_come_from_the_timed_calls_alone(tiny, tiny_json):
     """rate x median seconds of the timed calls = the work of one call; had compile been
     counted, the rate would be work / (median + compile), which these rows are not."""
-    raw = {(r["scenario"], r["driver"]): r
-           for r in json.loads((tiny / "raw" / "throughput.json").read_text())}  # fmt: skip
+    raw = {
+        (r["scenario"], r["driver"]): r
+        for r in json.loads((tiny / "raw" / "throughput.json").read_text())
+    }
     for r in tiny_json["tables"]["throughput"]["rows"]:
         work = r["steps"] * r["batch"] * r["n_agents"]
         assert r["agent_steps_per_s"] * r["median_s"] == pytest.approx(work)
@@ -166,8 +193,9 @@ def test_rates_come_from_the_timed_calls_alone(tiny, tiny_json):
 def test_every_numeric_field_declares_its_unit(tiny_json):
     for name, table in tiny_json["tables"].items():
         for row in table["rows"]:
-            numeric = {k for k, v in row.items() if isinstance(v, (int, float))
-                       and not isinstance(v, bool)}  # fmt: skip
+            numeric = {
+                k for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             assert numeric <= set(table["units"]), (name, numeric - set(table["units"]))
 
 
@@ -190,11 +218,17 @@ def test_every_file_records_device_versions_flags_and_scenario_hashes(tiny, tiny
     md, tex = (tiny / "report.md").read_text(), (tiny / "throughput.tex").read_text()
     for text in (md, tex):
         assert f"jax {jax.__version__}" in text and "XLA_FLAGS" in text and "Device: cpu" in text
-        assert all(h in text for h in {r["scenario_hash"] for r in
-                                       tiny_json["tables"]["throughput"]["rows"]})  # fmt: skip
+        assert all(
+            h in text
+            for h in {r["scenario_hash"] for r in tiny_json["tables"]["throughput"]["rows"]}
+        )
     rows = list(csv.DictReader(io.StringIO((tiny / "throughput.csv").read_text())))
-    assert all(r["device"].startswith("cpu") and f"jax {jax.__version__}" in r["versions"]
-               and re.fullmatch(r"[0-9a-f]{12}", r["scenario_hash"]) for r in rows)  # fmt: skip
+    assert all(
+        r["device"].startswith("cpu")
+        and f"jax {jax.__version__}" in r["versions"]
+        and re.fullmatch(r"[0-9a-f]{12}", r["scenario_hash"])
+        for r in rows
+    )
     assert all("xla_flags" in r for r in rows)
     with Image.open(tiny / "throughput_vector.png") as image:
         meta = json.loads(image.info["Description"])
@@ -207,24 +241,69 @@ def test_every_file_records_device_versions_flags_and_scenario_hashes(tiny, tiny
 # ------------------------------------------------------------------------------------------
 
 LEARNING = [
-    {"policy": "s5", "scenario": "identical_5_vs_5_fobs_vec_void_cont",
-     "scenario_hash": "0123456789ab", "seed": seed, "budget_s": 60.0,
-     "curve": [{"wall_s": 10.0 * i, "agent_steps": 100_000 * i, "update": i,
+    {
+        "policy": "s5",
+        "scenario": "identical_5_vs_5_fobs_vec_void_cont",
+        "scenario_hash": "0123456789ab",
+        "seed": seed,
+        "budget_s": 60.0,
+        "curve": [
+            {
+                "wall_s": 10.0 * i,
+                "agent_steps": 100_000 * i,
+                "update": i,
                 "win_rate": {"random": 0.1 * i + 0.05 * seed, "circle": 0.05 * i},
-                "episode_return": -1.0 + 0.2 * i} for i in range(1, 6)],
-     "final": [{"opponent": "random", "games": 200, "wins": 150, "draws": 10, "losses": 40,
-                "win_rate": 0.75, "ci_low": 0.69, "ci_high": 0.80},
-               {"opponent": "circle", "games": 200, "wins": 50, "draws": 0, "losses": 150,
-                "win_rate": 0.25, "ci_low": 0.19, "ci_high": 0.31}]}
+                "episode_return": -1.0 + 0.2 * i,
+            }
+            for i in range(1, 6)
+        ],
+        "final": [
+            {
+                "opponent": "random",
+                "games": 200,
+                "wins": 150,
+                "draws": 10,
+                "losses": 40,
+                "win_rate": 0.75,
+                "ci_low": 0.69,
+                "ci_high": 0.80,
+            },
+            {
+                "opponent": "circle",
+                "games": 200,
+                "wins": 50,
+                "draws": 0,
+                "losses": 150,
+                "win_rate": 0.25,
+                "ci_low": 0.19,
+                "ci_high": 0.31,
+            },
+        ],
+    }
     for seed in (0, 1)
-]  # fmt: skip
+]
 COLLECTIVES = [
-    {"framework": "torch", "op": "all_reduce", "bytes": 1 << 20, "processes": 2,
-     "latency_us": 812.5, "algbw_gbps": 1.29, "busbw_gbps": 1.29, "flags": []},
-    {"framework": "jax", "op": "all_gather", "bytes": 1 << 24, "processes": 2,
-     "latency_us": 9100.0, "algbw_gbps": 1.84, "busbw_gbps": 0.92,
-     "flags": ["busbw under 1 GB/s: a shared-memory transport?", "one repeat only"]},
-]  # fmt: skip
+    {
+        "framework": "torch",
+        "op": "all_reduce",
+        "bytes": 1 << 20,
+        "processes": 2,
+        "latency_us": 812.5,
+        "algbw_gbps": 1.29,
+        "busbw_gbps": 1.29,
+        "flags": [],
+    },
+    {
+        "framework": "jax",
+        "op": "all_gather",
+        "bytes": 1 << 24,
+        "processes": 2,
+        "latency_us": 9100.0,
+        "algbw_gbps": 1.84,
+        "busbw_gbps": 0.92,
+        "flags": ["busbw under 1 GB/s: a shared-memory transport?", "one repeat only"],
+    },
+]
 POLICIES = ["random", "circle", "pursuit", "evade"]
 
 
@@ -241,18 +320,35 @@ def others(tmp_path_factory) -> tuple[Path, dict]:
         cells = ["" if a == b else f"{(i + 2 * j) % 5 / 4:.2f}" for j, b in enumerate(POLICIES)]
         lines.append(f"{a}," + ",".join(cells))
     (league / "matrix.csv").write_text("\n".join(lines) + "\n")
-    (league / "ratings.csv").write_text("policy,rating,ci_low,ci_high,games\n"
-                                        "pursuit,1612.5,1580.0,1645.0,300\n"
-                                        "random,1387.5,1350.0,1425.0,300\n")  # fmt: skip
+    (league / "ratings.csv").write_text(
+        "policy,rating,ci_low,ci_high,games\n"
+        "pursuit,1612.5,1580.0,1645.0,300\n"
+        "random,1387.5,1350.0,1425.0,300\n"
+    )
     Image.new("RGB", (40, 30), (200, 30, 30)).save(league / "heatmap.png")
     records = [
-        {"name": "learning", "kind": "learning", "module": "benchmarks.learning",
-         "status": "ok", "raw": "raw/learning.json"},
-        {"name": "league", "kind": "league", "module": "gigastep.cli", "status": "ok",
-         "raw": "league"},
-        {"name": "collectives", "kind": "collectives", "module": "benchmarks.collectives",
-         "status": "ok", "raw": "raw/collectives.json"},
-    ]  # fmt: skip
+        {
+            "name": "learning",
+            "kind": "learning",
+            "module": "benchmarks.learning",
+            "status": "ok",
+            "raw": "raw/learning.json",
+        },
+        {
+            "name": "league",
+            "kind": "league",
+            "module": "gigastep.cli",
+            "status": "ok",
+            "raw": "league",
+        },
+        {
+            "name": "collectives",
+            "kind": "collectives",
+            "module": "benchmarks.collectives",
+            "status": "ok",
+            "raw": "raw/collectives.json",
+        },
+    ]
     return out, _report_files.write_all(out, "quick", CPU_INFO, records)
 
 
@@ -297,8 +393,9 @@ def test_collectives_rows_keep_their_units_and_flags(others):
         ("torch", "all_reduce", 1 << 20, 1.29),
         ("jax", "all_gather", 1 << 24, 0.92),
     ]
-    assert table["rows"][1]["flags"] == ("busbw under 1 GB/s: a shared-memory transport?; "
-                                         "one repeat only")  # fmt: skip
+    assert table["rows"][1]["flags"] == (
+        "busbw under 1 GB/s: a shared-memory transport?; one repeat only"
+    )
     assert table["units"]["latency_us"] == "µs" and table["units"]["busbw_gbps"] == "GB/s"
     tex = (out / "collectives.tex").read_text()
     assert _balanced(tex) and r"$\mu$s" in tex
@@ -320,8 +417,9 @@ def _copy_collectives(tmp_path: Path, name: str = "collectives") -> report.Secti
 
 
 def test_a_failing_section_is_reported_and_the_others_are_still_written(tmp_path):
-    failing = report.Section("broken", "collectives", "json.tool",
-                             f"{tmp_path / 'missing.json'} {{raw}}", 60)  # fmt: skip
+    failing = report.Section(
+        "broken", "collectives", "json.tool", f"{tmp_path / 'missing.json'} {{raw}}", 60
+    )
     preset = _preset(tmp_path, failing, _copy_collectives(tmp_path))
     out = tmp_path / "out"
     rep = report.run_report(preset, report.plan(preset), out, info=CPU_INFO, progress=False)
@@ -335,11 +433,13 @@ def test_a_failing_section_is_reported_and_the_others_are_still_written(tmp_path
 
 
 def test_a_section_past_its_time_limit_is_stopped_and_the_next_one_runs(tmp_path):
-    slow = report.Section("slow", "collectives", "timeit",
-                          '-n 1 -r 1 "import time; time.sleep(60)"', 2)  # fmt: skip
+    slow = report.Section(
+        "slow", "collectives", "timeit", '-n 1 -r 1 "import time; time.sleep(60)"', 2
+    )
     preset = _preset(tmp_path, slow, _copy_collectives(tmp_path))
-    rep = report.run_report(preset, report.plan(preset), tmp_path / "out", info=CPU_INFO,
-                            progress=False)  # fmt: skip
+    rep = report.run_report(
+        preset, report.plan(preset), tmp_path / "out", info=CPU_INFO, progress=False
+    )
     first, second = rep["sections"]
     assert first["status"] == "timed out" and first["error"] == "timed out after 2 s"
     assert 2 <= first["wall_s"] < 20
@@ -347,8 +447,9 @@ def test_a_section_past_its_time_limit_is_stopped_and_the_next_one_runs(tmp_path
 
 
 def test_a_missing_module_is_not_available_rather_than_failed(tmp_path):
-    missing = report.Section("learning", "learning", "benchmarks.no_such_module", "--json {raw}",
-                             60)  # fmt: skip
+    missing = report.Section(
+        "learning", "learning", "benchmarks.no_such_module", "--json {raw}", 60
+    )
     preset = _preset(tmp_path, missing, _copy_collectives(tmp_path))
     planned = report.plan(preset)
     assert [p.available for p in planned] == [False, True]
@@ -363,8 +464,9 @@ def test_a_missing_module_is_not_available_rather_than_failed(tmp_path):
 
 def test_a_spent_budget_leaves_the_remaining_sections_not_run(tmp_path):
     preset = _preset(tmp_path, _copy_collectives(tmp_path), budget=0.0)
-    rep = report.run_report(preset, report.plan(preset), tmp_path / "out", info=CPU_INFO,
-                            progress=False)  # fmt: skip
+    rep = report.run_report(
+        preset, report.plan(preset), tmp_path / "out", info=CPU_INFO, progress=False
+    )
     assert rep["sections"][0]["status"] == "not run"
     assert "budget" in rep["sections"][0]["error"]
 
@@ -378,10 +480,13 @@ def test_an_unknown_section_name_is_a_clear_error_naming_the_closest():
 def test_module_lookup_does_not_import_the_module():
     assert report.module_available("benchmarks.throughput")
     assert not report.module_available("benchmarks.no_such_module")
-    code = ("import sys; from benchmarks.report import module_available; "
-            "module_available('gigastep.env'); print('jax' in sys.modules)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    code = (
+        "import sys; from benchmarks.report import module_available; "
+        "module_available('gigastep.env'); print('jax' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -390,8 +495,7 @@ def test_module_lookup_does_not_import_the_module():
 # ------------------------------------------------------------------------------------------
 
 
-def test_gpu_preset_on_a_machine_without_gpu_stops_before_any_work(tmp_path, monkeypatch,
-                                                                   capsys):  # fmt: skip
+def test_gpu_preset_on_a_machine_without_gpu_stops_before_any_work(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(report, "probe", lambda scenarios: CPU_INFO)
     ran = []
     monkeypatch.setattr(report, "run_section", lambda *a, **k: ran.append(a))
@@ -417,9 +521,10 @@ def test_gpu_preset_covers_the_issue_ranges_and_fits_four_minutes():
     gpu = report.PRESETS["gpu"]
     planned = report.plan(gpu)
     by_name = {p.section.name: p for p in planned}
-    batches = {name: [int(m) for m in re.findall(r"batch=(\d+)",
-                                                 "\n".join(by_name[name].configurations))]
-               for name in ("throughput_vector", "throughput_rgb")}  # fmt: skip
+    batches = {
+        name: [int(m) for m in re.findall(r"batch=(\d+)", "\n".join(by_name[name].configurations))]
+        for name in ("throughput_vector", "throughput_rgb")
+    }
     assert min(batches["throughput_vector"]) == 2**12 and max(batches["throughput_vector"]) == 2**20
     assert min(batches["throughput_rgb"]) == 2**8 and max(batches["throughput_rgb"]) == 2**14
     limits = sum(s.timeout_s for s in gpu.sections)
@@ -440,15 +545,39 @@ def test_quick_preset_estimate_fits_ten_minutes():
 
 
 def _throughput_report(scale: float, path: Path, order=1) -> Path:
-    rows = [{"scenario": "identical_5_vs_5_pobs_vec_maps_cont", "obs_type": "vector",
-             "resolution": None, "batch": b, "policy": "none", "driver": "scan",
-             "step_fn": "step", "devices": 1, "agent_steps_per_s": 10e6 * scale,
-             "agent_steps_per_s_min": 9e6 * scale, "agent_steps_per_s_max": 11e6 * scale,
-             "device": "cpu: Test CPU (2 cores)"} for b in (256, 1024)][::order]  # fmt: skip
+    rows = [
+        {
+            "scenario": "identical_5_vs_5_pobs_vec_maps_cont",
+            "obs_type": "vector",
+            "resolution": None,
+            "batch": b,
+            "policy": "none",
+            "driver": "scan",
+            "step_fn": "step",
+            "devices": 1,
+            "agent_steps_per_s": 10e6 * scale,
+            "agent_steps_per_s_min": 9e6 * scale,
+            "agent_steps_per_s_max": 11e6 * scale,
+            "device": "cpu: Test CPU (2 cores)",
+        }
+        for b in (256, 1024)
+    ][::order]
     spec = TABLES["throughput"]
-    path.write_text(json.dumps({"tables": {"throughput": {
-        "key": list(spec.key), "metric": spec.metric, "higher_is_better": True,
-        "units": spec.units(), "rows": rows}}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "tables": {
+                    "throughput": {
+                        "key": list(spec.key),
+                        "metric": spec.metric,
+                        "higher_is_better": True,
+                        "units": spec.units(),
+                        "rows": rows,
+                    }
+                }
+            }
+        )
+    )
     return path
 
 
@@ -484,21 +613,36 @@ def test_compare_matches_rows_by_configuration_not_by_order(tmp_path):
 
 def test_compare_treats_longer_times_as_slower(tmp_path):
     def scan_rows(ms):  # a benchmarks.scan JSON list: fwd_bwd_ms, lower is better
-        return [{"impl": "jax", "part": "block", "device": "cpu", "T": 128, "batch": 1024,
-                 "state_dim": 64, "d_model": 64, "n_layers": 1, "fwd_bwd_ms": ms,
-                 "fwd_bwd_ms_min": 0.9 * ms, "fwd_bwd_ms_max": 1.1 * ms}]  # fmt: skip
+        return [
+            {
+                "impl": "jax",
+                "part": "block",
+                "device": "cpu",
+                "T": 128,
+                "batch": 1024,
+                "state_dim": 64,
+                "d_model": 64,
+                "n_layers": 1,
+                "fwd_bwd_ms": ms,
+                "fwd_bwd_ms_min": 0.9 * ms,
+                "fwd_bwd_ms_max": 1.1 * ms,
+            }
+        ]
 
     (tmp_path / "old.json").write_text(json.dumps(scan_rows(100.0)))
     (tmp_path / "new.json").write_text(json.dumps(scan_rows(100.0 / 0.7)))
-    result = compare.compare(compare.load_tables(tmp_path / "old.json"),
-                             compare.load_tables(tmp_path / "new.json"))[0]  # fmt: skip
+    result = compare.compare(
+        compare.load_tables(tmp_path / "old.json"), compare.load_tables(tmp_path / "new.json")
+    )[0]
     assert result["verdict"] == "drop" and result["ratio"] == pytest.approx(0.7)
 
 
 @pytest.mark.subprocess
 def test_compare_reads_a_report_and_a_benchmark_json_of_the_same_run(tiny):
-    results = compare.compare(compare.load_tables(tiny / "raw" / "throughput.json"),
-                              compare.load_tables(tiny / "report.json"))  # fmt: skip
+    results = compare.compare(
+        compare.load_tables(tiny / "raw" / "throughput.json"),
+        compare.load_tables(tiny / "report.json"),
+    )
     throughput = [r for r in results if r["table"] == "throughput"]
     assert len(throughput) == 4 and all(r["ratio"] == 1.0 for r in throughput)
 

@@ -10,8 +10,15 @@ from benchmarks import scaling, throughput
 
 
 def test_the_rollout_driver_times_gigastep_rollout_and_counts_its_steps():
-    case = throughput.Case("identical_1_vs_1", "pobs_vec", batch=2, steps=3, repeats=2,
-                           driver="rollout", step_fn="autoreset")  # fmt: skip
+    case = throughput.Case(
+        "identical_1_vs_1",
+        "pobs_vec",
+        batch=2,
+        steps=3,
+        repeats=2,
+        driver="rollout",
+        step_fn="autoreset",
+    )
     row = throughput.run_case(case)
     assert row["driver"] == "rollout" and row["steps"] == 3 and row["batch"] == 2
     median = row["timing"]["median_s"]
@@ -25,17 +32,31 @@ def test_the_rollout_driver_refuses_a_network_policy():
 
 
 def _row(native, batch, devices, rate):
-    return {"native": native, "batch": batch, "devices": devices, "agent_steps_per_s": rate,
-            "timing": {"cpu_median_s": 1.0}, "obs_kernel": "jax"}  # fmt: skip
+    return {
+        "native": native,
+        "batch": batch,
+        "devices": devices,
+        "agent_steps_per_s": rate,
+        "timing": {"cpu_median_s": 1.0},
+        "obs_kernel": "jax",
+    }
 
 
 def test_speedups_divide_each_rate_by_the_one_device_rate_of_its_mode_and_batch():
-    rows = [_row("off", 4096, 1, 2e6), _row("off", 4096, 2, 3.4e6), _row("on", 4096, 1, 7e6),
-            _row("on", 4096, 2, 8.4e6),
-            {"native": "on", "batch": 256, "error": "timed out"}]  # fmt: skip
+    rows = [
+        _row("off", 4096, 1, 2e6),
+        _row("off", 4096, 2, 3.4e6),
+        _row("on", 4096, 1, 7e6),
+        _row("on", 4096, 2, 8.4e6),
+        {"native": "on", "batch": 256, "error": "timed out"},
+    ]
     table = {(t["native"], t["devices"]): t["speedup"] for t in scaling.speedups(rows)}
-    assert table == {("off", 1): 1.0, ("off", 2): pytest.approx(1.7), ("on", 1): 1.0,
-                     ("on", 2): pytest.approx(1.2)}  # fmt: skip
+    assert table == {
+        ("off", 1): 1.0,
+        ("off", 2): pytest.approx(1.7),
+        ("on", 1): 1.0,
+        ("on", 2): pytest.approx(1.2),
+    }
     lines = scaling._goal_lines(scaling.speedups(rows))
     assert lines == ["goal (pure JAX, 2 devices, 4096 games, >= 1.6x): 1.70x met"]
 

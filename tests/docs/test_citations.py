@@ -61,9 +61,12 @@ def repository_files() -> list[Path]:
     """Tracked and untracked (not ignored) text files of the repository."""
     try:
         listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-            capture_output=True, text=True, check=True,
-        ).stdout.splitlines()  # fmt: skip
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
         paths = [ROOT / p for p in listed]
     except (OSError, subprocess.CalledProcessError):  # an sdist: no git
         paths = [p for p in ROOT.rglob("*") if ".git" not in p.parts]
@@ -72,8 +75,10 @@ def repository_files() -> list[Path]:
 
 def citations(text: str) -> tuple[set[str], set[int]]:
     """(sections, §15 rows) cited in `text`."""
-    sections = {m.group(1) if m.group(2) is None else f"{m.group(1)}.{m.group(2)}"
-                for m in SECTION.finditer(text)}  # fmt: skip
+    sections = {
+        m.group(1) if m.group(2) is None else f"{m.group(1)}.{m.group(2)}"
+        for m in SECTION.finditer(text)
+    }
     rows = set().union(*(numbers(m.group(1)) for m in ROWS.finditer(text)))
     return sections, rows
 
@@ -102,8 +107,10 @@ def test_the_parsers_read_lists_and_ranges():
     assert citations(text) == ({"4.3", "4.7", "5.3", "5.4", "15"}, {3, 12, 14, 15, 16, 20})
     assert heading_sections("## 4. Step\n### 4.10 Reward\n#### Derived\n") == {"4", "4.10"}
     assert table_rows("## 15. X\n| row |\n| 1 | a |\n| 15, 17 | b |\n## 16. Y\n| 99 |") == {
-        1, 15, 17
-    }  # fmt: skip
+        1,
+        15,
+        17,
+    }
 
 
 def test_a_citation_of_a_missing_section_is_found():
@@ -121,6 +128,7 @@ def test_every_citation_names_a_rule_that_exists(path: Path):
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
 def test_no_file_cites_a_document_outside_the_repository(path: Path):
     text = _read(path).splitlines()
-    lines = [f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(text, 1)
-             if OUTSIDE.search(line)]  # fmt: skip
+    lines = [
+        f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(text, 1) if OUTSIDE.search(line)
+    ]
     assert lines == [], "cite docs/rules.md (`rules §N.M`) instead:\n" + "\n".join(lines)

@@ -46,8 +46,11 @@ def test_every_page_the_front_page_links_exists():
 def test_the_site_builds_with_strict_checks(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for page in ("index.html", "rules/index.html", "api/core/index.html"):
         assert (tmp_path / page).is_file(), page

@@ -275,9 +275,14 @@ def test_readme_python_example_runs(group: Block):
         pytest.skip(f"needs the optional extra(s) {', '.join(missing)}")
     payload = json.dumps([(b.source, b.line, b.code) for b in blocks])
     result = subprocess.run(
-        [sys.executable, "-c", RUNNER], input=payload, capture_output=True, text=True,
-        cwd=ROOT, env=_environment(group.devices), timeout=TIMEOUT_S,
-    )  # fmt: skip
+        [sys.executable, "-c", RUNNER],
+        input=payload,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_environment(group.devices),
+        timeout=TIMEOUT_S,
+    )
     assert result.returncode == 0, _report(group.where, result)
 
 
@@ -286,9 +291,13 @@ def test_readme_python_example_runs(group: Block):
 def test_readme_shell_commands_run(block: Block):
     for command in bash_commands(block.code):
         result = subprocess.run(
-            ["bash", "-c", command], capture_output=True, text=True, cwd=ROOT,
-            env=_environment(None), timeout=TIMEOUT_S,
-        )  # fmt: skip
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_environment(None),
+            timeout=TIMEOUT_S,
+        )
         assert result.returncode == 0, _report(f"{block.where}: {command}", result)
 
 

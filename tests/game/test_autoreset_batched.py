@@ -49,8 +49,9 @@ def _mismatches(got, want, strict: bool) -> list[str]:
     if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):
         return ["<tree structure>"]
     bad = []
-    for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want),
-                            jax.tree_util.tree_leaves(got), strict=True):  # fmt: skip
+    for (path, w), g in zip(
+        jax.tree_util.tree_leaves_with_path(want), jax.tree_util.tree_leaves(got), strict=True
+    ):
         g, w = np.asarray(g), np.asarray(w)
         if g.dtype != w.dtype or g.shape != w.shape:
             same = False
@@ -79,8 +80,9 @@ def run_cases(strict: bool) -> dict[str, dict]:
     vec = make_config(
         "identical_2_vs_2_pobs_vec_maps_cont", enable_waypoints=True, waypoint_spawn_prob=0.5
     )
-    rgbv = vec.replace(discrete_actions=True, obs_type="rgb_vector", resolution_x=16,
-                       resolution_y=16)  # fmt: skip
+    rgbv = vec.replace(
+        discrete_actions=True, obs_type="rgb_vector", resolution_x=16, resolution_y=16
+    )
     cap = autoreset_capacity(BATCH)
     results = {}
 
@@ -148,13 +150,20 @@ def run_cases(strict: bool) -> dict[str, dict]:
     few = [int(g) for g in np.linspace(0, BATCH - 1, cap)]
     more = list(range(0, 3 * (cap + 1), 3))
     for tag, config in (("vec", vec), ("rgbv", rgbv)):
-        run(config, True, BATCH, False, versus=tag == "vec", cases=[
-            (f"{tag}/none", [], []),
-            (f"{tag}/one", [7], []),
-            (f"{tag}/capacity", few[1:], few[:1]),
-            (f"{tag}/capacity+1", more[::2], more[1::2]),
-            (f"{tag}/all", list(range(BATCH)), more[1::2]),
-        ])  # fmt: skip
+        run(
+            config,
+            True,
+            BATCH,
+            False,
+            versus=tag == "vec",
+            cases=[
+                (f"{tag}/none", [], []),
+                (f"{tag}/one", [7], []),
+                (f"{tag}/capacity", few[1:], few[:1]),
+                (f"{tag}/capacity+1", more[::2], more[1::2]),
+                (f"{tag}/all", list(range(BATCH)), more[1::2]),
+            ],
+        )
     run(vec, False, 1, True, [("single/none", [], []), ("single/one", [0], [])])
     return results
 
@@ -203,8 +212,7 @@ def test_equals_vmapped_step_autoreset_when_up_to_capacity_games_finish(results,
 @pytest.mark.subprocess
 @pytest.mark.parametrize("config", ["vec", "rgbv"])
 @pytest.mark.parametrize("case", ["capacity+1", "all"])
-def test_equals_vmapped_step_autoreset_when_more_than_capacity_games_finish(results, config,
-                                                                            case):  # fmt: skip
+def test_equals_vmapped_step_autoreset_when_more_than_capacity_games_finish(results, config, case):
     assert_case(results, f"{config}/{case}")
 
 
@@ -246,12 +254,17 @@ def full_reset():
 
 
 # the fast tier runs the case past the capacity; CI every case
-@pytest.mark.parametrize("games", [pytest.param([], marks=pytest.mark.slow),
-                                   pytest.param([5], marks=pytest.mark.slow),
-                                   pytest.param([0, 39], marks=pytest.mark.slow),
-                                   [1, 2, 3],
-                                   pytest.param(list(range(BATCH)), marks=pytest.mark.slow)],
-                         ids=["none", "one", "capacity", "capacity+1", "all"])  # fmt: skip
+@pytest.mark.parametrize(
+    "games",
+    [
+        pytest.param([], marks=pytest.mark.slow),
+        pytest.param([5], marks=pytest.mark.slow),
+        pytest.param([0, 39], marks=pytest.mark.slow),
+        [1, 2, 3],
+        pytest.param(list(range(BATCH)), marks=pytest.mark.slow),
+    ],
+    ids=["none", "one", "capacity", "capacity+1", "all"],
+)
 def test_reset_where_resets_exactly_the_masked_games(full_reset, games):
     """`reset_where` (behind the auto-reset steps and Gymnasium's NEXT_STEP mode) gives
     `vmap(reset)(keys)` at every masked game, whether it resets none, the few masked ones

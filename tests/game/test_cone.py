@@ -24,8 +24,13 @@ def _geometry(dx: np.ndarray, dy: np.ndarray, cos_h: np.ndarray, sin_h: np.ndarr
     dx, dy = np.float32(dx), np.float32(dy)
     d2 = dx * dx + dy * dy
     forward = dx * np.float32(cos_h) + dy * np.float32(sin_h)
-    return Geometry(dx=jnp.asarray(dx), dy=jnp.asarray(dy), d2=jnp.asarray(d2),
-                    dist=jnp.sqrt(jnp.asarray(d2)), cos_bearing=jnp.asarray(forward))  # fmt: skip
+    return Geometry(
+        dx=jnp.asarray(dx),
+        dy=jnp.asarray(dy),
+        d2=jnp.asarray(d2),
+        dist=jnp.sqrt(jnp.asarray(d2)),
+        cos_bearing=jnp.asarray(forward),
+    )
 
 
 def _cone(angle: float, geo: Geometry, heading: np.ndarray) -> np.ndarray:
@@ -57,8 +62,9 @@ def test_a_cone_wider_than_pi_contains_every_direction():
     assert _cone(1.01 * math.pi, geo, np.zeros(2)).all()
 
 
-@pytest.mark.parametrize(("heading", "inside"), [(0.0, True), (0.5, True), (1.0, False),
-                                                 (-1.0, False), (math.pi, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("heading", "inside"), [(0.0, True), (0.5, True), (1.0, False), (-1.0, False), (math.pi, False)]
+)
 def test_a_target_at_the_observers_position_is_inside_iff_the_heading_is(heading, inside):
     # bearing atan2(0, 0) - h = -h (rules 4.6); cone half-angle pi/4 (0.785...)
     geo = _geometry(np.zeros((1, 1)), np.zeros((1, 1)), np.cos([[heading]]), np.sin([[heading]]))
@@ -70,9 +76,13 @@ def test_non_finite_geometry_decides_as_the_plain_formula(angle):
     values = np.float32([np.nan, np.inf, -np.inf, 3e38, -3e38, 1.0, -1.0, 0.6, 0.0])
     f, d2 = (a.ravel() for a in np.meshgrid(values, np.abs(values)))
     n = f.size
-    geo = Geometry(dx=jnp.zeros((1, n)), dy=jnp.zeros((1, n)), d2=jnp.asarray(d2[None]),
-                   dist=jnp.sqrt(jnp.asarray(d2[None])),
-                   cos_bearing=jnp.asarray(f[None]))  # fmt: skip
+    geo = Geometry(
+        dx=jnp.zeros((1, n)),
+        dy=jnp.zeros((1, n)),
+        d2=jnp.asarray(d2[None]),
+        dist=jnp.sqrt(jnp.asarray(d2[None])),
+        cos_bearing=jnp.asarray(f[None]),
+    )
     got = _cone(angle, geo, np.zeros(n, np.float32))[0]
     with np.errstate(invalid="ignore", over="ignore"):
         plain = f > np.float32(math.cos(angle)) * np.sqrt(d2)

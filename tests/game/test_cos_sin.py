@@ -28,8 +28,9 @@ def grid(lo: float, hi: float, count: int) -> np.ndarray:
     x = np.linspace(lo, hi, count, dtype=np.float32)
     k = np.arange(np.ceil(lo / (np.pi / 2)), np.floor(hi / (np.pi / 2)) + 1)
     turns = (k * (np.pi / 2)).astype(np.float32)
-    around = np.concatenate([turns, np.nextafter(turns, np.float32(np.inf)),
-                             np.nextafter(turns, np.float32(-np.inf))])  # fmt: skip
+    around = np.concatenate(
+        [turns, np.nextafter(turns, np.float32(np.inf)), np.nextafter(turns, np.float32(-np.inf))]
+    )
     # and the octant edges, where the reduction switches quarter
     edges = ((k[:-1] + 0.5) * (np.pi / 2)).astype(np.float32)
     return np.concatenate([x, around, edges, np.nextafter(edges, np.float32(np.inf))])
@@ -63,8 +64,9 @@ def test_exact_at_zero_and_symmetric_bit_for_bit():
 
 
 def test_huge_finite_inputs_give_finite_values_in_range():
-    big = np.float32([8193.0, -1e5, 1e12, -3e30, np.finfo(np.float32).max,
-                      -np.finfo(np.float32).max])  # fmt: skip
+    big = np.float32(
+        [8193.0, -1e5, 1e12, -3e30, np.finfo(np.float32).max, -np.finfo(np.float32).max]
+    )
     out = np.asarray(_cos_sin(big))
     assert np.isfinite(out).all()
     assert (np.abs(out) <= 1.0).all()

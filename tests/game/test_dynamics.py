@@ -185,9 +185,13 @@ def test_the_trigonometry_of_the_moved_headings_is_their_cosine_and_sine(gs, con
     from gigastep.game import dynamics, interactions
 
     rng = np.random.default_rng(0)
-    state = _start(gs, cont, x=rng.uniform(1, 9, N).astype(np.float32),
-                   y=rng.uniform(1, 9, N).astype(np.float32),
-                   heading=rng.uniform(-3.1, 3.1, N).astype(np.float32))  # fmt: skip
+    state = _start(
+        gs,
+        cont,
+        x=rng.uniform(1, 9, N).astype(np.float32),
+        y=rng.uniform(1, 9, N).astype(np.float32),
+        heading=rng.uniform(-3.1, 3.1, N).astype(np.float32),
+    )
     controls = jnp.asarray(rng.uniform(-1, 1, (N, 3)).astype(np.float32))
 
     @jax.jit

@@ -25,15 +25,19 @@ from tests import reference as ref
 F32 = np.float32
 
 CONFIGS = {
-    "5v5, waypoints, boxes": EnvConfig(teams=(0, 1) * 5, obs_type="vector",
-                                       enable_waypoints=True, map_set="all"),
-    "4v4 deterministic comm": EnvConfig(teams=(0, 0, 1, 1) * 2, obs_type="vector",
-                                        stochastic_comm=False),
-    "7 agents, 3 rows": EnvConfig(teams=(0, 1, 1, 0, 1, 0, 0), obs_type="vector",
-                                  max_agents_in_vec_obs=3),
-    "18 agents, 6 rows (top_k)": EnvConfig(teams=(0, 1) * 9, obs_type="vector",
-                                           max_agents_in_vec_obs=6, map_set="all"),
-}  # fmt: skip
+    "5v5, waypoints, boxes": EnvConfig(
+        teams=(0, 1) * 5, obs_type="vector", enable_waypoints=True, map_set="all"
+    ),
+    "4v4 deterministic comm": EnvConfig(
+        teams=(0, 0, 1, 1) * 2, obs_type="vector", stochastic_comm=False
+    ),
+    "7 agents, 3 rows": EnvConfig(
+        teams=(0, 1, 1, 0, 1, 0, 0), obs_type="vector", max_agents_in_vec_obs=3
+    ),
+    "18 agents, 6 rows (top_k)": EnvConfig(
+        teams=(0, 1) * 9, obs_type="vector", max_agents_in_vec_obs=6, map_set="all"
+    ),
+}
 
 
 def _random_game(config: EnvConfig, rng):

@@ -62,10 +62,17 @@ def test_loaded_map_arrays_are_the_spec_maps_scaled_to_the_world():
 
 @pytest.mark.parametrize(
     "name, grey",
-    [("empty", 0), ("empty_flipped", 0), ("two_rooms1", 150), ("two_rooms2_flipped", 150),
-     ("four_rooms", 300), ("four_rooms_flipped", 300), ("center_block", 441),
-     ("center_block_flipped", 441)],
-)  # fmt: skip
+    [
+        ("empty", 0),
+        ("empty_flipped", 0),
+        ("two_rooms1", 150),
+        ("two_rooms2_flipped", 150),
+        ("four_rooms", 300),
+        ("four_rooms_flipped", 300),
+        ("center_block", 441),
+        ("center_block_flipped", 441),
+    ],
+)
 @pytest.mark.parametrize("limit", [10.0, 20.0])
 def test_prerendered_map_has_the_grey_pixel_count_of_spec_8_3(name, grey, limit):
     """§8.3: at 84 x 84, limits 10 x 10 and 20 x 20 give the same grey pixels."""

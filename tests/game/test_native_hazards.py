@@ -84,9 +84,12 @@ def _states(config: EnvConfig, batch: int, seed: int, nonfinite: bool = False):
             mask = rng.random((batch, n)) < 0.05
             a[mask] = rng.choice(bad, mask.sum())
     agents = states.agents.replace(
-        x=jnp.asarray(x), y=jnp.asarray(y), z=jnp.asarray(z), heading=jnp.asarray(heading),
+        x=jnp.asarray(x),
+        y=jnp.asarray(y),
+        z=jnp.asarray(z),
+        heading=jnp.asarray(heading),
         alive=jnp.asarray(rng.random((batch, n)) < 0.85),
-    )  # fmt: skip
+    )
     return agents, jnp.asarray(boxes), jnp.asarray(valid)
 
 
@@ -114,8 +117,7 @@ def _straddling(x0, y0, r2, rng):
 
 def _both(config: EnvConfig):
     def jax_fn(agents, boxes, valid):
-        return interactions.jax_hazards(config, agents, interactions.geometry(agents), boxes,
-                                        valid)  # fmt: skip
+        return interactions.jax_hazards(config, agents, interactions.geometry(agents), boxes, valid)
 
     def native_fn(agents, boxes, valid):
         return interactions.native_hazards(config, agents, boxes, valid)
@@ -171,9 +173,19 @@ def test_the_kernel_reports_a_wrong_operand_shape(native):
     call = jax.ffi.ffi_call("gigastep_hazards", jax.ShapeDtypeStruct((2, 4, 3), jnp.bool_))
     f = np.zeros((2, 4), F32)
     with pytest.raises(Exception, match=r"operand z has shape \(2, 3\), expected \(2, 4\)"):
-        call(f, f, np.zeros((2, 3), F32), np.ones((2, 4), bool), np.zeros((2, 1, 4), F32),
-             np.ones((2, 1), bool), collisions=True, limit_x=F32(10), limit_y=F32(10),
-             coll_r2=F32(0.16), coll_alt=F32(0.5))  # fmt: skip
+        call(
+            f,
+            f,
+            np.zeros((2, 3), F32),
+            np.ones((2, 4), bool),
+            np.zeros((2, 1, 4), F32),
+            np.ones((2, 1), bool),
+            collisions=True,
+            limit_x=F32(10),
+            limit_y=F32(10),
+            coll_r2=F32(0.16),
+            coll_alt=F32(0.5),
+        )
 
 
 def test_the_cpu_step_runs_the_kernel_and_the_switch_turns_it_off(native, monkeypatch):
@@ -256,18 +268,30 @@ _SEPARATE_ROUNDINGS = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
-                    reason="--xla_cpu_max_isa names x86 instruction sets")  # fmt: skip
+@pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64"),
+    reason="--xla_cpu_max_isa names x86 instruction sets",
+)
 def test_kernels_match_an_xla_that_rounds_products_apart(native, tmp_path):
     """On a host without fused multiply-adds XLA rounds a * b + c * d twice. XLA limited to
     SSE4.2 does so here: the probe must say so, and the kernels built for it (in a fresh
     cache) must still match the JAX code bit for bit, the hazards and the vector observation
     (whose heading differences depend on it)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_cpu_max_isa=SSE4_2",
-               GIGASTEP_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")  # fmt: skip
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_cpu_max_isa=SSE4_2",
+        GIGASTEP_CACHE_DIR=str(tmp_path),
+        JAX_PLATFORMS="cpu",
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = subprocess.run([sys.executable, "-c", _SEPARATE_ROUNDINGS], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _SEPARATE_ROUNDINGS],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), (
         result.stdout[-2000:] + result.stderr[-4000:]
     )

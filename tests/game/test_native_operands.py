@@ -62,10 +62,18 @@ def _handler_operands(ops: dict) -> list[np.ndarray]:
 
 # operand -> a wrong (per-game) shape. The batch axis is prepended for the FFI calls.
 WRONG = {
-    "y": (N - 1,), "z": (N + 1,), "heading": (3,), "v": (N, 1), "health": (1,),
-    "alive": (3,), "detected": (2, 2), "comm": (N, 2),
-    "boxes": (CONFIG.max_boxes, 3), "waypoint": (2,), "waypoint_time": (0,),
-}  # fmt: skip
+    "y": (N - 1,),
+    "z": (N + 1,),
+    "heading": (3,),
+    "v": (N, 1),
+    "health": (1,),
+    "alive": (3,),
+    "detected": (2, 2),
+    "comm": (N, 2),
+    "boxes": (CONFIG.max_boxes, 3),
+    "waypoint": (2,),
+    "waypoint_time": (0,),
+}
 # ... and for the Python check, which also checks the distances the handler does not take
 WRONG_PYTHON = {**WRONG, "dist": (N, N - 1)}
 
@@ -117,8 +125,7 @@ def test_the_handler_refuses_a_wrong_output_shape(native):
         _ffi(_operands((B,)), out_shape=(B, N, CONFIG.vector_size + 1))
 
 
-@pytest.mark.parametrize("name,dtype", [("y", np.int32), ("alive", np.float32),
-                                        ("comm", np.int32)])  # fmt: skip
+@pytest.mark.parametrize("name,dtype", [("y", np.int32), ("alive", np.float32), ("comm", np.int32)])
 def test_the_handler_refuses_an_operand_of_the_wrong_dtype(native, name, dtype):
     ops = _operands((B,))
     ops[name] = ops[name].astype(dtype)
@@ -151,9 +158,14 @@ def _python_args(ops: dict):
     return state.agents, state.episode, ops["dist"], ops["detected"], ops["comm"], ops["boxes"]
 
 
-PYTHON_NAME = {"comm": "comm_noise", "waypoint": "episode.waypoint",
-               "waypoint_time": "episode.waypoint_time", "dist": "dist", "detected": "detected",
-               "boxes": "boxes"}  # fmt: skip
+PYTHON_NAME = {
+    "comm": "comm_noise",
+    "waypoint": "episode.waypoint",
+    "waypoint_time": "episode.waypoint_time",
+    "dist": "dist",
+    "detected": "detected",
+    "boxes": "boxes",
+}
 
 
 def test_well_formed_operands_pass_the_python_check(native):
@@ -175,10 +187,12 @@ def test_the_python_check_refuses_an_operand_of_the_wrong_shape(name):
         agents = agents.replace(**{name: wrong})
     label = PYTHON_NAME.get(name, f"agents.{name}")
     shape = tuple(WRONG_PYTHON[name])
-    with pytest.raises(ValueError, match=rf"{label} has shape {shape!r}".replace("(", r"\(")
-                       .replace(")", r"\)")):  # fmt: skip
-        native_vector_observations(CONFIG, agents, episode, args["dist"], args["detected"],
-                                   args["comm"], args["boxes"])  # fmt: skip
+    with pytest.raises(
+        ValueError, match=rf"{label} has shape {shape!r}".replace("(", r"\(").replace(")", r"\)")
+    ):
+        native_vector_observations(
+            CONFIG, agents, episode, args["dist"], args["detected"], args["comm"], args["boxes"]
+        )
 
 
 @pytest.mark.parametrize("name", ["alive", "detected", "dist"])

@@ -28,9 +28,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 CFG = EnvConfig(
-    teams=(0, 1, 1, 0, 1), sprites=(1, 3, 5, 7, 2), max_health=(1.0, 2.0, 1.0, 3.0, 1.0),
-    map_set="all", resolution_x=14, resolution_y=11, enable_waypoints=True, waypoint_size=2.0,
-)  # fmt: skip
+    teams=(0, 1, 1, 0, 1),
+    sprites=(1, 3, 5, 7, 2),
+    max_health=(1.0, 2.0, 1.0, 3.0, 1.0),
+    map_set="all",
+    resolution_x=14,
+    resolution_y=11,
+    enable_waypoints=True,
+    waypoint_size=2.0,
+)
 SPECIAL = np.float32([np.nan, np.inf, -np.inf, 3e38, -3e38, 1e9, -1e9, -0.0])
 
 
@@ -55,7 +61,7 @@ def _states(cfg: EnvConfig, batch: int, seed: int, special: float = 0.0):
             map_idx=int(rng.integers(-1, len(cfg.maps) + 1)),
             waypoint=field(-2, 11, 4),
             waypoint_time=float(rng.uniform() < 0.7),
-        )  # fmt: skip
+        )
         for _ in range(batch)
     ]
     states = jax.tree.map(lambda *a: jnp.stack(a), *built)
@@ -64,8 +70,9 @@ def _states(cfg: EnvConfig, batch: int, seed: int, special: float = 0.0):
         hit = rng.uniform(size=x.shape) < special
         return jnp.where(hit, rng.choice(SPECIAL, x.shape), x)
 
-    spoilt = {name: spoil(getattr(states.agents, name))
-              for name in ("x", "y", "z", "heading", "health")}  # fmt: skip
+    spoilt = {
+        name: spoil(getattr(states.agents, name)) for name in ("x", "y", "z", "heading", "health")
+    }
     episode = states.episode.replace(waypoint=spoil(states.episode.waypoint))
     states = states.replace(agents=states.agents.replace(**spoilt), episode=episode)
     seen = jnp.asarray(rng.uniform(size=(batch, n, n)) < 0.6)
@@ -112,15 +119,20 @@ def test_unbatched_and_nested_vmaps_with_shared_operands(native):
     states, seen, damaged = _states(CFG, batch=6, seed=5)
     bg = jnp.asarray(prerender(CFG))
     one = jax.tree.map(lambda x: x[0], states)
-    single = [np.asarray(fn(CFG, bg, one.agents, one.episode, seen[0], damaged[0]))
-              for fn in (rgb_observations, native_rgb_observations)]  # fmt: skip
+    single = [
+        np.asarray(fn(CFG, bg, one.agents, one.episode, seen[0], damaged[0]))
+        for fn in (rgb_observations, native_rgb_observations)
+    ]
     assert single[1].shape == (CFG.n_agents, 14, 11, 3)
     _assert_same(*single)
 
     def nested(fn):
         inner = jax.vmap(lambda a, e, s, d: fn(CFG, bg, a, e, s, d), in_axes=(None, None, 0, None))
-        return np.asarray(jax.vmap(inner, in_axes=(0, 0, None, 0))(
-            states.agents, states.episode, seen[:3], damaged))  # fmt: skip
+        return np.asarray(
+            jax.vmap(inner, in_axes=(0, 0, None, 0))(
+                states.agents, states.episode, seen[:3], damaged
+            )
+        )
 
     out = nested(native_rgb_observations)
     assert out.shape == (6, 3, CFG.n_agents, 14, 11, 3)
@@ -143,12 +155,16 @@ def _rollout_digest(scenario: str, overrides: dict, steps: int = 12, batch: int 
 
 
 @pytest.mark.slow  # two compilations of an auto-resetting RGB step each way: ~20 s
-@pytest.mark.parametrize(("scenario", "overrides"), [
-    ("waypoint_5_vs_3_pobs_rgb_maps_cont", {}),
-    ("identical_5_vs_5_fobs_rgb_maps_cont", {"obs_type": "rgb_vector"}),
-])  # fmt: skip
-def test_the_step_gives_the_same_images_with_the_kernel_off(native, monkeypatch, scenario,
-                                                            overrides):  # fmt: skip
+@pytest.mark.parametrize(
+    ("scenario", "overrides"),
+    [
+        ("waypoint_5_vs_3_pobs_rgb_maps_cont", {}),
+        ("identical_5_vs_5_fobs_rgb_maps_cont", {"obs_type": "rgb_vector"}),
+    ],
+)
+def test_the_step_gives_the_same_images_with_the_kernel_off(
+    native, monkeypatch, scenario, overrides
+):
     with_kernel = _rollout_digest(scenario, overrides)
     monkeypatch.setattr(rgb, "native_rgb_supported", lambda config: False)
     jax.clear_caches()  # the step is compiled once per config: trace it again, kernel off
@@ -185,22 +201,33 @@ def test_switched_off_kernels_are_a_clear_error(monkeypatch):
 @pytest.mark.parametrize(
     ("name", "change", "match"),
     [
-        ("seen", lambda a: a | {"seen": a["seen"][:, :-1]},
-         r"seen has shape \(5, 4\); expected \(5, 5\)"),
-        ("took_damage", lambda a: a | {"took_damage": a["took_damage"][:2]},
-         r"took_damage has shape \(2,\)"),
-        ("background", lambda a: a | {"background": a["background"][0]},
-         r"background has shape \(14, 11, 3\)"),
+        (
+            "seen",
+            lambda a: a | {"seen": a["seen"][:, :-1]},
+            r"seen has shape \(5, 4\); expected \(5, 5\)",
+        ),
+        (
+            "took_damage",
+            lambda a: a | {"took_damage": a["took_damage"][:2]},
+            r"took_damage has shape \(2,\)",
+        ),
+        (
+            "background",
+            lambda a: a | {"background": a["background"][0]},
+            r"background has shape \(14, 11, 3\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_argument_is_named_before_any_call(native, name, change, match):
     states, seen, damaged = _states(CFG, batch=1, seed=0)
     one = jax.tree.map(lambda x: x[0], states)
-    args = change({"background": jnp.asarray(prerender(CFG)), "seen": seen[0],
-                   "took_damage": damaged[0]})  # fmt: skip
+    args = change(
+        {"background": jnp.asarray(prerender(CFG)), "seen": seen[0], "took_damage": damaged[0]}
+    )
     with pytest.raises(ValueError, match=match):
-        native_rgb_observations(CFG, args["background"], one.agents, one.episode, args["seen"],
-                                args["took_damage"])  # fmt: skip
+        native_rgb_observations(
+            CFG, args["background"], one.agents, one.episode, args["seen"], args["took_damage"]
+        )
 
 
 def _ffi_operands(batch: int = 2, n: int = 3, rx: int = 6, ry: int = 5) -> dict[str, np.ndarray]:
@@ -223,11 +250,18 @@ def _ffi_operands(batch: int = 2, n: int = 3, rx: int = 6, ry: int = 5) -> dict[
 
 
 def _ffi(ops: dict, batch: int = 2, n: int = 3, rx: int = 6, ry: int = 5):
-    call = jax.ffi.ffi_call("gigastep_rgb_obs",
-                            jax.ShapeDtypeStruct((batch, n, rx, ry, 3), jnp.uint8))  # fmt: skip
-    attrs = dict(res_x=np.int64(rx), res_y=np.int64(ry), waypoint_nx=np.int64(2),
-                 waypoint_ny=np.int64(2), waypoints=True, teams=np.zeros(n, np.int64),
-                 sprites=np.full(n, 7, np.int64))  # fmt: skip
+    call = jax.ffi.ffi_call(
+        "gigastep_rgb_obs", jax.ShapeDtypeStruct((batch, n, rx, ry, 3), jnp.uint8)
+    )
+    attrs = dict(
+        res_x=np.int64(rx),
+        res_y=np.int64(ry),
+        waypoint_nx=np.int64(2),
+        waypoint_ny=np.int64(2),
+        waypoints=True,
+        teams=np.zeros(n, np.int64),
+        sprites=np.full(n, 7, np.int64),
+    )
     return np.asarray(call(*ops.values(), **attrs))
 
 
@@ -258,6 +292,15 @@ def test_the_kernel_names_a_misshapen_operand(native, operand, bad):
 def test_the_kernel_rejects_inconsistent_attributes(native):
     call = jax.ffi.ffi_call("gigastep_rgb_obs", jax.ShapeDtypeStruct((2, 3, 6, 5, 3), jnp.uint8))
     with pytest.raises(Exception, match="gigastep_rgb_obs: inconsistent attributes.*teams 2"):
-        np.asarray(call(*_ffi_operands().values(), res_x=np.int64(6), res_y=np.int64(5),
-                        waypoint_nx=np.int64(2), waypoint_ny=np.int64(2), waypoints=True,
-                        teams=np.zeros(2, np.int64), sprites=np.full(3, 7, np.int64)))  # fmt: skip
+        np.asarray(
+            call(
+                *_ffi_operands().values(),
+                res_x=np.int64(6),
+                res_y=np.int64(5),
+                waypoint_nx=np.int64(2),
+                waypoint_ny=np.int64(2),
+                waypoints=True,
+                teams=np.zeros(2, np.int64),
+                sprites=np.full(3, 7, np.int64),
+            )
+        )

@@ -47,9 +47,11 @@ CASES = {
     "16 agents (largest counting sort)": (16, {}),
     "17 agents (insertion path)": (17, {"max_agents_in_vec_obs": 6}),
     "20v20": (40, {"map_set": "all"}),
-    "64 agents, waypoints, deterministic": (64, {"enable_waypoints": True,
-                                                 "stochastic_comm": False}),
-}  # fmt: skip
+    "64 agents, waypoints, deterministic": (
+        64,
+        {"enable_waypoints": True, "stochastic_comm": False},
+    ),
+}
 
 
 def _config(name):
@@ -81,9 +83,18 @@ def _random_inputs(config: EnvConfig, batch: int, seed: int):
     waypoint_time = rng.choice(np.asarray([0.0, 1.5, -0.0], F32), batch)
     states = []
     for b in range(batch):
-        s = EnvState.create(config, x=x[b], y=y[b], z=z[b], v=v[b], heading=heading[b],
-                            health=health[b], alive=alive[b], waypoint=waypoint[b],
-                            waypoint_time=waypoint_time[b])  # fmt: skip
+        s = EnvState.create(
+            config,
+            x=x[b],
+            y=y[b],
+            z=z[b],
+            v=v[b],
+            heading=heading[b],
+            health=health[b],
+            alive=alive[b],
+            waypoint=waypoint[b],
+            waypoint_time=waypoint_time[b],
+        )
         states.append(s)
     stacked = jax.tree.map(lambda *a: jnp.stack(a), *states)
     return stacked.agents, stacked.episode, dist, detected, comm, boxes
@@ -108,8 +119,10 @@ def _assert_same_bits(got, want):
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     if not same.all():
         where = tuple(int(i) for i in np.argwhere(~same)[0])
-        raise AssertionError(f"{int((~same).sum())} values differ; first at {where}: "
-                             f"native {got[where]!r} vs JAX {want[where]!r}")  # fmt: skip
+        raise AssertionError(
+            f"{int((~same).sum())} values differ; first at {where}: "
+            f"native {got[where]!r} vs JAX {want[where]!r}"
+        )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -150,8 +163,10 @@ def _nonfinite_inputs(config: EnvConfig, batch: int, seed: int):
     return agents, episode, dist, detected, comm, boxes
 
 
-@pytest.mark.parametrize("name", ["5v5", "4v4 deterministic comm", "7 agents, 3 rows",
-                                  "17 agents (insertion path)", "20v20"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["5v5", "4v4 deterministic comm", "7 agents, 3 rows", "17 agents (insertion path)", "20v20"],
+)
 def test_kernel_matches_the_jax_path_on_non_finite_states(native, name):
     """Same bits (NaNs aside) where agents hold NaN, infinite or overflowing values; and no
     NaN or infinity reaches an observation from an agent that is not finite."""
@@ -161,8 +176,10 @@ def test_kernel_matches_the_jax_path_on_non_finite_states(native, name):
     want = jax_fn(*inputs)
     _assert_same_bits(native_fn(*inputs), want)
     agents = inputs[0]
-    finite = np.all([np.isfinite(np.asarray(getattr(agents, k)))
-                     for k in ("x", "y", "z", "heading", "v")], axis=0)  # fmt: skip
+    finite = np.all(
+        [np.isfinite(np.asarray(getattr(agents, k))) for k in ("x", "y", "z", "heading", "v")],
+        axis=0,
+    )
     obs = np.asarray(want)
     assert (~finite).any() and (obs[~finite] == 0).all()  # non-finite egos observe zeros
     assert (~np.isfinite(obs)).any()  # overflowing features do reach the observations
@@ -176,8 +193,9 @@ def test_a_non_finite_state_steps_the_same_with_the_kernel_and_without(native, m
     _, states = genv.batched_reset(config, jax.random.split(jax.random.PRNGKey(2), 6))
     x, heading = np.array(states.agents.x), np.array(states.agents.heading)
     x[0, 1], x[1, 3], x[2, 0], heading[3, 2], heading[4, 4] = np.nan, np.inf, 3e38, np.nan, -np.inf
-    states = states.replace(agents=states.agents.replace(x=jnp.asarray(x),
-                                                         heading=jnp.asarray(heading)))  # fmt: skip
+    states = states.replace(
+        agents=states.agents.replace(x=jnp.asarray(x), heading=jnp.asarray(heading))
+    )
     keys = jax.random.split(jax.random.PRNGKey(3), 6)
     actions = jax.random.uniform(jax.random.PRNGKey(4), (6, 5, 3), minval=-1, maxval=1)
 
@@ -245,15 +263,22 @@ def test_rgb_and_oversized_configs_use_the_jax_path(native):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("obs_type", ["vector", "rgb_vector"])
-def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(native, monkeypatch,
-                                                                         obs_type):  # fmt: skip
+def test_steps_resets_and_autoresets_with_the_kernel_equal_those_without(
+    native, monkeypatch, obs_type
+):
     """Whole steps (noise, dynamics, combat, then observations; the kernel hashing the
     communication noise itself) agree bit for bit, through resets and auto-resets (episodes
     of 2 steps: fresh games' noise streams are taken where games end). With rgb_vector the
     images come from the JAX visibility (the RGB kernel with the kernels on) and the vectors
     from the kernel."""
-    config = EnvConfig(teams=(0, 0, 0, 1, 1), obs_type=obs_type, enable_waypoints=True,
-                       max_episode_length=2, resolution_x=16, resolution_y=12)  # fmt: skip
+    config = EnvConfig(
+        teams=(0, 0, 0, 1, 1),
+        obs_type=obs_type,
+        enable_waypoints=True,
+        max_episode_length=2,
+        resolution_x=16,
+        resolution_y=12,
+    )
     keys = jax.random.split(jax.random.PRNGKey(5), 16)
     actions = jax.random.uniform(jax.random.PRNGKey(6), (16, 5, 3), minval=-1, maxval=1)
 
@@ -314,8 +339,9 @@ def test_the_kernel_draws_the_communication_noise_of_a_stream_exactly(native):
     streams = jax.vmap(lambda k: grandom.stream(k, shapes, 1))(keys)
 
     def fn(agents, episode, dist, detected, comm, boxes, stream):
-        return native_vector_observations(config, agents, episode, dist, detected, comm, boxes,
-                                          comm_stream=stream)  # fmt: skip
+        return native_vector_observations(
+            config, agents, episode, dist, detected, comm, boxes, comm_stream=stream
+        )
 
     from_array = jax.jit(jax.vmap(fn))(*inputs, None)
     from_stream = jax.jit(jax.vmap(fn))(*inputs, streams)
@@ -341,8 +367,9 @@ def test_stream_describes_the_uniforms_it_names():
         assert start == [0, 12, 22][index]
         counter = np.arange(start, start + np.prod(shapes[index]), dtype=np.uint32)
         with np.errstate(over="ignore"):
-            bits = lowbias32(lowbias32((counter * np.uint32(0x9E3779B9)) ^ np.uint32(seed0))
-                             + np.uint32(seed1))  # fmt: skip
+            bits = lowbias32(
+                lowbias32((counter * np.uint32(0x9E3779B9)) ^ np.uint32(seed0)) + np.uint32(seed1)
+            )
         want = (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
         got = np.asarray(grandom.uniforms(key, shapes)[index]).reshape(-1)
         np.testing.assert_array_equal(got, want)

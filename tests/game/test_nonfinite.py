@@ -38,8 +38,17 @@ def _observe(path, config, state, dist, detected, comm=0.0):
     n = config.n_agents
     boxes = jnp.zeros((max(config.max_boxes, 1), 4), jnp.float32)
     comm = jnp.full((n, n), comm, jnp.float32)
-    return np.asarray(fn(config, state.agents, state.episode, jnp.asarray(dist, jnp.float32),
-                         jnp.asarray(detected), comm, boxes))  # fmt: skip
+    return np.asarray(
+        fn(
+            config,
+            state.agents,
+            state.episode,
+            jnp.asarray(dist, jnp.float32),
+            jnp.asarray(detected),
+            comm,
+            boxes,
+        )
+    )
 
 
 def _dist(x, y):
@@ -57,8 +66,20 @@ def _row(config, e, i, x, y, h, v):
     health, sprite = config.max_health[i], config.sprites[i]
     if i == e:
         return np.array([1, 1, x[e] / lx, y[e] / ly, 0, h[e], v[e] / diag, health, sprite], F32)
-    return np.array([1, same, (F32(x[i]) - F32(x[e])) / lx, (F32(y[i]) - F32(y[e])) / ly, 0,
-                     h[i] - h[e], (F32(v[i]) - F32(v[e])) / diag, health, sprite], F32)  # fmt: skip
+    return np.array(
+        [
+            1,
+            same,
+            (F32(x[i]) - F32(x[e])) / lx,
+            (F32(y[i]) - F32(y[e])) / ly,
+            0,
+            h[i] - h[e],
+            (F32(v[i]) - F32(v[e])) / diag,
+            health,
+            sprite,
+        ],
+        F32,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -68,26 +89,44 @@ def _row(config, e, i, x, y, h, v):
 SMALL = EnvConfig(teams=(0, 0, 1), obs_type="vector", stochastic_comm=False)
 
 
-@pytest.mark.parametrize("field,value", [("x", np.nan), ("y", np.inf), ("z", -np.inf),
-                                         ("v", np.nan), ("heading", np.inf)])  # fmt: skip
+@pytest.mark.parametrize(
+    "field,value",
+    [("x", np.nan), ("y", np.inf), ("z", -np.inf), ("v", np.nan), ("heading", np.inf)],
+)
 def test_env_state_create_refuses_non_finite_kinematics(field, value):
     values = {"x": [1.0, 2.0, 3.0], "y": [1.0, 1.0, 1.0]}
     values[field] = [0.5, 0.5, value]
-    with pytest.raises(ValueError, match=rf"EnvState.create: {field} of agent 2 is {value}; .*"
-                                         "must be finite"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"EnvState.create: {field} of agent 2 is {value}; .*"
+        "must be finite",
+    ):
         EnvState.create(SMALL, **values)
 
 
 def _batched_states(config, games=3):
     one = EnvState.create(config, x=[1.0, 2.0, 3.0], y=[1.0, 1.0, 1.0], heading=0.3)
-    return one.replace(agents=one.agents.replace(**{
-        name: jnp.stack([getattr(one.agents, name)] * games)
-        for name in ("x", "y", "z", "v", "heading", "health", "alive", "tracked")
-    }), episode=one.episode.replace(**{
-        name: jnp.stack([getattr(one.episode, name)] * games)
-        for name in ("map_idx", "waypoint", "waypoint_time", "aux_rewards_factor", "step",
-                     "returns")
-    }))  # fmt: skip
+    return one.replace(
+        agents=one.agents.replace(
+            **{
+                name: jnp.stack([getattr(one.agents, name)] * games)
+                for name in ("x", "y", "z", "v", "heading", "health", "alive", "tracked")
+            }
+        ),
+        episode=one.episode.replace(
+            **{
+                name: jnp.stack([getattr(one.episode, name)] * games)
+                for name in (
+                    "map_idx",
+                    "waypoint",
+                    "waypoint_time",
+                    "aux_rewards_factor",
+                    "step",
+                    "returns",
+                )
+            }
+        ),
+    )
 
 
 def _spoil(states, field, game, agent, value):
@@ -109,8 +148,11 @@ def test_save_state_and_load_state_refuse_non_finite_states(tmp_path):
         arrays = {k: data[k] for k in data.files}
     arrays["agents.y"][2, 0] = -np.inf
     np.savez(tmp_path / "edited.npz", **arrays)
-    with pytest.raises(ValueError, match=r"load_state\(.*edited.npz'\): y of game 2, agent 0 "
-                                         r"is -inf"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"load_state\(.*edited.npz'\): y of game 2, agent 0 "
+        r"is -inf",
+    ):
         load_state(tmp_path / "edited.npz")
 
 
@@ -142,8 +184,7 @@ def _three_agents(config, path, field=None, value=None):
         state = state.replace(agents=state.agents.replace(**{field: jnp.asarray(column)}))
     detected = np.zeros((3, 3), bool)
     detected[1, 2] = detected[2, 1] = True
-    obs = _observe(path, config, state, _dist(state.agents.x, state.agents.y), detected,
-                   comm=1.0)  # fmt: skip
+    obs = _observe(path, config, state, _dist(state.agents.x, state.agents.y), detected, comm=1.0)
     return obs, (x, y, h, v)
 
 
@@ -165,8 +206,10 @@ def test_three_agents_see_each_other_when_finite(path, mode):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode", list(COMM_MODES))
-@pytest.mark.parametrize("field,value", [("x", np.nan), ("y", -np.inf), ("z", np.nan),
-                                         ("heading", np.nan), ("v", np.inf)])  # fmt: skip
+@pytest.mark.parametrize(
+    "field,value",
+    [("x", np.nan), ("y", -np.inf), ("z", np.nan), ("heading", np.nan), ("v", np.inf)],
+)
 def test_a_non_finite_agent_is_seen_by_nobody_shares_nothing_and_observes_zeros(
     path, mode, field, value
 ):
@@ -199,6 +242,12 @@ def test_a_seen_agent_at_a_non_finite_distance_keeps_its_row(path, far):
     detected = np.zeros((4, 4), bool)
     detected[2, 0] = detected[3, 0] = True  # 0 detects 2 and 3, not 1
     obs = _observe(path, FOUR, state, dist, detected)
-    want = np.concatenate([_row(FOUR, 0, 0, x, y, h, v), _row(FOUR, 0, 3, x, y, h, v),
-                           _row(FOUR, 0, 2, x, y, h, v), np.zeros(9, F32)])  # fmt: skip
+    want = np.concatenate(
+        [
+            _row(FOUR, 0, 0, x, y, h, v),
+            _row(FOUR, 0, 3, x, y, h, v),
+            _row(FOUR, 0, 2, x, y, h, v),
+            np.zeros(9, F32),
+        ]
+    )
     np.testing.assert_allclose(obs[0], want, rtol=1e-6, atol=0)

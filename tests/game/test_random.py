@@ -48,7 +48,7 @@ DRAWS = {
     "split": (grandom.split, jax.random.split),
     "split 3": (lambda k: grandom.split(k, 3), lambda k: jax.random.split(k, 3)),
     "split 5": (lambda k: grandom.split(k, 5), lambda k: jax.random.split(k, 5)),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(DRAWS))
@@ -84,8 +84,11 @@ def test_keys_of_another_implementation_are_drawn_by_jax():
 
 def _while_loops(fn, *args) -> list[str]:
     text = jax.jit(fn).lower(*args).compile().as_text()
-    return [re.search(r'op_name="([^"]*)"', line).group(1)
-            for line in text.splitlines() if " while(" in line]  # fmt: skip
+    return [
+        re.search(r'op_name="([^"]*)"', line).group(1)
+        for line in text.splitlines()
+        if " while(" in line
+    ]
 
 
 def test_the_compiled_step_keeps_no_threefry_loop():

@@ -41,21 +41,31 @@ def one_agent_config(**kw) -> EnvConfig:
 def agent_state(config, **fields) -> dict:
     n = config.n_agents
     state = {
-        "x": np.full(n, 5.0, np.float32), "y": np.full(n, 5.0, np.float32),
-        "z": np.full(n, 5.0, np.float32), "v": np.ones(n, np.float32),
-        "heading": np.zeros(n, np.float32), "health": np.asarray(config.max_health, np.float32),
-        "alive": np.ones(n, bool), "tracked": np.zeros((n, n), np.int32),
-        "map_idx": np.int32(0), "waypoint": np.zeros(4, np.float32),
-        "waypoint_time": np.float32(0), "aux_rewards_factor": np.float32(1), "step": np.int32(0),
-    }  # fmt: skip
+        "x": np.full(n, 5.0, np.float32),
+        "y": np.full(n, 5.0, np.float32),
+        "z": np.full(n, 5.0, np.float32),
+        "v": np.ones(n, np.float32),
+        "heading": np.zeros(n, np.float32),
+        "health": np.asarray(config.max_health, np.float32),
+        "alive": np.ones(n, bool),
+        "tracked": np.zeros((n, n), np.int32),
+        "map_idx": np.int32(0),
+        "waypoint": np.zeros(4, np.float32),
+        "waypoint_time": np.float32(0),
+        "aux_rewards_factor": np.float32(1),
+        "step": np.int32(0),
+    }
     for key, value in fields.items():
         state[key] = np.asarray(value, state[key].dtype)
     return state
 
 
 def zero_noise(n: int) -> dict:
-    return {"detection": np.zeros((n, n), np.float32), "comm": np.zeros((n, n), np.float32),
-            "waypoint": np.full(4, 0.99, np.float32)}  # fmt: skip
+    return {
+        "detection": np.zeros((n, n), np.float32),
+        "comm": np.zeros((n, n), np.float32),
+        "waypoint": np.full(4, 0.99, np.float32),
+    }
 
 
 # §13.1: (action, thrust, alive, z, v) -> (x', y', z', v', h')
@@ -74,15 +84,33 @@ DYNAMICS_13_1 = [
 @pytest.mark.parametrize("action, thrust, alive, z, v, expected", DYNAMICS_13_1)
 def test_reference_dynamics_matches_spec_13_1(action, thrust, alive, z, v, expected):
     config = one_agent_config()
-    got = ref.move_agent(config, F32(5), F32(5), F32(z), F32(v), F32(0), alive, thrust,
-                         np.asarray(action, np.float32))  # fmt: skip
+    got = ref.move_agent(
+        config,
+        F32(5),
+        F32(5),
+        F32(z),
+        F32(v),
+        F32(0),
+        alive,
+        thrust,
+        np.asarray(action, np.float32),
+    )
     np.testing.assert_allclose(np.array(got, np.float64), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_reference_nan_action_acts_as_zero():
     config = one_agent_config()
-    nan = ref.move_agent(config, F32(5), F32(5), F32(5), F32(1), F32(0), True, 1.0,
-                         np.array([np.nan, np.nan, np.nan], np.float32))  # fmt: skip
+    nan = ref.move_agent(
+        config,
+        F32(5),
+        F32(5),
+        F32(5),
+        F32(1),
+        F32(0),
+        True,
+        1.0,
+        np.array([np.nan, np.nan, np.nan], np.float32),
+    )
     np.testing.assert_allclose(np.array(nan, np.float64), DYNAMICS_13_1[0][-1], atol=1e-6)
 
 
@@ -101,11 +129,13 @@ def test_reference_heading_wrap_is_floor_mod():
     """§15 row 3: headings stay in [-pi, pi); exactly pi becomes -pi."""
     config = one_agent_config()
     h = F32(-math.pi + 0.05)
-    got = ref.move_agent(config, F32(5), F32(5), F32(5), F32(1), h, True, 1.0,
-                         np.array([-1, 0, 0], np.float32))[4]  # fmt: skip
+    got = ref.move_agent(
+        config, F32(5), F32(5), F32(5), F32(1), h, True, 1.0, np.array([-1, 0, 0], np.float32)
+    )[4]
     assert got == pytest.approx(math.pi - 0.35, abs=1e-5)
-    got = ref.move_agent(config, F32(5), F32(5), F32(5), F32(1), F32(math.pi), True, 1.0,
-                         np.zeros(3, np.float32))[4]  # fmt: skip
+    got = ref.move_agent(
+        config, F32(5), F32(5), F32(5), F32(1), F32(math.pi), True, 1.0, np.zeros(3, np.float32)
+    )[4]
     assert got == pytest.approx(-math.pi, abs=1e-6)
     assert -math.pi <= ref.wrap_angle(-6.0) < math.pi
     assert ref.wrap_angle(-6.0) == pytest.approx(2 * math.pi - 6.0, abs=1e-6)
@@ -129,8 +159,7 @@ TRACE_13_2 = [
 
 
 def trace_config() -> EnvConfig:
-    return EnvConfig(teams=(0, 1), stochastic_obs=False, stochastic_comm=False,
-                     obs_type="vector")  # fmt: skip
+    return EnvConfig(teams=(0, 1), stochastic_obs=False, stochastic_comm=False, obs_type="vector")
 
 
 def test_reference_reproduces_1v1_trace_13_2():
@@ -158,15 +187,27 @@ def test_reference_vector_observation_matches_spec_13_3():
     """§13.3 recomputed for §15 rows 3 (wrapped relative heading), 11 (waypoint flag) and 21
     (only the ego's team's detections are shared)."""
     config = EnvConfig(
-        teams=(0, 0, 1, 1), sprites=(1, 3, 5, 7), max_health=(1, 2, 1, 3),
-        stochastic_obs=False, stochastic_comm=False, max_agents_in_vec_obs=3,
-        map_set="four_rooms", enable_waypoints=True, obs_type="vector",
-    )  # fmt: skip
+        teams=(0, 0, 1, 1),
+        sprites=(1, 3, 5, 7),
+        max_health=(1, 2, 1, 3),
+        stochastic_obs=False,
+        stochastic_comm=False,
+        max_agents_in_vec_obs=3,
+        map_set="four_rooms",
+        enable_waypoints=True,
+        obs_type="vector",
+    )
     state = agent_state(
-        config, x=[2, 4, 3, 8], y=[2, 2, 3, 8], z=[1, 2, 4, 5], v=[1.3, 1.5, 2.0, 1.4],
-        heading=[0.5, -2.0, 3.0, -3.0], health=[0.9, 1.5, 0.4, 2.0],
-        waypoint=[1.0, 1.5, 1.6, 2.1], waypoint_time=3.5,
-    )  # fmt: skip
+        config,
+        x=[2, 4, 3, 8],
+        y=[2, 2, 3, 8],
+        z=[1, 2, 4, 5],
+        v=[1.3, 1.5, 2.0, 1.4],
+        heading=[0.5, -2.0, 3.0, -3.0],
+        health=[0.9, 1.5, 0.4, 2.0],
+        waypoint=[1.0, 1.5, 1.6, 2.1],
+        waypoint_time=3.5,
+    )
     hd = np.zeros((4, 4), bool)
     hd[2, 1] = True
     seen = ref.visibility(config, state, hd, np.zeros((4, 4), np.float32))
@@ -176,15 +217,16 @@ def test_reference_vector_observation_matches_spec_13_3():
         [1, 1, 0.2, 0.2, 0.1, 0.5, 0.091924, 0.9, 1]
         + [1, 0, 0.1, 0.1, 0.3, 2.5, 0.049497, 0.4, 5]
         + [1, 1, 0.2, 0.0, 0.1, -2.5, 0.014142, 1.5, 3]
-        + [-0.1, -0.05, -0.04, 0.01, 1.0] + boxes
-    )  # fmt: skip
+        + [-0.1, -0.05, -0.04, 0.01, 1.0]
+        + boxes
+    )
     np.testing.assert_allclose(obs0, expected0, atol=2e-6)
     obs2 = ref.vector_observation(config, state, seen, 2)
     expected2 = (
         [1, 1, 0.3, 0.3, 0.4, 3.0, 0.141421, 0.4, 5]
         + [1, 1, 0.5, 0.5, 0.1, 2 * math.pi - 6.0, -0.042426, 2.0, 7]
         + [0] * 9
-    )  # fmt: skip
+    )
     np.testing.assert_allclose(obs2[:27], expected2, atol=2e-6)
     # inactive waypoint: zero coordinates and a 0 flag
     state["waypoint_time"] = np.float32(0.0)
@@ -219,14 +261,24 @@ def test_reference_rgb_observation_matches_spec_13_4():
         stochastic_comm=False,
         obs_type="rgb",
     )
-    state = agent_state(config, x=[5.0, 6.5], y=[5.0, 5.0], z=[5.0, 10.0],
-                        heading=[0.0, math.pi / 2], health=[1.5, 1.0])  # fmt: skip
+    state = agent_state(
+        config,
+        x=[5.0, 6.5],
+        y=[5.0, 5.0],
+        z=[5.0, 10.0],
+        heading=[0.0, math.pi / 2],
+        health=[1.5, 1.0],
+    )
     hd = np.zeros((2, 2), bool)
     hd[1, 0] = True
     seen = ref.visibility(config, state, hd, np.zeros((2, 2), np.float32))
     took_damage = np.array([False, True])
-    mate_sprite = {(6, 5): (127, 255, 127), (6, 6): (127, 255, 127), (6, 7): (127, 255, 127),
-                   (7, 6): (127, 255, 127)}  # fmt: skip
+    mate_sprite = {
+        (6, 5): (127, 255, 127),
+        (6, 6): (127, 255, 127),
+        (6, 7): (127, 255, 127),
+        (7, 6): (127, 255, 127),
+    }
     enemy_sprite = {p: (255, 255, 0) for p in [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)]}
     pixels0 = {
         (2, 6): (51,) * 3,
@@ -256,12 +308,18 @@ def test_reference_rgb_observation_matches_spec_13_4():
 
 def test_reference_obstacle_penalty_applies_to_agents_that_die_by_leaving_the_map():
     """§15 row 6: an agent that leaves the map this step pays R_obs (and R_dis)."""
-    config = EnvConfig(teams=(0, 1, 1), reward_collision_obstacle=4.0,
-                       reward_agent_disabled=1.0, reward_defeat_one_opponent=0.0,
-                       reward_game_won=0.0, obs_type="vector")  # fmt: skip
+    config = EnvConfig(
+        teams=(0, 1, 1),
+        reward_collision_obstacle=4.0,
+        reward_agent_disabled=1.0,
+        reward_defeat_one_opponent=0.0,
+        reward_game_won=0.0,
+        obs_type="vector",
+    )
     state = agent_state(config, x=[9.99, 2.0, 2.0], y=[5.0, 2.0, 8.0])
-    _, nxt, rew, dones, _ = ref.reference_step(config, state, np.zeros((3, 3), np.float32),
-                                               zero_noise(3))  # fmt: skip
+    _, nxt, rew, dones, _ = ref.reference_step(
+        config, state, np.zeros((3, 3), np.float32), zero_noise(3)
+    )
     assert bool(dones[0]) and not dones[1:].any()
     assert rew[0] == pytest.approx(-(4.0 + 1.0) / 1)  # team 0 has one agent
     assert rew[1] == 0 and rew[2] == 0
@@ -283,17 +341,24 @@ SPECIAL_TYPES = {  # rules §9.1 agent types: sprite, max_health, range, damage_
 def special_tables(types: list[str]) -> dict:
     rows = [SPECIAL_TYPES[t] for t in types]
     return {
-        "sprites": tuple(r[0] for r in rows), "max_health": tuple(r[1] for r in rows),
-        "detection_range": tuple(r[2] for r in rows), "damage_range": tuple(r[3] for r in rows),
+        "sprites": tuple(r[0] for r in rows),
+        "max_health": tuple(r[1] for r in rows),
+        "detection_range": tuple(r[2] for r in rows),
+        "damage_range": tuple(r[3] for r in rows),
         "thrust": tuple(r[4] for r in rows),
-    }  # fmt: skip
+    }
 
 
 ALL_WEIGHTS = dict(
-    reward_game_won=7.0, reward_defeat_one_opponent=20.0, reward_detection=0.3,
-    reward_damage=0.7, reward_idle=-2.0, reward_agent_disabled=3.0,
-    reward_collision_agent=1.5, reward_collision_obstacle=-4.0,
-)  # fmt: skip
+    reward_game_won=7.0,
+    reward_defeat_one_opponent=20.0,
+    reward_detection=0.3,
+    reward_damage=0.7,
+    reward_idle=-2.0,
+    reward_agent_disabled=3.0,
+    reward_collision_agent=1.5,
+    reward_collision_obstacle=-4.0,
+)
 
 FIVE = ["more_health", "more_range", "faster", "super", "default"]
 
@@ -442,8 +507,9 @@ def run_env_batch(config, cases):
     for k in range(len(cases)):
         one = jax.tree.map(lambda a, k=k: a[k], nxt)
         o = tuple(np.asarray(x[k]) for x in obs) if isinstance(obs, tuple) else obs[k]
-        results.append((o, ref.state_to_numpy(one), np.asarray(rew[k]), np.asarray(dones[k]),
-                        bool(ep_done[k])))  # fmt: skip
+        results.append(
+            (o, ref.state_to_numpy(one), np.asarray(rew[k]), np.asarray(dones[k]), bool(ep_done[k]))
+        )
     return results
 
 
@@ -486,9 +552,11 @@ def mismatch_report(b: Batch, k: int, got, want, what: str, ok) -> str:
     """A compact, reproducible description of one mismatching case."""
     state, actions, noise = b.cases[k]
     bad = np.argwhere(~np.atleast_1d(ok))
-    lines = [f"{what} differs from the reference: config {b.name!r}, case {k} "
-             f"(= tests.strategies.random_cases(CONFIGS[{b.name!r}], {b.seed}, "
-             f"{len(b.cases)}, stacked={b.stacked})[{k}])"]  # fmt: skip
+    lines = [
+        f"{what} differs from the reference: config {b.name!r}, case {k} "
+        f"(= tests.strategies.random_cases(CONFIGS[{b.name!r}], {b.seed}, "
+        f"{len(b.cases)}, stacked={b.stacked})[{k}])"
+    ]
     for idx in bad[:8]:
         idx = tuple(int(v) for v in idx)
         g, w = np.atleast_1d(got)[idx], np.atleast_1d(want)[idx]
@@ -510,10 +578,12 @@ def mismatch_report(b: Batch, k: int, got, want, what: str, ok) -> str:
             f" locks-by {np.flatnonzero(d['lock'][a]).tolist()}"
             f" detected-by {np.flatnonzero(d['hd'][a]).tolist()}"
         )
-    lines.append(f"  map {int(state['map_idx'])} waypoint {state['waypoint'].tolist()} "
-                 f"t {float(state['waypoint_time'])} step {int(state['step'])} "
-                 f"aux {float(state['aux_rewards_factor'])} noise.waypoint "
-                 f"{noise['waypoint'].tolist()}")  # fmt: skip
+    lines.append(
+        f"  map {int(state['map_idx'])} waypoint {state['waypoint'].tolist()} "
+        f"t {float(state['waypoint_time'])} step {int(state['step'])} "
+        f"aux {float(state['aux_rewards_factor'])} noise.waypoint "
+        f"{noise['waypoint'].tolist()}"
+    )
     return "\n".join(lines)
 
 
@@ -546,8 +616,9 @@ def assert_images(b: Batch):
         if bad.size:
             lines = [f"{len(bad)} pixels differ (ego, px, py): env vs reference"]
             for e, px, py in bad[:12]:
-                lines.append(f"  ({e}, {px}, {py}): {got[e, px, py].tolist()} vs "
-                             f"{want[e, px, py].tolist()}")  # fmt: skip
+                lines.append(
+                    f"  ({e}, {px}, {py}): {got[e, px, py].tolist()} vs {want[e, px, py].tolist()}"
+                )
             ego_ok = ~(got != want).any(axis=(1, 2, 3))  # per ego
             report = mismatch_report(b, k, ego_ok, ego_ok, "rgb observation", ego_ok)
             pytest.fail("\n".join(lines) + "\n" + report)
@@ -591,9 +662,10 @@ def test_waypoints_match_reference(batch):
         return
     assert total(batch, "hit") > 0, "no waypoint was hit in the batch"
     appeared = sum(
-        1 for (s, _, _), r in zip(batch.cases, batch.ref, strict=True)
+        1
+        for (s, _, _), r in zip(batch.cases, batch.ref, strict=True)
         if r[1]["waypoint_time"] > s["waypoint_time"]
-    )  # fmt: skip
+    )
     assert appeared > 0, "no waypoint appeared in the batch"
 
 
@@ -635,12 +707,16 @@ def test_rewards_match_reference(batch):
     assert_field(batch, lambda r: r[2], "rewards")
     cfg = batch.config
     weights = {
-        "waypoint": cfg.reward_hit_waypoint, "defeat": cfg.reward_defeat_one_opponent,
-        "detection": cfg.reward_detection, "damage": cfg.reward_damage,
-        "idle": cfg.reward_idle, "collision_agent": cfg.reward_collision_agent,
+        "waypoint": cfg.reward_hit_waypoint,
+        "defeat": cfg.reward_defeat_one_opponent,
+        "detection": cfg.reward_detection,
+        "damage": cfg.reward_damage,
+        "idle": cfg.reward_idle,
+        "collision_agent": cfg.reward_collision_agent,
         "collision_obstacle": cfg.reward_collision_obstacle,
-        "disabled": cfg.reward_agent_disabled, "game_won": cfg.reward_game_won,
-    }  # fmt: skip
+        "disabled": cfg.reward_agent_disabled,
+        "game_won": cfg.reward_game_won,
+    }
     for term, weight in weights.items():
         if weight == 0 or (term == "collision_agent" and cfg.collision_range == 0):
             continue
@@ -708,10 +784,10 @@ def test_coincident_enemy_is_locked_iff_shooter_faces_within_damage_angle(headin
     altitudes 2 and 3.5 (no collision), both with the same heading h, zero actions. The bearing
     of each from the other is wrap(atan2(0, 0) - h) = -h, the damage score is 0, so each locks
     the other iff |h| < pi/4 (tracked' = 1); detection holds anyway (very close)."""
-    config = EnvConfig(teams=(0, 1), obs_type="vector", stochastic_obs=False,
-                       stochastic_comm=False)  # fmt: skip
-    state = agent_state(config, x=[5.0, 5.0], y=[5.0, 5.0], z=[2.0, 3.5], v=[1.3, 1.3],
-                        heading=[heading, heading])  # fmt: skip
+    config = EnvConfig(teams=(0, 1), obs_type="vector", stochastic_obs=False, stochastic_comm=False)
+    state = agent_state(
+        config, x=[5.0, 5.0], y=[5.0, 5.0], z=[2.0, 3.5], v=[1.3, 1.3], heading=[heading, heading]
+    )
     actions = np.zeros((2, 3), np.float32)
     _, want, *_ = ref.reference_step(config, state, actions, zero_noise(2))
     expected = [[0, int(locks)], [int(locks), 0]]
@@ -725,15 +801,29 @@ def test_waypoint_edge_counts_as_a_hit():
     """§4.2 step 1 (inclusive bounds), by hand: an agent heading along +x keeps y exactly, so
     an agent at y = W_y1 ends on the square's lower edge: it collects the waypoint (gone, since
     no new one appears), earns R_wp / team size and a full max_health (clipped to the cap)."""
-    config = EnvConfig(teams=(0, 1), obs_type="vector", enable_waypoints=True,
-                       reward_hit_waypoint=6.0, max_health=(2.0, 1.0))  # fmt: skip
-    state = agent_state(config, x=[4.2, 1.0], y=[5.0, 9.0], z=[2.0, 2.0], health=[0.5, 1.0],
-                        waypoint=[4.0, 5.0, 4.6, 5.6], waypoint_time=3.0)  # fmt: skip
+    config = EnvConfig(
+        teams=(0, 1),
+        obs_type="vector",
+        enable_waypoints=True,
+        reward_hit_waypoint=6.0,
+        max_health=(2.0, 1.0),
+    )
+    state = agent_state(
+        config,
+        x=[4.2, 1.0],
+        y=[5.0, 9.0],
+        z=[2.0, 2.0],
+        health=[0.5, 1.0],
+        waypoint=[4.0, 5.0, 4.6, 5.6],
+        waypoint_time=3.0,
+    )
     actions = np.zeros((2, 3), np.float32)
     noise = zero_noise(2)  # waypoint uniforms 0.99: nothing appears
     expected_health = min(0.5 + 0.1 * 0.1 + 2.0, 2.0)
-    for step in (lambda: ref.reference_step(config, state, actions, noise),
-                 lambda: env_step_numpy(config, state, actions, noise)):  # fmt: skip
+    for step in (
+        lambda: ref.reference_step(config, state, actions, noise),
+        lambda: env_step_numpy(config, state, actions, noise),
+    ):
         _, nxt, rew, _, _ = step()
         assert nxt["y"][0] == np.float32(5.0)
         assert nxt["waypoint_time"] == 0.0
@@ -744,8 +834,9 @@ def test_waypoint_edge_counts_as_a_hit():
 def env_step_numpy(config, state, actions, noise):
     """`env.transition` on one NumPy state; outputs converted back to NumPy."""
     step = env_transition(config, False)
-    obs, nxt, rew, dones, ep_done = step(ref.numpy_to_state(config, state), actions,
-                                         ref.numpy_to_noise(noise))  # fmt: skip
+    obs, nxt, rew, dones, ep_done = step(
+        ref.numpy_to_state(config, state), actions, ref.numpy_to_noise(noise)
+    )
     obs = tuple(np.asarray(x) for x in obs) if isinstance(obs, tuple) else np.asarray(obs)
     return (obs, ref.state_to_numpy(nxt), np.asarray(rew), np.asarray(dones), bool(ep_done))
 
@@ -785,13 +876,22 @@ def test_rollout_from_reset_matches_reference(name):
     locks = deaths = 0
     for t in range(60):
         actions = seek_actions(config, state, rng)
-        noise = {"detection": rng.random((config.n_agents,) * 2, np.float32),
-                 "comm": rng.random((config.n_agents,) * 2, np.float32),
-                 "waypoint": rng.random(4, np.float32)}  # fmt: skip
+        noise = {
+            "detection": rng.random((config.n_agents,) * 2, np.float32),
+            "comm": rng.random((config.n_agents,) * 2, np.float32),
+            "waypoint": rng.random(4, np.float32),
+        }
         got = env_step_numpy(config, state, actions, noise)
         *want, details = ref.reference_step_details(config, state, actions, noise)
-        b = Batch(name, config, -1, [(state, actions, noise)], env=[got], ref=[tuple(want)],
-                  details=[details])  # fmt: skip
+        b = Batch(
+            name,
+            config,
+            -1,
+            [(state, actions, noise)],
+            env=[got],
+            ref=[tuple(want)],
+            details=[details],
+        )
         for key in ref.STATE_KEYS:
             if key in want[1]:
                 assert_field(b, lambda r, key=key: r[1][key], f"step {t}: {key}")
@@ -834,13 +934,17 @@ def test_visibility_matches_reference_across_bit_word_sizes(n, stochastic_comm):
 
     rng = np.random.default_rng(n)
     teams = tuple(int(t) for t in rng.permutation(np.arange(n) % 2))
-    config = EnvConfig(teams=teams, obs_type="vector", stochastic_comm=stochastic_comm,
-                       communication_range=4.0)  # fmt: skip
+    config = EnvConfig(
+        teams=teams, obs_type="vector", stochastic_comm=stochastic_comm, communication_range=4.0
+    )
     fast = jax.jit(functools.partial(visibility, config))
     checked = 0
     for _ in range(3):
-        state = {"x": rng.uniform(0, 10, n).astype(F32), "y": rng.uniform(0, 10, n).astype(F32),
-                 "alive": rng.random(n) < 0.8}  # fmt: skip
+        state = {
+            "x": rng.uniform(0, 10, n).astype(F32),
+            "y": rng.uniform(0, 10, n).astype(F32),
+            "alive": rng.random(n) < 0.8,
+        }
         hd = rng.random((n, n)) < 0.3
         comm = rng.random((n, n)).astype(F32)
         dx = state["x"][:, None] - state["x"][None, :]

@@ -41,9 +41,11 @@ CROWDED = MapSpec(
 TINY = MapSpec(name="tiny", start_team0=(5.0, 5.0, 5.05, 5.05), start_team1=(1.0, 1.0, 9.0, 9.0))
 
 SPECIAL = dict(  # rules §9.1 types more_health, more_range, faster, super, default per team
-    sprites=(7, 3, 5, 6, 1) * 2, max_health=(3.0, 0.5, 1.0, 3.0, 1.0) * 2,
-    detection_range=(1.0, 2.0, 1.0, 1.0, 1.0) * 2, thrust=(1.0, 1.0, 2.0, 0.8, 1.0) * 2,
-)  # fmt: skip
+    sprites=(7, 3, 5, 6, 1) * 2,
+    max_health=(3.0, 0.5, 1.0, 3.0, 1.0) * 2,
+    detection_range=(1.0, 2.0, 1.0, 1.0, 1.0) * 2,
+    thrust=(1.0, 1.0, 2.0, 0.8, 1.0) * 2,
+)
 
 CONFIGS = {
     # every built-in map on a non-square world, heterogeneous types, waypoints, stochastic comm
@@ -96,8 +98,12 @@ def library_draws(config: EnvConfig, key):
     """The draws of one reset, from the library's draw functions: (map_idx, uniforms
     (R + 1, 4, n), comm (n, n))."""
     k_map, k_place, k_comm = game_reset.reset_keys(key)
-    rounds = jnp.stack([game_reset.placement_uniforms(config, k_place, r)
-                        for r in range(config.reset_max_rounds + 1)])  # fmt: skip
+    rounds = jnp.stack(
+        [
+            game_reset.placement_uniforms(config, k_place, r)
+            for r in range(config.reset_max_rounds + 1)
+        ]
+    )
     n = config.n_agents
     if config.stochastic_comm:
         comm = grandom.uniform(k_comm, (n, n))
@@ -133,15 +139,17 @@ def compare(name: str):
         got = ref.state_to_numpy(unbatch(states, b))
         for key in ref.STATE_KEYS:
             if key in ("x", "y", "z", "heading", "health"):
-                np.testing.assert_allclose(got[key], want[key], rtol=1e-6, atol=1e-6,
-                                           err_msg=f"{name} game {b}: {key}")  # fmt: skip
+                np.testing.assert_allclose(
+                    got[key], want[key], rtol=1e-6, atol=1e-6, err_msg=f"{name} game {b}: {key}"
+                )
             else:
                 np.testing.assert_array_equal(got[key], want[key], f"{name} game {b}: {key}")
         if config.obs_type == "rgb":
             np.testing.assert_array_equal(unbatch(obs, b), want_obs, f"{name} game {b}: obs")
         else:
-            np.testing.assert_allclose(unbatch(obs, b), want_obs, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{name} game {b}: obs")  # fmt: skip
+            np.testing.assert_allclose(
+                unbatch(obs, b), want_obs, rtol=1e-5, atol=1e-5, err_msg=f"{name} game {b}: obs"
+            )
         redraw_rounds.append(rounds)
     return config, np.asarray(redraw_rounds), map_idx
 
@@ -150,11 +158,16 @@ def compare(name: str):
 _SLOW = pytest.mark.slow
 
 
-@pytest.mark.parametrize("name", ["all_special_20x15",
-                                  pytest.param("empty_20", marks=_SLOW),
-                                  pytest.param("user_crowded", marks=_SLOW),
-                                  pytest.param("no_collisions", marks=_SLOW),
-                                  pytest.param("rgb_four_rooms", marks=_SLOW)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "all_special_20x15",
+        pytest.param("empty_20", marks=_SLOW),
+        pytest.param("user_crowded", marks=_SLOW),
+        pytest.param("no_collisions", marks=_SLOW),
+        pytest.param("rgb_four_rooms", marks=_SLOW),
+    ],
+)
 def test_reset_equals_reference(name):
     config, rounds, map_idx = compare(name)
     assert rounds.max() >= 2, "no game needed a second redraw: the redraws were not exercised"
@@ -173,10 +186,12 @@ def test_reset_without_rounds_keeps_the_first_draw_as_the_reference_does():
     assert (rounds == 0).all()
     _, (_, states, (map_idx, uniforms, _)) = batch("no_rounds")
     conflicts = [
-        any(ref.placement_conflict(config, 0, ref.state_to_numpy(unbatch(states, b)), i)
-            for i in range(config.n_agents))
+        any(
+            ref.placement_conflict(config, 0, ref.state_to_numpy(unbatch(states, b)), i)
+            for i in range(config.n_agents)
+        )
         for b in range(N_KEYS)
-    ]  # fmt: skip
+    ]
     assert any(conflicts), "the first draws had no conflict: the case is vacuous"
 
 

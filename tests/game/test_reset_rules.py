@@ -50,13 +50,13 @@ USER_EMPTY = MapSpec(name="user_empty")
 CONFIGS = {
     "all": EnvConfig(
         map_set="all", limit_x=20.0, limit_y=15.0, obs_type="vector", max_health=SPECIAL_MAX_HEALTH
-    ),  # fmt: skip
+    ),
     "user": EnvConfig(
         teams=(0,) * 6 + (1,) * 4,
         maps=(USER_MAP, USER_PLAIN, USER_EMPTY),
         obs_type="vector",
         collision_altitude=0.3,
-    ),  # fmt: skip
+    ),
     "empty": EnvConfig(obs_type="vector"),
     # The most crowded start of the catalogue, with its default rounds: 20 agents in a band of
     # 8 x 2 (with 10 rounds, 9% of its games started with a close pair).
@@ -92,8 +92,10 @@ def in_closed(x, y, rect):
 
 def user_rows(config: EnvConfig):
     """The user maps as rows shaped like SPEC_MAPS'."""
-    return [(m.boxes, m.start_team0, m.start_team1, m.height, m.heading_team0, m.heading_team1)
-            for m in config.maps]  # fmt: skip
+    return [
+        (m.boxes, m.start_team0, m.start_team1, m.height, m.heading_team0, m.heading_team1)
+        for m in config.maps
+    ]
 
 
 def rows_of(name: str):
@@ -245,8 +247,9 @@ def test_no_agent_starts_inside_a_box_enlarged_by_a_tenth(name):
 def test_padding_boxes_do_not_force_redraws():
     """§15 row 22: a map with fewer boxes than the set's largest count is padded with zero
     boxes, which are ignored: an agent starting within 0.1 of the origin is not redrawn."""
-    corner = MapSpec(name="corner", start_team0=(0.0, 0.0, 0.05, 0.05),
-                     start_team1=(9.0, 9.0, 10.0, 10.0))  # fmt: skip
+    corner = MapSpec(
+        name="corner", start_team0=(0.0, 0.0, 0.05, 0.05), start_team1=(9.0, 9.0, 10.0, 10.0)
+    )
     walls = MapSpec(name="walls", boxes=((4.0, 4.0, 5.0, 5.0), (6.0, 6.0, 7.0, 7.0)))
     config = EnvConfig(teams=(0, 1), maps=(corner, walls), obs_type="vector")
     keys = jax.random.split(jax.random.key(5), 64)
@@ -271,10 +274,17 @@ def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_
     0.05 x 0.05 region can never be 0.5 apart: the reset still returns a valid game inside the
     start regions, the agents are alive and close, and on the first step (computed by the NumPy
     reference) they collide and die; the team-1 agent, placed far away, lives on."""
-    tiny = MapSpec(name="tiny", start_team0=(5.0, 5.0, 5.05, 5.05),
-                   start_team1=(1.0, 1.0, 2.0, 9.0))  # fmt: skip
-    config = EnvConfig(teams=(0, 0, 0, 1), maps=(tiny,), obs_type="vector", reset_max_rounds=3,
-                       stochastic_obs=False, stochastic_comm=False)  # fmt: skip
+    tiny = MapSpec(
+        name="tiny", start_team0=(5.0, 5.0, 5.05, 5.05), start_team1=(1.0, 1.0, 2.0, 9.0)
+    )
+    config = EnvConfig(
+        teams=(0, 0, 0, 1),
+        maps=(tiny,),
+        obs_type="vector",
+        reset_max_rounds=3,
+        stochastic_obs=False,
+        stochastic_comm=False,
+    )
     env = GigastepEnv(config)
     keys = jax.random.split(jax.random.key(6), 32)
     _, s = env.v_reset(keys)
@@ -282,8 +292,11 @@ def test_exhausted_rounds_keep_the_last_draw_and_the_pair_collides_on_the_first_
     assert a.alive.all() and np.isfinite(a.x).all() and np.isfinite(a.y).all()
     assert in_closed(a.x[:, :3], a.y[:, :3], (5.0, 5.0, 5.05, 5.05)).all()
     assert close_pairs(config, a, 0.0)[:, :3, :3].sum(axis=(1, 2)).min() == 6
-    noise = {"detection": np.zeros((4, 4), np.float32), "comm": np.zeros((4, 4), np.float32),
-             "waypoint": np.full(4, 0.99, np.float32)}  # fmt: skip
+    noise = {
+        "detection": np.zeros((4, 4), np.float32),
+        "comm": np.zeros((4, 4), np.float32),
+        "waypoint": np.full(4, 0.99, np.float32),
+    }
     for b in range(len(keys)):  # the first step, by the NumPy reference (rules §4.4)
         game = ref.state_to_numpy(jax.tree_util.tree_map(lambda v, b=b: v[b], s))
         dones = ref.reference_step(config, game, np.zeros((4, 3), np.float32), noise)[3]

@@ -131,8 +131,9 @@ CFG_134 = _config(sprites=(3, 5), max_health=(2.0, 1.0))
 def _state_134(**fields):
     # Agent 0 at pixel (6, 6), pz = round(127.5) = 128; agent 1 at (round(7.8), 6) = (8, 6),
     # pz = 255, heading pi / 2 (tails along -y).
-    base = dict(x=[5.0, 6.5], y=[5.0, 5.0], z=[5.0, 10.0], heading=[0.0, HALF_PI],
-                health=[1.5, 1.0])  # fmt: skip
+    base = dict(
+        x=[5.0, 6.5], y=[5.0, 5.0], z=[5.0, 10.0], heading=[0.0, HALF_PI], health=[1.5, 1.0]
+    )
     base.update(fields)
     return EnvState.create(CFG_134, **base)
 
@@ -144,13 +145,21 @@ def test_example_13_4_undamaged_ego_sees_both(render):
     # cut = trunc(12 * 1.5 / 2) = 9. Ego 0's tails k = 1..4 at (6 - k, 6): blue add I_k then
     # max I_k -> grey I_k; (5, 6) is also a plus arm: max((204,204,204), (127,255,127)).
     # Agent 1 (enemy, seen): tails (8, 6 - k) red I_k; x sprite colour (255, 255, 0).
-    expected = _paint(_ego_frame(12, 12, cut=9), {
-        (51, 51, 51): [(2, 6)], (102, 102, 102): [(3, 6)], (153, 153, 153): [(4, 6)],
-        (204, 255, 204): [(5, 6)],
-        (127, 255, 127): [(6, 5), (6, 6), (6, 7), (7, 6)],
-        (255, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
-        (204, 0, 0): [(8, 5)], (153, 0, 0): [(8, 4)], (102, 0, 0): [(8, 3)], (51, 0, 0): [(8, 2)],
-    })  # fmt: skip
+    expected = _paint(
+        _ego_frame(12, 12, cut=9),
+        {
+            (51, 51, 51): [(2, 6)],
+            (102, 102, 102): [(3, 6)],
+            (153, 153, 153): [(4, 6)],
+            (204, 255, 204): [(5, 6)],
+            (127, 255, 127): [(6, 5), (6, 6), (6, 7), (7, 6)],
+            (255, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
+            (204, 0, 0): [(8, 5)],
+            (153, 0, 0): [(8, 4)],
+            (102, 0, 0): [(8, 3)],
+            (51, 0, 0): [(8, 2)],
+        },
+    )
     obs = render.ego(CFG_134, _state_134(), SEEN_134, [False, True])
     _assert_image(obs[0], expected)
 
@@ -158,23 +167,36 @@ def test_example_13_4_undamaged_ego_sees_both(render):
 def test_example_13_4_damaged_ego_has_red_border_and_own_colour(render):
     # Ego 1: full health (cut 12, all green); own x sprite (255 - 255, 255, 255 - 255); own
     # tails grey at (8, 6 - k); agent 0 unseen: not drawn.
-    expected = _paint(_ego_frame(12, 12, damaged=True), {
-        (0, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
-        (204, 204, 204): [(8, 5)], (153, 153, 153): [(8, 4)], (102, 102, 102): [(8, 3)],
-        (51, 51, 51): [(8, 2)],
-    })  # fmt: skip
+    expected = _paint(
+        _ego_frame(12, 12, damaged=True),
+        {
+            (0, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
+            (204, 204, 204): [(8, 5)],
+            (153, 153, 153): [(8, 4)],
+            (102, 102, 102): [(8, 3)],
+            (51, 51, 51): [(8, 2)],
+        },
+    )
     obs = render.ego(CFG_134, _state_134(), SEEN_134, [False, True])
     _assert_image(obs[1], expected)
 
 
 def test_example_13_4_global_view(render):
     # Team 0 blue tails and colour (0, 128, 255); team 1 red tails and (255, 255, 0).
-    expected = _paint(_top_frame(12, 12), {
-        (0, 0, 51): [(2, 6)], (0, 0, 102): [(3, 6)], (0, 0, 153): [(4, 6)],
-        (0, 128, 255): [(5, 6), (6, 5), (6, 6), (6, 7), (7, 6)],
-        (255, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
-        (204, 0, 0): [(8, 5)], (153, 0, 0): [(8, 4)], (102, 0, 0): [(8, 3)], (51, 0, 0): [(8, 2)],
-    })  # fmt: skip
+    expected = _paint(
+        _top_frame(12, 12),
+        {
+            (0, 0, 51): [(2, 6)],
+            (0, 0, 102): [(3, 6)],
+            (0, 0, 153): [(4, 6)],
+            (0, 128, 255): [(5, 6), (6, 5), (6, 6), (6, 7), (7, 6)],
+            (255, 255, 0): [(7, 5), (7, 7), (8, 6), (9, 5), (9, 7)],
+            (204, 0, 0): [(8, 5)],
+            (153, 0, 0): [(8, 4)],
+            (102, 0, 0): [(8, 3)],
+            (51, 0, 0): [(8, 2)],
+        },
+    )
     _assert_image(render.top(CFG_134, _state_134()), expected)
 
 
@@ -185,11 +207,16 @@ def test_example_13_4_global_view(render):
 
 def test_unseen_agent_is_not_drawn(render):
     # The §13.4 state, but ego 0 does not see agent 1: neither its sprite nor its tails appear.
-    expected = _paint(_ego_frame(12, 12, cut=9), {
-        (51, 51, 51): [(2, 6)], (102, 102, 102): [(3, 6)], (153, 153, 153): [(4, 6)],
-        (204, 255, 204): [(5, 6)],
-        (127, 255, 127): [(6, 5), (6, 6), (6, 7), (7, 6)],
-    })  # fmt: skip
+    expected = _paint(
+        _ego_frame(12, 12, cut=9),
+        {
+            (51, 51, 51): [(2, 6)],
+            (102, 102, 102): [(3, 6)],
+            (153, 153, 153): [(4, 6)],
+            (204, 255, 204): [(5, 6)],
+            (127, 255, 127): [(6, 5), (6, 6), (6, 7), (7, 6)],
+        },
+    )
     obs = render.ego(CFG_134, _state_134(), [[True, False], [False, True]])
     _assert_image(obs[0], expected)
 
@@ -203,10 +230,15 @@ def test_dead_ego_image_is_all_zeros(render):
 
 def test_dead_agent_is_invisible_in_global_view(render):
     # Agent 1 dead: no sprite, no tail; agent 0 drawn as in §13.4.
-    expected = _paint(_top_frame(12, 12), {
-        (0, 0, 51): [(2, 6)], (0, 0, 102): [(3, 6)], (0, 0, 153): [(4, 6)],
-        (0, 128, 255): [(5, 6), (6, 5), (6, 6), (6, 7), (7, 6)],
-    })  # fmt: skip
+    expected = _paint(
+        _top_frame(12, 12),
+        {
+            (0, 0, 51): [(2, 6)],
+            (0, 0, 102): [(3, 6)],
+            (0, 0, 153): [(4, 6)],
+            (0, 128, 255): [(5, 6), (6, 5), (6, 6), (6, 7), (7, 6)],
+        },
+    )
     _assert_image(render.top(CFG_134, _state_134(alive=[True, False])), expected)
 
 
@@ -220,11 +252,18 @@ def test_red_border_shows_the_map_in_green_and_blue(render):
     for p in [(0, 0), (1, 0), (0, 1)]:
         assert tuple(obs[1][p]) == W, p
     # Ego 0 in full (a single-map set): its own grey tails (6 - k, 6) and white dot (6, 6).
-    expected = _paint(_ego_frame(12, 12, damaged=True), {
-        (255, 127, 127): [(0, 0), (1, 0), (0, 1)], (127, 127, 127): [(1, 1)],
-        (51, 51, 51): [(2, 6)], (102, 102, 102): [(3, 6)], (153, 153, 153): [(4, 6)],
-        (204, 204, 204): [(5, 6)], W: [(6, 6)],
-    })  # fmt: skip
+    expected = _paint(
+        _ego_frame(12, 12, damaged=True),
+        {
+            (255, 127, 127): [(0, 0), (1, 0), (0, 1)],
+            (127, 127, 127): [(1, 1)],
+            (51, 51, 51): [(2, 6)],
+            (102, 102, 102): [(3, 6)],
+            (153, 153, 153): [(4, 6)],
+            (204, 204, 204): [(5, 6)],
+            W: [(6, 6)],
+        },
+    )
     _assert_image(obs[0], expected)
 
 
@@ -248,8 +287,11 @@ def test_tails_clip_each_axis_to_its_own_resolution(render):
     state = EnvState.create(cfg, x=[7.5, 5.0], y=[5.0, 8.75], heading=[0.0, HALF_PI])
     img = render.ego(cfg, state, [[True, True], [False, True]])[0]
     assert [tuple(img[6, py]) for py in (13, 12, 11, 10)] == [
-        (204, 0, 0), (153, 0, 0), (102, 0, 0), (51, 0, 0)
-    ]  # fmt: skip
+        (204, 0, 0),
+        (153, 0, 0),
+        (102, 0, 0),
+        (51, 0, 0),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -336,8 +378,9 @@ WP_CFG = _config(enable_waypoints=True, waypoint_size=2.0, sprites=(1, 1))
 
 
 def _wp_state(time, waypoint=(2.5, 5.0, 4.5, 7.0)):
-    return EnvState.create(WP_CFG, x=[7.5, 8.3], y=[2.5, 2.5], waypoint=waypoint,
-                           waypoint_time=time)  # fmt: skip
+    return EnvState.create(
+        WP_CFG, x=[7.5, 8.3], y=[2.5, 2.5], waypoint=waypoint, waypoint_time=time
+    )
 
 
 def test_active_waypoint_is_drawn_magenta(render):
@@ -363,8 +406,9 @@ def test_inactive_waypoint_is_not_drawn(render):
 def test_small_waypoint_is_one_pixel(render):
     # Default size 0.6: trunc(0.6 * 12 / 10) = 0 -> max(0, 1) = 1 pixel at (3, 6).
     cfg = _config(enable_waypoints=True)
-    state = EnvState.create(cfg, x=[7.5, 8.3], y=[2.5, 2.5], waypoint=(2.5, 5.0, 3.1, 5.6),
-                            waypoint_time=1.0)  # fmt: skip
+    state = EnvState.create(
+        cfg, x=[7.5, 8.3], y=[2.5, 2.5], waypoint=(2.5, 5.0, 3.1, 5.6), waypoint_time=1.0
+    )
     img = render.top(cfg, state)
     lit = {tuple(int(v) for v in p) for p in np.argwhere(img[1:11, 1:11].any(-1)) + 1}
     assert (3, 6) in lit and not {(4, 6), (3, 7), (4, 7)} & lit
@@ -502,9 +546,15 @@ def _reference_top(cfg, bg, s):
 
 
 RANDOM_CFG = _config(
-    teams=(0, 0, 0, 1, 1, 1), sprites=(1, 3, 5, 6, 7, 3), max_health=(1.0, 2.0, 1.0, 3.0, 1.0, 0.5),
-    map_set="all", resolution_x=16, resolution_y=20, enable_waypoints=True, waypoint_size=1.5,
-)  # fmt: skip
+    teams=(0, 0, 0, 1, 1, 1),
+    sprites=(1, 3, 5, 6, 7, 3),
+    max_health=(1.0, 2.0, 1.0, 3.0, 1.0, 0.5),
+    map_set="all",
+    resolution_x=16,
+    resolution_y=20,
+    enable_waypoints=True,
+    waypoint_size=1.5,
+)
 
 
 def _random_states(cfg, rng, batch):
@@ -514,17 +564,19 @@ def _random_states(cfg, rng, batch):
     states = []
     for _ in range(batch):
         cx, cy = rng.uniform(-0.5, 10.5, 2)
-        states.append(dict(
-            x=(cx + rng.uniform(-1.5, 1.5, n)).astype(np.float32),
-            y=(cy + rng.uniform(-1.5, 1.5, n)).astype(np.float32),
-            z=rng.uniform(0, 10, n).astype(np.float32),
-            heading=rng.uniform(-np.pi, np.pi, n).astype(np.float32),
-            health=(rng.uniform(0, 1, n) * np.asarray(cfg.max_health)).astype(np.float32),
-            alive=rng.uniform(size=n) < 0.8,
-            map_idx=int(rng.integers(len(cfg.maps))),
-            waypoint=np.concatenate([rng.uniform(0, 9, 2), [0.0, 0.0]]).astype(np.float32),
-            waypoint_time=float(rng.uniform() < 0.6),
-        ))  # fmt: skip
+        states.append(
+            dict(
+                x=(cx + rng.uniform(-1.5, 1.5, n)).astype(np.float32),
+                y=(cy + rng.uniform(-1.5, 1.5, n)).astype(np.float32),
+                z=rng.uniform(0, 10, n).astype(np.float32),
+                heading=rng.uniform(-np.pi, np.pi, n).astype(np.float32),
+                health=(rng.uniform(0, 1, n) * np.asarray(cfg.max_health)).astype(np.float32),
+                alive=rng.uniform(size=n) < 0.8,
+                map_idx=int(rng.integers(len(cfg.maps))),
+                waypoint=np.concatenate([rng.uniform(0, 9, 2), [0.0, 0.0]]).astype(np.float32),
+                waypoint_time=float(rng.uniform() < 0.6),
+            )
+        )
     seen = rng.uniform(size=(batch, n, n)) < 0.6
     damaged = rng.uniform(size=(batch, n)) < 0.4
     return states, seen, damaged

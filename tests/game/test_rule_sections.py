@@ -51,8 +51,15 @@ def test_rule_3_1_dynamics_constants_are_the_config_fields(gs):
     Agent 1 from (2, 2, z 5), no-op: v2 = 1 - 0.1 * 0.2 * 1 = 0.98, x' = 2.098, and
       v' = max(0.98, min_speed 1.0) = 1.0 (the default min_speed would give 1.3).
     """
-    config = gs.config(heading_rate=2.0, throttle_rate=3.0, drag=0.2, min_speed=1.0,
-                       dive_rate=2.0, gravity=10.0, dive_speed_exchange=1.0)  # fmt: skip
+    config = gs.config(
+        heading_rate=2.0,
+        throttle_rate=3.0,
+        drag=0.2,
+        min_speed=1.0,
+        dive_rate=2.0,
+        gravity=10.0,
+        dive_speed_exchange=1.0,
+    )
     state = gs.state(config, x=[5.0, 2.0], y=[5.0, 2.0], z=5.0)
     out = gs.step(config, state, np.array([[1, -1, 1], [0, 0, 0]], np.float32))
     got = np.stack([out.x, out.y, out.z, out.v, out.heading], axis=1)
@@ -86,8 +93,13 @@ def test_rule_3_3_altitude_is_clipped_at_the_ceiling_z_max(gs):
 
 @pytest.fixture(scope="module")
 def wide(gs):
-    return gs.config(teams=(0, 0, 0, 1, 1, 1), limit_x=20.0, limit_y=10.0,
-                     map_set="two_rooms1", enable_waypoints=True)  # fmt: skip
+    return gs.config(
+        teams=(0, 0, 0, 1, 1, 1),
+        limit_x=20.0,
+        limit_y=10.0,
+        map_set="two_rooms1",
+        enable_waypoints=True,
+    )
 
 
 def _wide_state(gs, wide, **fields):
@@ -95,9 +107,12 @@ def _wide_state(gs, wide, **fields):
     # box [0, 4.8, 6, 5.2]; 3 (12, 7.096) heading pi/2; 4 (5, 10.046) out in y; 5 (8.096, 5),
     # outside both scaled boxes (inside the unscaled [7, 4.8, 10, 5.2]).
     return gs.state(
-        wide, x=[15.0, 19.95, 5.0, 12.0, 5.0, 8.0], y=[3.0, 3.0, 5.0, 7.0, 9.95, 5.0],
-        heading=[0.0, 0.0, 0.0, HALF_PI, HALF_PI, 0.0], **fields,
-    )  # fmt: skip
+        wide,
+        x=[15.0, 19.95, 5.0, 12.0, 5.0, 8.0],
+        y=[3.0, 3.0, 5.0, 7.0, 9.95, 5.0],
+        heading=[0.0, 0.0, 0.0, HALF_PI, HALF_PI, 0.0],
+        **fields,
+    )
 
 
 def test_rule_4_3_out_of_bounds_uses_limit_x_and_limit_y_in_a_non_square_world(gs, wide):
@@ -182,8 +197,9 @@ def test_rule_5_3_pixel_positions_scale_each_axis_by_its_own_limit():
     py = round(y * 12 / 10). Ego 0 at (10, 5), z 0: pixel (6, 6) in (255 - 0, 255, 255 - 0),
     white. Enemy 1 at (15, 2.5), z 0, seen: pixel (9, 3) in (255, pz = 0, 0), red. (Scaling x
     by 12 / 10 would put the enemy at px 18, outside the image.)"""
-    config = EnvConfig(teams=(0, 1), map_set="empty", limit_x=20.0, limit_y=10.0,
-                       resolution_x=12, resolution_y=12)  # fmt: skip
+    config = EnvConfig(
+        teams=(0, 1), map_set="empty", limit_x=20.0, limit_y=10.0, resolution_x=12, resolution_y=12
+    )
     state = EnvState.create(config, x=[10.0, 15.0], y=[5.0, 2.5])
     seen = jnp.asarray([[True, True], [False, True]])
     background = jnp.asarray(prerender(config))
@@ -249,8 +265,7 @@ def test_rule_4_6_agents_of_different_ranges_one_sees_and_shoots_the_other_not_v
     state = gs.state(config, x=[2.0, 6.5], y=5.0, heading=[0.0, math.pi])
     out = gs.step(config, state)
     assert out.tracked[1, 0] == 1 and out.tracked[0, 1] == 0
-    np.testing.assert_allclose(out.obs[0, 9:18], [1, 0, 0.4308, 0, 0, -math.pi, 0, 1, 1],
-                               atol=ATOL)  # fmt: skip
+    np.testing.assert_allclose(out.obs[0, 9:18], [1, 0, 0.4308, 0, 0, -math.pi, 0, 1, 1], atol=ATOL)
     np.testing.assert_array_equal(out.obs[1, 9:18], np.zeros(9))
 
 
@@ -262,8 +277,12 @@ def test_rule_4_6_agents_of_different_ranges_one_sees_and_shoots_the_other_not_v
 
 @pytest.fixture(scope="module")
 def mixed(gs):
-    return gs.config(teams=(0, 0, 1), sprites=(1, 3, 1), max_health=(1.0, 0.5, 1.0),
-                     detection_range=(1.0, 2.0, 1.0))  # fmt: skip
+    return gs.config(
+        teams=(0, 0, 1),
+        sprites=(1, 3, 1),
+        max_health=(1.0, 0.5, 1.0),
+        detection_range=(1.0, 2.0, 1.0),
+    )
 
 
 def test_rule_4_6_teammates_are_never_detected_or_locked(gs, mixed):
@@ -345,8 +364,9 @@ def test_rule_4_7_damage_from_several_shooters_adds_up(gs):
 @pytest.fixture(scope="module")
 def paid(gs):
     # per-agent idle rewards (0.5, -0.25), reward_idle 10, reward_agent_disabled 5, maps "all"
-    return gs.reward_config(map_set="all", idle_reward=(0.5, -0.25), reward_idle=10.0,
-                            reward_agent_disabled=5.0)  # fmt: skip
+    return gs.reward_config(
+        map_set="all", idle_reward=(0.5, -0.25), reward_idle=10.0, reward_agent_disabled=5.0
+    )
 
 
 def test_rule_4_8_map_state_after_the_step(gs, paid):
@@ -355,8 +375,16 @@ def test_rule_4_8_map_state_after_the_step(gs, paid):
     far apart and away from its boxes, aux 0.5, team size 1:
     r = 0.5 * (idle_reward + 10 * (-0.01 * 0.1)) = 0.5 * (0.5 - 0.01) = 0.245 and
     0.5 * (-0.25 - 0.01) = -0.13: returns (1, 2) -> (1.245, 1.87)."""
-    state = gs.state(paid, x=[2.0, 8.0], y=[2.0, 8.0], map_idx=3, aux_rewards_factor=0.5,
-                     step=7, waypoint=(1.0, 1.0, 1.6, 1.6), waypoint_time=2.0)  # fmt: skip
+    state = gs.state(
+        paid,
+        x=[2.0, 8.0],
+        y=[2.0, 8.0],
+        map_idx=3,
+        aux_rewards_factor=0.5,
+        step=7,
+        waypoint=(1.0, 1.0, 1.6, 1.6),
+        waypoint_time=2.0,
+    )
     state = state.replace(episode=state.episode.replace(returns=jnp.asarray([1.0, 2.0])))
     out = gs.step(paid, state)
     ep = out.state.episode
@@ -395,12 +423,14 @@ def test_rule_4_11_reward_terms_are_every_unweighted_term_by_name():
     damage = np.zeros((4, 4), np.float32)
     damage[2, 1], damage[1, 3] = 3.0, 1.0
     inputs = RewardInputs(
-        alive_pre=jnp.ones(4, bool), alive=jnp.asarray([True, True, False, False]),
+        alive_pre=jnp.ones(4, bool),
+        alive=jnp.asarray([True, True, False, False]),
         hit_waypoint=jnp.asarray([False, True, False, False]),
         collided=jnp.asarray([False, False, True, False]),
         hazard_death=jnp.asarray([False, False, False, True]),
-        detected=jnp.asarray(detected), damage=jnp.asarray(damage),
-    )  # fmt: skip
+        detected=jnp.asarray(detected),
+        damage=jnp.asarray(damage),
+    )
     terms = jax.jit(lambda r: reward_terms(config, r))(inputs)
     terms = {k: np.asarray(v) for k, v in terms.items()}
     expected = {
@@ -441,9 +471,13 @@ def test_rule_4_12_the_observation_shows_the_damage_taken_in_this_step(gs):
 # §6 Reset: one custom map on which the teams start facing each other 1.5 apart
 # ---------------------------------------------------------------------------------------------
 
-FACING = MapSpec(name="facing", start_team0=(4.0, 5.0, 4.01, 5.01),
-                 start_team1=(5.5, 5.0, 5.51, 5.01), heading_team0=(0.0, 0.0),
-                 heading_team1=(math.pi, math.pi))  # fmt: skip
+FACING = MapSpec(
+    name="facing",
+    start_team0=(4.0, 5.0, 4.01, 5.01),
+    start_team1=(5.5, 5.0, 5.51, 5.01),
+    heading_team0=(0.0, 0.0),
+    heading_team1=(math.pi, math.pi),
+)
 
 
 @pytest.fixture(scope="module")

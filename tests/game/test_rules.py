@@ -401,9 +401,14 @@ def test_waypoint_hit_adds_max_health_but_clips(gs, wp):
 def test_dead_agent_does_not_collect_the_waypoint(gs, wp):
     # §15 row 10: a dead agent in the square leaves the waypoint active (3.0 - 0.1 = 2.9).
     state = gs.state(
-        wp, x=[5.0, 2.0], y=[5.0, 8.0], alive=[False, True], health=[0.0, 1.0],
-        waypoint=SQUARE, waypoint_time=3.0,
-    )  # fmt: skip
+        wp,
+        x=[5.0, 2.0],
+        y=[5.0, 8.0],
+        alive=[False, True],
+        health=[0.0, 1.0],
+        waypoint=SQUARE,
+        waypoint_time=3.0,
+    )
     out = gs.step(wp, state)
     assert float(out.state.episode.waypoint_time) == pytest.approx(2.9, abs=ATOL)
     np.testing.assert_allclose(out.rewards, [0.0, 0.0], atol=ATOL)
@@ -436,9 +441,12 @@ def test_dead_agent_stays_dead(gs, duel):
 def test_dones_are_not_alive(gs, team4):
     # 0 died earlier, 1 leaves the map now (x 9.95 -> 10.046), 2 and 3 live.
     state = gs.state(
-        team4, x=[2.0, 9.95, 2.0, 5.0], y=[2.0, 5.0, 8.0, 8.0],
-        alive=[False, True, True, True], health=[0.0, 1.0, 1.0, 1.0],
-    )  # fmt: skip
+        team4,
+        x=[2.0, 9.95, 2.0, 5.0],
+        y=[2.0, 5.0, 8.0, 8.0],
+        alive=[False, True, True, True],
+        health=[0.0, 1.0, 1.0, 1.0],
+    )
     out = gs.step(team4, state)
     np.testing.assert_array_equal(out.dones, [True, True, False, False])
     np.testing.assert_array_equal(out.dones, ~out.alive)
@@ -580,9 +588,11 @@ def test_reward_collision_obstacle_penalises_dying_by_map_edge_or_box(gs):
     # §15 row 6. Map two_rooms1, teams (0, 0, 1, 1), no division. Agent 0 leaves the map
     # (9.95 -> 10.046), agent 2 enters box [0, 4.8, 3, 5.2] at (1.096, 5); 1 and 3 are safe.
     config = gs.reward_config(
-        teams=(0, 0, 1, 1), map_set="two_rooms1", reward_collision_obstacle=2.0,
+        teams=(0, 0, 1, 1),
+        map_set="two_rooms1",
+        reward_collision_obstacle=2.0,
         divide_reward_by_team_size=False,
-    )  # fmt: skip
+    )
     state = gs.state(config, x=[9.95, 2.0, 1.0, 8.0], y=[2.0, 2.0, 5.0, 8.0])
     out = gs.step(config, state)
     np.testing.assert_array_equal(out.alive, [False, True, False, True])

@@ -80,11 +80,18 @@ BOXES_FOUR_ROOMS = (
 
 def _example(gs, ex, waypoint_time=3.5, alive=(True, True, True, True)):
     return _post_state(
-        gs, ex,
-        x=[2.0, 4.0, 3.0, 8.0], y=[2.0, 2.0, 3.0, 8.0], z=[1.0, 2.0, 4.0, 5.0],
-        v=[1.3, 1.5, 2.0, 1.4], heading=[0.5, -2.0, 3.0, -3.0], health=[0.9, 1.5, 0.4, 2.0],
-        alive=alive, waypoint=WAYPOINT, waypoint_time=waypoint_time,
-    )  # fmt: skip
+        gs,
+        ex,
+        x=[2.0, 4.0, 3.0, 8.0],
+        y=[2.0, 2.0, 3.0, 8.0],
+        z=[1.0, 2.0, 4.0, 5.0],
+        v=[1.3, 1.5, 2.0, 1.4],
+        heading=[0.5, -2.0, 3.0, -3.0],
+        health=[0.9, 1.5, 0.4, 2.0],
+        alive=alive,
+        waypoint=WAYPOINT,
+        waypoint_time=waypoint_time,
+    )
 
 
 def test_section_13_3_example_for_ego_0(gs, ex):
@@ -189,9 +196,15 @@ def test_each_feature_is_normalised_by_its_own_scale(gs, wide):
     # Ego 1: (3.5/10, 5/20, 9/20, -2.5, 2/22.36 = 0.0894427, 3.0, 6);
     # agent 0 for ego 1: -0.15, -0.05, -0.15, wrap(3.5) = 3.5 - 2 pi = -2.7831853, -0.0223607.
     state = _post_state(
-        gs, wide, x=[2.0, 3.5], y=[4.0, 5.0], z=[6.0, 9.0], v=[1.5, 2.0],
-        heading=[1.0, -2.5], health=[1.2, 3.0],
-    )  # fmt: skip
+        gs,
+        wide,
+        x=[2.0, 3.5],
+        y=[4.0, 5.0],
+        z=[6.0, 9.0],
+        v=[1.5, 2.0],
+        heading=[1.0, -2.5],
+        health=[1.2, 3.0],
+    )
     obs = gs.step(wide, state).obs
     r = 3.5 - 2 * math.pi
     np.testing.assert_allclose(
@@ -224,9 +237,15 @@ def _five_state(gs, five):
     # and 1.5 behind agent 1 (outside both cones, beyond 1), 5.3 from agent 2: unseen by team 0.
     # Team 1: agent 3 detects agent 1 (1.5 ahead); nothing else (agent 4 faces +x, empty).
     return _post_state(
-        gs, five, x=[5.0, 3.0, 5.0, 1.5, 7.5], y=[5.0, 5.0, 9.0, 5.0, 5.0], z=0.0,
-        v=1.3, heading=0.0, health=1.0,
-    )  # fmt: skip
+        gs,
+        five,
+        x=[5.0, 3.0, 5.0, 1.5, 7.5],
+        y=[5.0, 5.0, 9.0, 5.0, 5.0],
+        z=0.0,
+        v=1.3,
+        heading=0.0,
+        health=1.0,
+    )
 
 
 def test_rows_are_ego_then_seen_by_distance(gs, five):
@@ -272,9 +291,12 @@ def test_dead_ego_observation_is_all_zeros_deterministic_comm(gs, ex):
 def test_dead_ego_observation_is_all_zeros_stochastic_comm(gs):
     config = gs.config(teams=(0, 0, 1), stochastic_obs=True, stochastic_comm=True)
     state = gs.state(
-        config, x=[2.0, 2.5, 8.0], y=[2.0, 2.0, 8.0], alive=[False, True, True],
+        config,
+        x=[2.0, 2.5, 8.0],
+        y=[2.0, 2.0, 8.0],
+        alive=[False, True, True],
         health=[0.0, 1.0, 1.0],
-    )  # fmt: skip
+    )
     out = gs.step(config, state, noise=gs.noise(config, comm=0.99, detection=0.99))
     np.testing.assert_array_equal(out.obs[0], np.zeros(27))
 

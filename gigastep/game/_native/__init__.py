@@ -45,11 +45,15 @@ from typing import Any
 
 __all__ = ["BuildError", "build_library", "enabled", "load", "status", "xla_fuses_multiply_add"]
 
-_SOURCES = [Path(__file__).with_name(name)
-            for name in ("vector_obs.cc", "rgb_obs.cc", "hazards.cc")]  # fmt: skip
+_SOURCES = [
+    Path(__file__).with_name(name) for name in ("vector_obs.cc", "rgb_obs.cc", "hazards.cc")
+]
 _HEADERS = [Path(__file__).with_name("common.h")]
-_TARGETS = {"gigastep_vector_obs": "GigastepVectorObs", "gigastep_rgb_obs": "GigastepRgbObs",
-            "gigastep_hazards": "GigastepHazards"}  # fmt: skip
+_TARGETS = {
+    "gigastep_vector_obs": "GigastepVectorObs",
+    "gigastep_rgb_obs": "GigastepRgbObs",
+    "gigastep_hazards": "GigastepHazards",
+}
 # -ffp-contract=off: the compiler fuses no multiply-add of its own accord; the kernels fuse
 # exactly where XLA does (`xla_fuses_multiply_add`), so every result matches XLA's bit for
 # bit. No -march=native: a cache shared by machines of a cluster must not hold code that
@@ -201,8 +205,9 @@ def _load_cached() -> tuple[bool, str]:
         path = build_library()
         lib = ctypes.cdll.LoadLibrary(str(path))
         for target, symbol in _TARGETS.items():
-            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
-                                        platform="cpu")  # fmt: skip
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
+            )
     except (BuildError, OSError, AttributeError) as err:
         return False, str(err)
     return True, str(path)

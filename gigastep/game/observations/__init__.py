@@ -28,9 +28,15 @@ from gigastep.types import AgentState, EnvConfig, EnvState, EpisodeState, Observ
 __all__ = ["first_observation", "global_view", "observe"]
 
 
-def observe(config: EnvConfig, state: EnvState, geo: Geometry, detected: jax.Array,
-            took_damage: jax.Array, comm_noise: jax.Array,
-            comm_stream: jax.Array | None = None) -> Observation:  # fmt: skip
+def observe(
+    config: EnvConfig,
+    state: EnvState,
+    geo: Geometry,
+    detected: jax.Array,
+    took_damage: jax.Array,
+    comm_noise: jax.Array,
+    comm_stream: jax.Array | None = None,
+) -> Observation:
     """Observations of every agent of one game (rules §5).
 
     `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
@@ -81,14 +87,20 @@ def _observe_jax(
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
 
 
-def _seen(config: EnvConfig, agents: AgentState, geo: Geometry, detected: jax.Array,
-          comm_noise: jax.Array) -> jax.Array:  # fmt: skip
+def _seen(
+    config: EnvConfig, agents: AgentState, geo: Geometry, detected: jax.Array, comm_noise: jax.Array
+) -> jax.Array:
     """(n, n) bool seen[e, i]: ego e sees agent i (`visibility`)."""
     return visibility(config, agents.alive, geo.dist, detected, comm_noise, finite_agents(agents))
 
 
-def _rgb_images(config: EnvConfig, agents: AgentState, episode: EpisodeState, seen: jax.Array,
-                took_damage: jax.Array) -> jax.Array:  # fmt: skip
+def _rgb_images(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    seen: jax.Array,
+    took_damage: jax.Array,
+) -> jax.Array:
     """The ego images: drawn by the native kernel on the CPU (the same bytes, one image at a
     time while it is in the cache), by the JAX code everywhere else."""
     images = jnp.asarray(background(config))
@@ -114,5 +126,6 @@ def first_observation(
     communication noise of this observation (`comm_stream` its counter stream, or None)."""
     n = config.n_agents
     geo = interactions.geometry(state.agents)
-    return observe(config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm,
-                   comm_stream)  # fmt: skip
+    return observe(
+        config, state, geo, jnp.zeros((n, n), bool), jnp.zeros(n, bool), comm, comm_stream
+    )

@@ -58,8 +58,15 @@ from gigastep.game.dynamics import heading_trig
 from gigastep.game.xla import stored, varying_like
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["TAIL_INTENSITY", "global_view", "native_rgb_observations", "native_rgb_supported",
-           "pixel_coords", "rgb_observations", "sprite_offsets"]  # fmt: skip
+__all__ = [
+    "TAIL_INTENSITY",
+    "global_view",
+    "native_rgb_observations",
+    "native_rgb_supported",
+    "pixel_coords",
+    "rgb_observations",
+    "sprite_offsets",
+]
 
 TAIL_INTENSITY = (204, 153, 102, 51)
 """Intensity ``255 - 51 k`` of the tail point k = 1..4 pixels behind an agent."""
@@ -260,9 +267,10 @@ def _draw_tails(img: jax.Array, tx: jax.Array, ty: jax.Array, viewers: _Viewers)
     channel = stored(jnp.where(viewers.visible[:, None], viewers.tail_channel, NO_TAIL))
     image = jnp.broadcast_to(jnp.arange(v)[:, None], (v, n))
     numbers = jax.lax.ScatterDimensionNumbers(
-        update_window_dims=(), inserted_window_dims=(0, 1, 2, 3),
+        update_window_dims=(),
+        inserted_window_dims=(0, 1, 2, 3),
         scatter_dims_to_operand_dims=(0, 1, 2, 3),
-    )  # fmt: skip
+    )
     for k, intensity in enumerate(TAIL_INTENSITY):
         x, y = (jnp.broadcast_to(t[k][None, :], (v, n)) for t in (tx, ty))
         at = jnp.stack([image, x, y, channel], -1)
@@ -391,10 +399,18 @@ def native_rgb_observations(
     templates = _templates(config, background, ego=True)
     map_idx = jnp.int32(0) if templates.shape[0] == 1 else episode.map_idx
     operands: tuple[Any, ...] = (
-        templates, jnp.asarray(map_idx, jnp.int32), agents.alive.astype(bool),
-        took_damage.astype(bool), _bar_cut(config, agents), waypoint, px, py, pz,
-        jnp.stack([tx, ty]), seen.astype(bool),
-    )  # fmt: skip
+        templates,
+        jnp.asarray(map_idx, jnp.int32),
+        agents.alive.astype(bool),
+        took_damage.astype(bool),
+        _bar_cut(config, agents),
+        waypoint,
+        px,
+        py,
+        pz,
+        jnp.stack([tx, ty]),
+        seen.astype(bool),
+    )
     call = jax.ffi.ffi_call(
         "gigastep_rgb_obs",
         jax.ShapeDtypeStruct((n, rx, ry, 3), jnp.uint8),
@@ -403,10 +419,15 @@ def native_rgb_observations(
         vmap_method="expand_dims",
     )
     images = call(
-        *operands, res_x=np.int64(rx), res_y=np.int64(ry), waypoint_nx=np.int64(nx),
-        waypoint_ny=np.int64(ny), waypoints=bool(config.enable_waypoints),
-        teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.int64),
-    )  # fmt: skip
+        *operands,
+        res_x=np.int64(rx),
+        res_y=np.int64(ry),
+        waypoint_nx=np.int64(nx),
+        waypoint_ny=np.int64(ny),
+        waypoints=bool(config.enable_waypoints),
+        teams=np.asarray(config.teams, np.int64),
+        sprites=np.asarray(config.sprites, np.int64),
+    )
     return varying_like((agents, episode, seen, took_damage), images)
 
 

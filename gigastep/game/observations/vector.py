@@ -33,8 +33,14 @@ from gigastep.game.observations.visibility import finite_agents, visibility
 from gigastep.game.xla import varying_like
 from gigastep.types import AgentState, EnvConfig, EpisodeState
 
-__all__ = ["N_AGENT_FEATURES", "jax_vector_observations", "native_supported",
-           "native_vector_observations", "nearest_first", "vector_observations"]  # fmt: skip
+__all__ = [
+    "N_AGENT_FEATURES",
+    "jax_vector_observations",
+    "native_supported",
+    "native_vector_observations",
+    "nearest_first",
+    "vector_observations",
+]
 
 N_AGENT_FEATURES = 9
 
@@ -62,9 +68,14 @@ def nearest_first(rank: jax.Array, m: int) -> jax.Array:
     return jnp.sum(jnp.where(slot, jnp.arange(n), 0), axis=-1, dtype=jnp.int32)
 
 
-def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                        dist: jax.Array, seen: jax.Array,
-                        boxes: jax.Array) -> jax.Array:  # fmt: skip
+def vector_observations(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    dist: jax.Array,
+    seen: jax.Array,
+    boxes: jax.Array,
+) -> jax.Array:
     """(n, L) float32 vector observations of one game.
 
     Args:
@@ -98,8 +109,20 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     # Per-agent rows in feature order, with a constant 1 for the seen flag, gathered element by
     # element from the flat table. Unsigned indices: NumPy-style wrapping of negative signed
     # indices would add a select to every element of the fused gather.
-    table = jnp.stack([jnp.ones(n, jnp.float32), teams, agents.x, agents.y, agents.z,
-                       agents.heading, agents.v, agents.health, sprites], axis=-1)  # fmt: skip
+    table = jnp.stack(
+        [
+            jnp.ones(n, jnp.float32),
+            teams,
+            agents.x,
+            agents.y,
+            agents.z,
+            agents.heading,
+            agents.v,
+            agents.health,
+            sprites,
+        ],
+        axis=-1,
+    )
     g = table.reshape(-1)[(slot * N_AGENT_FEATURES + jnp.asarray(f)).astype(jnp.uint32)]
     own = table[:, f]  # (n, m * 9): the ego's own value of each column's feature
     is_ego = slot == jnp.arange(n)[:, None]
@@ -125,8 +148,14 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
         active = (episode.waypoint_time > 0).astype(jnp.float32)
         w = episode.waypoint
         corner = jnp.stack(
-            [(w[0] - agents.x) / lx, (w[1] - agents.y) / ly,
-             (w[2] - agents.x) / lx, (w[3] - agents.y) / ly], axis=-1)  # fmt: skip
+            [
+                (w[0] - agents.x) / lx,
+                (w[1] - agents.y) / ly,
+                (w[2] - agents.x) / lx,
+                (w[3] - agents.y) / ly,
+            ],
+            axis=-1,
+        )
         parts.append(jnp.concatenate([corner * active, jnp.broadcast_to(active, (n, 1))], -1))
     if config.max_boxes:
         box_scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
@@ -136,9 +165,15 @@ def vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeS
     return jnp.where((agents.alive & finite_agents(agents))[:, None], obs, 0.0)
 
 
-def jax_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                            dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
-                            boxes: jax.Array) -> jax.Array:  # fmt: skip
+def jax_vector_observations(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    dist: jax.Array,
+    detected: jax.Array,
+    comm_noise: jax.Array,
+    boxes: jax.Array,
+) -> jax.Array:
     """`visibility` followed by `vector_observations`: the JAX path, which every GPU runs, of
     what `native_vector_observations` computes on the CPU (same arguments but the stream).
     (n, L) float32."""
@@ -158,14 +193,24 @@ def native_supported(config: EnvConfig) -> bool:
     nothing is compiled or loaded.)"""
     from gigastep.game import _native
 
-    return (config.n_agents <= _NATIVE_MAX_AGENTS and config.max_boxes <= _NATIVE_MAX_BOXES
-            and jax.default_backend() == "cpu" and _native.load())  # fmt: skip
+    return (
+        config.n_agents <= _NATIVE_MAX_AGENTS
+        and config.max_boxes <= _NATIVE_MAX_BOXES
+        and jax.default_backend() == "cpu"
+        and _native.load()
+    )
 
 
-def native_vector_observations(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                               dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
-                               boxes: jax.Array,
-                               comm_stream: jax.Array | None = None) -> jax.Array:  # fmt: skip
+def native_vector_observations(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    dist: jax.Array,
+    detected: jax.Array,
+    comm_noise: jax.Array,
+    boxes: jax.Array,
+    comm_stream: jax.Array | None = None,
+) -> jax.Array:
     """`visibility` followed by `vector_observations`, as one CPU kernel call (FFI target
     ``gigastep_vector_obs``, gigastep/game/_native/vector_obs.cc): the values of
     `jax_vector_observations` bit for bit (NaNs aside, module docstring). CPU only (callers
@@ -189,14 +234,23 @@ def native_vector_observations(config: EnvConfig, agents: AgentState, episode: E
     return _native_call(config, agents, episode, dist, detected, comm_noise, boxes, comm_stream)
 
 
-def _check_operands(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                    dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
-                    boxes: jax.Array, comm_stream: jax.Array | None) -> None:  # fmt: skip
+def _check_operands(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    dist: jax.Array,
+    detected: jax.Array,
+    comm_noise: jax.Array,
+    boxes: jax.Array,
+    comm_stream: jax.Array | None,
+) -> None:
     """ValueError naming the first operand whose (per-game) shape or dtype is wrong."""
     n, floating = config.n_agents, jnp.floating
     checks: list[tuple[str, Any, tuple[int, ...], Any]]
-    checks = [(f"agents.{name}", getattr(agents, name), (n,), floating)
-              for name in ("x", "y", "z", "heading", "v", "health")]  # fmt: skip
+    checks = [
+        (f"agents.{name}", getattr(agents, name), (n,), floating)
+        for name in ("x", "y", "z", "heading", "v", "health")
+    ]
     checks += [
         ("agents.alive", agents.alive, (n,), jnp.bool_),
         ("dist", dist, (n, n), floating),
@@ -221,9 +275,16 @@ def _check_operands(config: EnvConfig, agents: AgentState, episode: EpisodeState
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _native_call(config: EnvConfig, agents: AgentState, episode: EpisodeState,
-                 dist: jax.Array, detected: jax.Array, comm_noise: jax.Array,
-                 boxes: jax.Array, comm_stream: jax.Array | None) -> jax.Array:  # fmt: skip
+def _native_call(
+    config: EnvConfig,
+    agents: AgentState,
+    episode: EpisodeState,
+    dist: jax.Array,
+    detected: jax.Array,
+    comm_noise: jax.Array,
+    boxes: jax.Array,
+    comm_stream: jax.Array | None,
+) -> jax.Array:
     n = config.n_agents
     call = jax.ffi.ffi_call(
         "gigastep_vector_obs",
@@ -236,28 +297,44 @@ def _native_call(config: EnvConfig, agents: AgentState, episode: EpisodeState,
     else:
         comm = comm_noise.astype(f32)
     inputs = (agents, episode, dist, detected, comm, boxes)
-    return varying_like(inputs, call(
-        agents.x.astype(f32), agents.y.astype(f32), agents.z.astype(f32),
-        agents.heading.astype(f32), agents.v.astype(f32), agents.health.astype(f32),
-        agents.alive.astype(bool), detected.astype(bool),
-        comm, boxes.astype(f32), episode.waypoint.astype(f32),
-        episode.waypoint_time.astype(f32), **native_attributes(config),
-    ))  # fmt: skip
+    return varying_like(
+        inputs,
+        call(
+            agents.x.astype(f32),
+            agents.y.astype(f32),
+            agents.z.astype(f32),
+            agents.heading.astype(f32),
+            agents.v.astype(f32),
+            agents.health.astype(f32),
+            agents.alive.astype(bool),
+            detected.astype(bool),
+            comm,
+            boxes.astype(f32),
+            episode.waypoint.astype(f32),
+            episode.waypoint_time.astype(f32),
+            **native_attributes(config),
+        ),
+    )
 
 
 def native_attributes(config: EnvConfig) -> dict[str, Any]:
     """The FFI attributes of a ``gigastep_vector_obs`` call for `config` (its constants)."""
     lx, ly = config.limit_x, config.limit_y
     return dict(
-        m=np.int64(config.vec_agents), n_boxes=np.int64(config.max_boxes),
-        stochastic_comm=bool(config.stochastic_comm), waypoints=bool(config.enable_waypoints),
+        m=np.int64(config.vec_agents),
+        n_boxes=np.int64(config.max_boxes),
+        stochastic_comm=bool(config.stochastic_comm),
+        waypoints=bool(config.enable_waypoints),
         comm_range=np.float32(config.communication_range),
-        inv_lx=np.float32(1.0 / lx), inv_ly=np.float32(1.0 / ly),
+        inv_lx=np.float32(1.0 / lx),
+        inv_ly=np.float32(1.0 / ly),
         inv_z=np.float32(1.0 / config.z_max),
         inv_diag=np.float32(1.0 / math.sqrt(lx * lx + ly * ly)),
-        lx=np.float32(lx), ly=np.float32(ly),
-        teams=np.asarray(config.teams, np.int64), sprites=np.asarray(config.sprites, np.float32),
-    )  # fmt: skip
+        lx=np.float32(lx),
+        ly=np.float32(ly),
+        teams=np.asarray(config.teams, np.int64),
+        sprites=np.asarray(config.sprites, np.float32),
+    )
 
 
 @_native_call.defjvp
