@@ -1,12 +1,13 @@
 """A trained policy playing one team: `PolicyActor` (what `LoadedPolicy.actor` and the
-`gigastep.evaluation` players built by `baselines.players` act with).
+`gigastep.eval.matches` players built by `baselines.players` act with).
 
-It imports no checkpoint code (a `LoadedPolicy` is only passed in), so `baselines.checkpoint`
-and `baselines.players` both use it without importing each other.
+`LoadedPolicy` (the trained policies of a checkpoint) is defined here beside the actor it
+makes; `baselines.checkpoint` builds one from a file, and imports this module, never the reverse.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -14,9 +15,49 @@ import torch
 from baselines.envs import GameSpec
 
 if TYPE_CHECKING:
-    from baselines.checkpoint import LoadedPolicy
+    from baselines.policies import PolicySpec
 
-__all__ = ["PolicyActor", "pick_team"]
+__all__ = ["LoadedPolicy", "PolicyActor", "pick_team"]
+
+
+@dataclass
+class LoadedPolicy:
+    """Trained policies of a checkpoint, ready to act (see `load_policy`)."""
+
+    path: str
+    game: GameSpec
+    """The `baselines.envs.GameSpec` it was trained on."""
+    spec: PolicySpec
+    """The `baselines.policies.PolicySpec`."""
+    nets: dict
+    """team -> `ActorCritic` (eval mode, no gradients)."""
+    normalizers: dict
+    """team -> `ObsNormalizer` with the training statistics."""
+    update: int
+    config: dict
+
+    @property
+    def teams(self) -> tuple[int, ...]:
+        """The teams it was trained to play."""
+        return tuple(sorted(self.nets))
+
+    def actor(
+        self,
+        team: int | None = None,
+        num_envs: int = 1,
+        device=None,
+        deterministic: bool = False,
+        seed: int = 0,
+        game=None,
+    ):
+        """A stateful actor for `team` of `num_envs` games (`baselines.actor.PolicyActor`).
+
+        Args:
+            team: the team to play (default: the one it was trained for; a policy trained on
+                team 0 of a symmetric scenario plays either team).
+            game: the `GameSpec` of the game to play (default: the training game).
+        """
+        return PolicyActor(self, team, num_envs, device, deterministic, seed, game)
 
 
 def _team_types(game: GameSpec, team: int) -> tuple[str, ...]:

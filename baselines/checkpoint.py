@@ -23,18 +23,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from baselines.actor import PolicyActor
-from gigastep import _files
-
-if TYPE_CHECKING:
-    from baselines.envs import GameSpec
-    from baselines.policies import PolicySpec
+from baselines.actor import LoadedPolicy
+from gigastep._util import files as _files
 
 __all__ = [
     "FORMAT",
@@ -111,46 +105,6 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
             f"{path} has checkpoint format {ckpt['format']!r}; this version reads {FORMAT!r}"
         )
     return ckpt
-
-
-@dataclass
-class LoadedPolicy:
-    """Trained policies of a checkpoint, ready to act (see `load_policy`)."""
-
-    path: str
-    game: GameSpec
-    """The `baselines.envs.GameSpec` it was trained on."""
-    spec: PolicySpec
-    """The `baselines.policies.PolicySpec`."""
-    nets: dict
-    """team -> `ActorCritic` (eval mode, no gradients)."""
-    normalizers: dict
-    """team -> `ObsNormalizer` with the training statistics."""
-    update: int
-    config: dict
-
-    @property
-    def teams(self) -> tuple[int, ...]:
-        """The teams it was trained to play."""
-        return tuple(sorted(self.nets))
-
-    def actor(
-        self,
-        team: int | None = None,
-        num_envs: int = 1,
-        device=None,
-        deterministic: bool = False,
-        seed: int = 0,
-        game=None,
-    ):
-        """A stateful actor for `team` of `num_envs` games (`baselines.actor.PolicyActor`).
-
-        Args:
-            team: the team to play (default: the one it was trained for; a policy trained on
-                team 0 of a symmetric scenario plays either team).
-            game: the `GameSpec` of the game to play (default: the training game).
-        """
-        return PolicyActor(self, team, num_envs, device, deterministic, seed, game)
 
 
 def load_policy(path: str | os.PathLike, device="cpu") -> LoadedPolicy:

@@ -199,7 +199,7 @@ def parse_opponents(text: str, symmetric: bool) -> tuple[OpponentSpec, ...]:
         ValueError: an unknown kind (with the closest names), a bad weight, `self`/`pool` in
             an asymmetric scenario, or a checkpoint path that does not exist.
     """
-    from gigastep.types import closest
+    from gigastep.game.types import closest
 
     if text == "auto":
         text = "self:0.5,pool:0.25,pursuit:0.25" if symmetric else "pursuit:0.5,random:0.5"
@@ -297,7 +297,7 @@ def preset(name: str | None) -> PPOConfig:
     if name is None:
         return PPOConfig()
     if name not in PRESETS:
-        from gigastep.types import closest
+        from gigastep.game.types import closest
 
         raise ValueError(
             f"unknown preset {name!r}; expected one of {sorted(PRESETS)} "

@@ -2,7 +2,7 @@
 
 `GameSpec` describes the agents (teams, types), observations and actions of a game without
 holding it; `gigastep_game(name)` gives the spec of a Gigastep scenario and a factory of
-`gigastep.torch.TorchVecEnv` batches. Any other batched environment with the same step
+`gigastep.adapters.torch.TorchVecEnv` batches. Any other batched environment with the same step
 interface (e.g. the memory probe of `baselines.probes`) can be trained by passing its own
 spec and factory to the trainer.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from gigastep.types import EnvConfig
+    from gigastep.game.types import EnvConfig
 
 __all__ = ["GameSpec", "game_spec_from_config", "gigastep_game", "unshaped_config"]
 
@@ -148,7 +148,7 @@ def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callabl
         ValueError: unknown scenario name or field (with the closest names).
     """
     import gigastep
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     env = gigastep.make(scenario, **parse_overrides(overrides))
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)

@@ -3,7 +3,7 @@ fresh games of the scenario as it is, logged, with the best policy kept.
 
 Every `eval_every` updates, and after the last one, the main process plays `eval_games`
 complete episodes of the run's scenario without its `--env` overrides (no reward shaping)
-against each opponent of `eval_opponents` with `gigastep.evaluation.evaluate` (in a
+against each opponent of `eval_opponents` with `gigastep.eval.matches.evaluate` (in a
 symmetric scenario the learner plays team 0 in half of the games and team 1 in the other
 half). The games' seed is drawn from the run's seed and the update, apart from the training
 games' seeds; the policy samples its actions, as in training. Torch's global random state is
@@ -17,7 +17,7 @@ Outputs, next to the training metrics:
                            games, episode_length
     TensorBoard            the same values under eval/... against agent-steps
     best.pt                the policy of the evaluation with the highest score so far
-                           (atomic; a policy file: `gigastep.evaluation` and
+                           (atomic; a policy file: `gigastep.eval.matches` and
                            `--opponent best.pt` play it)
 The best score is in every checkpoint, so a resumed run keeps the same best.pt.
 """
@@ -96,7 +96,7 @@ class Evaluator:
     def evaluate(self, trainer, out: Path) -> dict:
         """Play the evaluation games of `trainer`'s current policy; log; keep best.pt."""
         from baselines.players import PPOPlayer
-        from gigastep.evaluation import evaluate
+        from gigastep.eval.matches import evaluate
 
         cfg = self.config
         payload = trainer.policy_payload()

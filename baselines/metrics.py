@@ -38,7 +38,7 @@ import resource
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gigastep import _files
+from gigastep._util import files as _files
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter

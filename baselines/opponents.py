@@ -171,7 +171,7 @@ class MatchPlan:
     def scripted(self, games=None):
         """The `ScriptedTeam`s of the plan for `TorchVecEnv(scripted=...)`, restricted to the
         games [lo, hi) of `games` (numbered from lo) when given."""
-        from gigastep.torch import ScriptedTeam
+        from gigastep.adapters.torch import ScriptedTeam
 
         lo, hi = games if games is not None else (0, self.num_envs)
         out = []

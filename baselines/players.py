@@ -1,4 +1,4 @@
-"""PPO checkpoints as players for `gigastep.evaluation` (and for scripts of your own).
+"""PPO checkpoints as players for `gigastep.eval.matches` (and for scripts of your own).
 
 `gigastep` finds this loader through the entry point `ppo` of the group `gigastep.players`
 (declared in pyproject.toml); a checkpoint names it in its "gigastep_player" entry. The
@@ -20,7 +20,7 @@ __all__ = ["PPOPlayer", "PolicyActor", "load"]
 
 
 class PPOPlayer:
-    """A PPO checkpoint as a `gigastep.evaluation` TorchPlayer."""
+    """A PPO checkpoint as a `gigastep.eval.matches` TorchPlayer."""
 
     def __init__(self, policy: LoadedPolicy, deterministic: bool = False):
         self.policy = policy

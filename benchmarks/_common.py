@@ -487,7 +487,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` atomically (temporary file in the same folder, then rename), creating
     the folder if needed: a reader never sees a half-written file."""
     # Imported here: the report's parent process must not import JAX (gigastep's __init__).
-    from gigastep import _files
+    from gigastep._util import files as _files
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

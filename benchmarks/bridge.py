@@ -8,9 +8,9 @@ Rows (per batch size B, scenario with n agents):
   * `torch_loop`: a Python loop of `steps` calls `TorchVecEnv.step(actions)` with actions drawn
     by `torch.rand` on the env's device; outputs arrive as torch tensors (DLPack, no copy).
     `vs_jax` = its env-steps/s over the `jax_scan` figure at the same B (goal >= 0.9).
-  * `gym_vector`: `gigastep.gymnasium.TeamVectorEnv` (NumPy in/out, scripted random opponent,
-    NEXT_STEP autoreset) measured by Gymnasium's own `benchmark_vector_step` (random actions
-    from the action space, counting only environments that really stepped).
+  * `gym_vector`: `gigastep.adapters.gymnasium.TeamVectorEnv` (NumPy in/out, scripted random
+    opponent, NEXT_STEP autoreset) measured by Gymnasium's own `benchmark_vector_step` (random
+    actions from the action space, counting only environments that really stepped).
 
 Counting: env_steps_per_s = games advanced per second; agent_steps_per_s = env_steps_per_s x n
 (every agent of both teams is simulated). Timed figures are medians over `repeats` (with the
@@ -116,7 +116,7 @@ def jax_scan_row(scenario: str, batch: int, steps: int, repeats: int, seed: int)
     import jax.numpy as jnp
 
     from gigastep.env import batched_step_autoreset, step_autoreset
-    from gigastep.scenarios import make
+    from gigastep.registry import make
 
     env = make(scenario)
     config = env.config
@@ -171,7 +171,7 @@ def torch_loop_row(
     import jax
     import torch
 
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     venv = TorchVecEnv(scenario, batch, seed=seed, device=device)
     n = venv.n_agents
@@ -209,7 +209,7 @@ def gym_vector_row(scenario: str, batch: int, duration: float, repeats: int, see
     """Gymnasium's `benchmark_vector_step` on `TeamVectorEnv` (env-steps/s, median)."""
     from gymnasium.utils.performance import benchmark_vector_step
 
-    from gigastep.gymnasium import TeamVectorEnv
+    from gigastep.adapters.gymnasium import TeamVectorEnv
 
     envs = TeamVectorEnv(scenario, batch, team=0, opponent="random")
     config = envs.versus.config
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_options(parser, Options)
     opts = options_from_args(Options, parser.parse_args(argv))
-    import gigastep.torch  # noqa: F401  (sets JAX's GPU memory policy before JAX starts)
+    import gigastep.adapters.torch  # noqa: F401  (sets JAX's GPU memory policy before JAX starts)
 
     info = run_info()
 

@@ -63,7 +63,7 @@ from benchmarks._common import (
     run_info,
     write_json,
 )
-from gigastep import _files
+from gigastep._util import files as _files
 
 __all__ = [
     "OPS",

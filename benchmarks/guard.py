@@ -199,7 +199,7 @@ def _torch_program(scenario: str, batch: int) -> tuple[Callable[[int], Any], int
     """(call, agent-steps per call): STEPS calls of `TorchVecEnv.step` from Python."""
     import torch
 
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     venv = TorchVecEnv(scenario, num_envs=batch, seed=0)
     venv.reset()

@@ -3,7 +3,7 @@
 Each run trains `python -m baselines.ppo` in its own process for a wall-clock budget (the
 trainer's own clock: rollouts and updates, the JAX compilation of the first step included,
 process start-up excluded), then plays its checkpoint against scripted opponents on fresh
-games (`gigastep.evaluation.evaluate`, both sides of the symmetric game, Wilson 95%
+games (`gigastep.eval.matches.evaluate`, both sides of the symmetric game, Wilson 95%
 intervals). A run with several budgets is trained once and evaluated at each budget (it is
 resumed from its checkpoint, which continues it exactly).
 
@@ -197,7 +197,7 @@ def evaluate_checkpoint(
 ) -> list[dict]:
     """One row per scripted opponent: `games` fresh games of the checkpoint against it (both
     sides), wins, draws, losses, the win rate with its Wilson interval, and the seconds taken."""
-    from gigastep.evaluation import evaluate
+    from gigastep.eval.matches import evaluate
 
     final = []
     for opponent in opponents:
@@ -467,7 +467,7 @@ def select_runs(preset: str, names: list[str] | None) -> list[Run]:
     known = [r.name for r in runs]
     for name in names:
         if name not in known:
-            from gigastep.types import closest
+            from gigastep.game.types import closest
 
             raise ValueError(
                 f"--runs: preset {preset!r} has no run {name!r} (closest: "

@@ -3,7 +3,7 @@ updates, several seeds each, then the same evaluation.
 
 Each run trains `python -m baselines.ppo --framework F` in its own process for a fixed number
 of updates (no time budget, so the machine's speed cannot change what is learned), then its
-final checkpoint plays fresh games against the scripted opponents (`gigastep.evaluation`,
+final checkpoint plays fresh games against the scripted opponents (`gigastep.eval.matches`,
 both sides of the symmetric game, Wilson 95% intervals). Across seeds, each framework gets the
 interquartile mean (IQM) of its win rates with a stratified bootstrap interval, and the
 probability that a PyTorch run beats a JAX run (`benchmarks.learning`'s rliable aggregates).
@@ -188,7 +188,7 @@ def aggregate(runs: list[dict], opponents: tuple[str, ...], seed: int = 0) -> di
 def league(runs: list[dict], scenario: str, games: int, log=sys.stderr) -> dict:
     """Every PyTorch run's checkpoint against every JAX run's on `games` fresh games (both
     sides): per pair and pooled, the PyTorch side's score (wins + draws / 2) / games."""
-    from gigastep.evaluation import evaluate, wilson_interval
+    from gigastep.eval.matches import evaluate, wilson_interval
 
     torch_runs = [r for r in runs if r["framework"] == "torch"]
     jax_runs = [r for r in runs if r["framework"] == "jax"]

@@ -62,7 +62,7 @@ def save_figure(
     meta = {"Title": title, "Software": "gigastep benchmarks"}
     if description is not None:
         meta["Description"] = json.dumps(description, default=str)
-    from gigastep import _files  # here: plotting a JSON file needs no JAX
+    from gigastep._util import files as _files  # here: plotting a JSON file needs no JAX
 
     try:
         with _files.atomic_path(out, suffix=".png") as tmp:

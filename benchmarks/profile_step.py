@@ -107,7 +107,7 @@ def _inputs(config, batch: int, seed: int = 0) -> dict[str, Any]:
 
     from gigastep import env as genv
     from gigastep.game import dynamics, interactions
-    from gigastep.game.maps import map_arrays
+    from gigastep.game.arena import map_arrays
 
     n = config.n_agents
     key = jax.random.PRNGKey(seed)
@@ -164,7 +164,7 @@ def _phase_functions(config, x: dict[str, Any]) -> list[tuple[str, Callable, tup
 
     from gigastep import env as genv
     from gigastep.game import dynamics, interactions, rewards
-    from gigastep.game.maps import background
+    from gigastep.game.arena import background
     from gigastep.game.observations.vector import (
         native_supported,
         native_vector_observations,

@@ -117,7 +117,7 @@ _LEAGUE = (
     "league random circle pursuit evade --games {games} --scenario "
     "identical_5_vs_5_fobs_vec_void_cont --out {{out}}/league"
 )
-_EVAL = "gigastep.evaluation"  # the league subcommand of gigastep.cli needs it
+_EVAL = "gigastep.eval.matches"  # the league subcommand of gigastep.cli needs it
 _CUDA_TESTS = (
     "tests/adapters/test_torch_bridge.py tests/baselines/test_s5.py "
     '-k "cuda or test_torch_bridge" '
@@ -543,7 +543,7 @@ def plan(
     names = [s.name for s in preset.sections]
     for given in (only or []) + (skip or []):
         if given not in names:
-            from gigastep.types import closest
+            from gigastep.game.types import closest
 
             near = ", ".join(closest(given, names))
             raise ValueError(

@@ -18,7 +18,7 @@ import json
 import torch
 
 import gigastep
-from gigastep.torch import ScriptedTeam, TorchVecEnv
+from gigastep.adapters.torch import ScriptedTeam, TorchVecEnv
 
 MATCHES = (("pursuit", "random"), ("pursuit", "pursuit"), ("random", "pursuit"))
 

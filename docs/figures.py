@@ -15,7 +15,7 @@ from PIL import Image
 
 import gigastep
 from gigastep.opponents import get_policy
-from gigastep.render import render_episode, save_gif, upscale
+from gigastep.viz.render import render_episode, save_gif, upscale
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 SCENARIO = "identical_5_vs_5_fobs_rgb_maps_cont"

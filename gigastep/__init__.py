@@ -8,7 +8,7 @@
 from typing import Any
 
 from gigastep.env import GigastepEnv
-from gigastep.types import (
+from gigastep.game.types import (
     AgentState,
     EnvConfig,
     EnvState,
@@ -21,6 +21,7 @@ from gigastep.wrappers import FrameStack
 
 __version__ = "0.1.0"
 
+_REGISTRY_API = ("make", "make_scenario")
 _SCENARIO_API = (
     "AgentType",
     "ScenarioBuilder",
@@ -28,9 +29,7 @@ _SCENARIO_API = (
     "agent_types",
     "base_scenarios",
     "list_scenarios",
-    "make",
     "make_config",
-    "make_scenario",
     "resolve",
     "scenario_hash",
 )
@@ -42,6 +41,10 @@ _ROLLOUT_API = ("parallel", "rollout", "sharded_rollout")
 
 def __getattr__(name: str) -> Any:
     # The catalogue is imported on first use, so `import gigastep` stays light.
+    if name in _REGISTRY_API:
+        from gigastep import registry
+
+        return getattr(registry, name)
     if name in _SCENARIO_API:
         from gigastep import scenarios
 
@@ -66,6 +69,7 @@ __all__ = [
     "StepInfo",
     "StepNoise",
     "__version__",
+    *_REGISTRY_API,
     *_SCENARIO_API,
     *_ROLLOUT_API,
 ]

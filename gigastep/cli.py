@@ -27,12 +27,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from gigastep.types import PER_AGENT_FIELDS
+from gigastep.game.types import PER_AGENT_FIELDS
 
 if TYPE_CHECKING:
     from gigastep.env import GigastepEnv
-    from gigastep.evaluation import Player
-    from gigastep.types import EnvConfig
+    from gigastep.eval.matches import Player
+    from gigastep.game.types import EnvConfig
 
 _T = TypeVar("_T")
 
@@ -89,7 +89,7 @@ def _check_name(name: str) -> None:
 
 
 def _env(name: str, pairs: Iterable[str] | None = None) -> GigastepEnv:
-    from gigastep.scenarios import make
+    from gigastep.registry import make
 
     _check_name(name)
     return make(name, **_overrides(pairs))
@@ -223,7 +223,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from gigastep.types import EnvConfig
+    from gigastep.game.types import EnvConfig
 
     env = _env(args.name)
     spec, config = env.spec, env.config
@@ -270,9 +270,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from gigastep.evaluation import resolve_player
-    from gigastep.render import recording_frames, save_video
-    from gigastep.replay import record_game
+    from gigastep.eval.matches import resolve_player
+    from gigastep.viz.render import recording_frames, save_video
+    from gigastep.viz.replay import record_game
 
     out = _video_path(args.out)
     if args.save_replay:
@@ -307,8 +307,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from gigastep.render import recording_frames, save_video
-    from gigastep.replay import Replay
+    from gigastep.viz.render import recording_frames, save_video
+    from gigastep.viz.replay import Replay
 
     out = _video_path(args.out)
     replay = Replay.load(args.file)
@@ -332,7 +332,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _match_scenario(args: argparse.Namespace, players: Sequence[Player]) -> str:
     """--scenario, else the game a checkpoint says it was trained on, else the default."""
-    from gigastep.evaluation import DEFAULT_SCENARIO
+    from gigastep.eval.matches import DEFAULT_SCENARIO
 
     if args.scenario:
         return args.scenario
@@ -348,8 +348,8 @@ def _match_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from gigastep._files import write_text
-    from gigastep.evaluation import evaluate, resolve_player
+    from gigastep._util.files import write_text
+    from gigastep.eval.matches import evaluate, resolve_player
 
     if args.json:
         _check_folder(args.json)
@@ -371,8 +371,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_league(args: argparse.Namespace) -> int:
-    from gigastep.evaluation import resolve_player
-    from gigastep.ratings import play_league
+    from gigastep.eval.matches import resolve_player
+    from gigastep.eval.ratings import play_league
 
     if len(args.players) < 2:
         raise CommandError(f"a league needs at least 2 players, got {args.players}")
@@ -400,8 +400,8 @@ def _cmd_league(args: argparse.Namespace) -> int:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    from gigastep.replay import GameRunner
-    from gigastep.viewer import Viewer, _pygame
+    from gigastep.viz.replay import GameRunner
+    from gigastep.viz.viewer import Viewer, _pygame
 
     _pygame()  # the extra is needed: say so before building the game
     if args.save_replay:
@@ -422,8 +422,8 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from gigastep.replay import GameRunner, Replay
-    from gigastep.viewer import Viewer, _pygame
+    from gigastep.viz.replay import GameRunner, Replay
+    from gigastep.viz.viewer import Viewer, _pygame
 
     _pygame()
     if os.path.isfile(args.source) and not args.source.endswith(".toml"):

@@ -19,20 +19,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep import _checks
-from gigastep._checks import check_actions
-from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep._util import checks as _checks
+from gigastep._util.checks import check_actions
+from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.game import dynamics, interactions, rewards, waypoints
+from gigastep.game.arena import map_arrays
 from gigastep.game.batching import reset_where, select_games, where_masked
-from gigastep.game.maps import map_arrays
 from gigastep.game.observations import first_observation, global_view, observe
 from gigastep.game.observations.global_state import state_vector, state_vector_size
 from gigastep.game.random import seed_words, split, stream_from_seed, uniforms_from_seed
 from gigastep.game.reset import reset_state, reset_state_streamed
 from gigastep.game.rewards import check_score
-from gigastep.game.xla import count_sum
-from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
-from gigastep.types import (
+from gigastep.game.types import (
     EnvConfig,
     EnvState,
     Observation,
@@ -40,6 +38,8 @@ from gigastep.types import (
     StepNoise,
     check_fields,
 )
+from gigastep.game.xla import count_sum
+from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
 
 if TYPE_CHECKING:
     from jax.typing import ArrayLike

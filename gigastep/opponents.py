@@ -45,13 +45,13 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gigastep import env as _env
-from gigastep._checks import check_actions, check_keys, check_team
+from gigastep._util.checks import check_actions, check_keys, check_team
 from gigastep.env import AutoresetResult, StepResult
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS, wrap_angle
 from gigastep.game.interactions import Geometry, geometry, in_cone
+from gigastep.game.types import EnvConfig, EnvState, Observation, StepInfo, closest
 from gigastep.spaces import Box, Discrete, Tuple
-from gigastep.types import EnvConfig, EnvState, Observation, StepInfo, closest
 
 _T = TypeVar("_T")
 
@@ -242,10 +242,10 @@ def observe_state(config: EnvConfig, state: EnvState, key: jax.Array) -> Observa
 
 
 def resolve_env(name_or_env: EnvLike, **overrides: Any) -> _env.GigastepEnv:
-    """A `GigastepEnv` from a scenario name (`gigastep.scenarios.make`), an `EnvConfig` or a
+    """A `GigastepEnv` from a scenario name (`gigastep.make`), an `EnvConfig` or a
     `GigastepEnv`, with EnvConfig field `overrides` applied."""
     if isinstance(name_or_env, str):
-        from gigastep.scenarios import make
+        from gigastep.registry import make
 
         return make(name_or_env, **overrides)
     if isinstance(name_or_env, _env.GigastepEnv):

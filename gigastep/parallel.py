@@ -38,6 +38,7 @@ from jax import shard_map
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
+from gigastep.game.types import EnvConfig
 from gigastep.opponents import EnvLike, Policy
 from gigastep.rollout import (
     _TRACES,
@@ -50,7 +51,6 @@ from gigastep.rollout import (
     game_keys,
     play_games,
 )
-from gigastep.types import EnvConfig
 
 _NO_CHECK = {"check_vma": False}
 

@@ -50,9 +50,9 @@ from jax.typing import ArrayLike
 
 from gigastep import env as _env
 from gigastep import opponents
-from gigastep._checks import check_actions, check_key, check_positive_int
-from gigastep._pytree import PytreeData, pytree_dataclass
-from gigastep.types import EnvConfig, EnvState, Observation, StepInfo
+from gigastep._util.checks import check_actions, check_key, check_positive_int
+from gigastep._util.pytree import PytreeData, pytree_dataclass
+from gigastep.game.types import EnvConfig, EnvState, Observation, StepInfo
 
 PolicyLike: TypeAlias = "opponents.Policy | str | None"
 """A policy argument: a callable `policy(config, state, key) -> actions`, a scripted policy's
@@ -320,7 +320,7 @@ def _batched_step(
     On CPU `batched_step_autoreset` resets only the games that ended; its conditional needs
     its branch index on the host where XLA runs conditionals from the host (GPU), so there
     the vmapped `step_autoreset` (every game draws a fresh start, the finished ones keep it)
-    is used. Both give the same numbers (see `gigastep.torch._compiled_step`).
+    is used. Both give the same numbers (see `gigastep.adapters.torch._compiled_step`).
     """
     if reset_finished_only:
         return partial(_env.batched_step_autoreset, config, final_obs=False)

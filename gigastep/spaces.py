@@ -15,7 +15,7 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     import gymnasium
 
-    from gigastep.types import EnvConfig
+    from gigastep.game.types import EnvConfig
 
 __all__ = ["Box", "Discrete", "Tuple", "vector_bounds"]
 

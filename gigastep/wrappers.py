@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gigastep._checks import check_positive_int
-from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep._util.checks import check_positive_int
+from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.env import GigastepEnv
+from gigastep.game.types import EnvConfig, EnvState, Observation, StepInfo
 from gigastep.spaces import Box, Tuple
-from gigastep.types import EnvConfig, EnvState, Observation, StepInfo
 
 _StackStep: TypeAlias = "tuple[Observation, FrameStackState, jax.Array, jax.Array, jax.Array]"
 _StackAutoreset: TypeAlias = (

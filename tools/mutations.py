@@ -440,7 +440,7 @@ def first_failure(output: str) -> str:
 def check_isolation(copy: Path, env) -> None:
     """The copy's package and catalogue must be the ones imported there."""
     code = (
-        "import gigastep, gigastep._resources as r; "
+        "import gigastep, gigastep._util.resources as r; "
         "print(gigastep.__file__); print(r.catalog_dir())"
     )
     out = subprocess.run(

@@ -12,7 +12,7 @@ over `--updates` and `--time-budget-s`, checkpointed, continued across a resume 
 horizon). `--eval-every` evaluates each run as the PyTorch trainer does
 (`baselines.evaluator.Evaluator`: eval.csv/jsonl with Wilson intervals, best.pt): the run's
 policy, in the checkpoint format both frameworks read, plays as a PyTorch player in
-`gigastep.evaluation`.
+`gigastep.eval.matches`.
 
 Pool and checkpoint-file opponents play inside the update (`baselines.jax_ppo.frozen`);
 with `--train-both` the state holds a second learner (`update.learner_state`). Options the

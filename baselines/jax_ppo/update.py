@@ -39,7 +39,7 @@ from baselines.config import PPOConfig
 from baselines.envs import GameSpec
 from baselines.jax_ppo import algorithm, frozen, policy, running
 from baselines.policies import PolicySpec
-from gigastep.types import EnvConfig
+from gigastep.game.types import EnvConfig
 
 __all__ = [
     "Setup",
@@ -64,10 +64,10 @@ class Setup:
     config: PPOConfig
     game: GameSpec
     env_config: EnvConfig
-    """The `gigastep.types.EnvConfig` of the training game."""
+    """The `gigastep.game.types.EnvConfig` of the training game."""
     spec: PolicySpec
     scripted: tuple
-    """`gigastep.torch.ScriptedTeam`s played inside the step."""
+    """`gigastep.adapters.torch.ScriptedTeam`s played inside the step."""
     rows: np.ndarray
     """[N] int: the learner's rows of the flattened [B * n] batch."""
     row_game: np.ndarray
@@ -195,7 +195,7 @@ def _state_vectors(setup: Setup, states) -> jax.Array:
     """[B, 2, S] state vectors (S = 0 without a central critic)."""
     if not setup.spec.central_critic:
         return jnp.zeros((setup.config.num_envs, 2, 0))
-    from gigastep.torch import _both_state_vectors
+    from gigastep.adapters.torch import _both_state_vectors
 
     return _both_state_vectors(setup.env_config, states)
 
@@ -322,7 +322,7 @@ def _game_step(setup: Setup):
 
 def _env_step(setup: Setup, env: dict, actions: jax.Array):
     """`TorchVecEnv.step`'s compiled body: key split, scripted teams, auto-resetting step."""
-    from gigastep.torch import _apply_scripted
+    from gigastep.adapters.torch import _apply_scripted
 
     key, sub = jax.random.split(env["key"])
     states = env["states"]

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from gigastep.game.types import AgentState, EnvConfig
 from gigastep.game.xla import stored
-from gigastep.types import AgentState, EnvConfig
 
 __all__ = [
     "ACTION_TABLE",

@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.game.dynamics import heading_trig, wrap_angle
+from gigastep.game.types import AgentState, EnvConfig
 from gigastep.game.xla import stored, varying_like
-from gigastep.types import AgentState, EnvConfig
 
 __all__ = [
     "Geometry",

@@ -13,8 +13,8 @@ import numpy as np
 
 from gigastep.game import dynamics, interactions
 from gigastep.game import random as grandom
-from gigastep.game.maps import MapArrays, map_arrays
-from gigastep.types import AgentState, EnvConfig, EnvState, EpisodeState
+from gigastep.game.arena import MapArrays, map_arrays
+from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState
 
 __all__ = [
     "map_index",

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep._pytree import PytreeData, pytree_dataclass
+from gigastep._util.pytree import PytreeData, pytree_dataclass
+from gigastep.game.types import EnvConfig
 from gigastep.game.xla import count_sum
-from gigastep.types import EnvConfig
 
 __all__ = ["WEIGHT_FIELDS", "RewardInputs", "check_score", "reward_terms", "total_reward"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import Array
 
-from gigastep.types import AgentState, EnvConfig, EpisodeState
+from gigastep.game.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = ["update_waypoint"]
 

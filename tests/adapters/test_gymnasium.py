@@ -1,4 +1,4 @@
-"""Gymnasium adapters (gigastep.gymnasium): TeamEnv and TeamVectorEnv."""
+"""Gymnasium adapters (gigastep.adapters.gymnasium): TeamEnv and TeamVectorEnv."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
-from gigastep.gymnasium import ENV_ID, TeamEnv, TeamVectorEnv
+from gigastep.adapters.gymnasium import ENV_ID, TeamEnv, TeamVectorEnv
 from gigastep.types import EnvConfig
 
 SMALL_RGB = dict(resolution_x=16, resolution_y=16)

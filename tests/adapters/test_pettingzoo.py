@@ -1,4 +1,4 @@
-"""PettingZoo adapter (gigastep.pettingzoo): the official checks and the agent life cycle."""
+"""PettingZoo adapter (gigastep.adapters.pettingzoo): the official checks, the agent life cycle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test, render_test, state_test
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from gigastep.pettingzoo import agent_names, parallel_env
+from gigastep.adapters.pettingzoo import agent_names, parallel_env
 from gigastep.types import EnvConfig, EnvState
 
 SMALL_RGB = dict(resolution_x=16, resolution_y=16)

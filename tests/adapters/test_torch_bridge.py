@@ -1,4 +1,4 @@
-"""The JAX <-> PyTorch bridge (gigastep.torch): zero-copy conversion and TorchVecEnv."""
+"""The JAX <-> PyTorch bridge (gigastep.adapters.torch): zero-copy conversion and TorchVecEnv."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-import gigastep.torch as gt
+import gigastep.adapters.torch as gt
+from gigastep.adapters.torch import TorchVecEnv, jax_to_torch, torch_to_jax
 from gigastep.env import GigastepEnv
 from gigastep.scenarios import make_config
-from gigastep.torch import TorchVecEnv, jax_to_torch, torch_to_jax
 from gigastep.types import EnvConfig, EnvState
 
 DTYPES = [
@@ -94,7 +94,7 @@ def test_import_turns_jax_preallocation_off_when_nothing_is_set():
     env = {k: v for k, v in os.environ.items() if k not in gt._MEMORY_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     code = (
-        "import os, gigastep.torch as g; "
+        "import os, gigastep.adapters.torch as g; "
         "print(g.JAX_MEMORY_SETTING, os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
     )
     out = subprocess.run(

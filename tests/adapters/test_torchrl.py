@@ -1,4 +1,4 @@
-"""`gigastep.torchrl.GigastepTorchRLEnv`: TorchRL's spec check, the multi-agent layout, and
+"""`gigastep.adapters.torchrl.GigastepTorchRLEnv`: TorchRL's spec check, the multi-agent layout, and
 auto-reset the TorchRL way.
 
 Resets are recognised by a rule of the game (rules §3): every agent starts a game at speed 1.0
@@ -18,7 +18,7 @@ pytest.importorskip("torchrl")
 
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
-from gigastep.torchrl import GigastepTorchRLEnv  # noqa: E402
+from gigastep.adapters.torchrl import GigastepTorchRLEnv  # noqa: E402
 
 B = 3
 FRESH_SPEED = 1.0 / math.sqrt(10.0**2 + 10.0**2)  # v / diagonal at reset, 10 x 10 world

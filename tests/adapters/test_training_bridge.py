@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from gigastep import opponents
+from gigastep.adapters.torch import ScriptedTeam, TorchVecEnv
 from gigastep.env import GigastepEnv
 from gigastep.game.observations.global_state import state_vector_size
-from gigastep.torch import ScriptedTeam, TorchVecEnv
 from gigastep.types import EnvConfig, EnvState
 
 # 2 vs 1 on a 10 x 20 world with one waypoint and the boxes of the "center_block" map.

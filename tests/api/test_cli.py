@@ -367,9 +367,9 @@ class Block:
             raise ImportError(f"{name} is an optional extra")
 
 sys.meta_path.insert(0, Block())
-from gigastep.evaluation import evaluate
-from gigastep.render import recording_frames, save_gif
-from gigastep.replay import record_game
+from gigastep.eval.matches import evaluate
+from gigastep.viz.render import recording_frames, save_gif
+from gigastep.viz.replay import record_game
 
 r = evaluate("pursuit", "random", "VEC", 8, max_episode_length=60)
 rec = record_game("VEC", ("pursuit", "random"), steps=5, overrides={"max_episode_length": 60})

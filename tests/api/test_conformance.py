@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pytest
 
-from gigastep.scenarios import make
+from gigastep.registry import make
 from gigastep.spaces import Box, Discrete, Tuple
 
 BATCH = 2

@@ -1,4 +1,4 @@
-"""Evaluation (gigastep.evaluation): outcomes, seats, intervals, players and checkpoints.
+"""Evaluation (gigastep.eval.matches): outcomes, seats, intervals, players and checkpoints.
 
 Every match here plays 5 vs 5 vector games with discrete actions, a time limit of 200 steps and
 GAMES games (64 per seat), so that one compiled loop serves all scripted matches of the file.
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from gigastep.evaluation import (
+from gigastep.eval.matches import (
     MatchResult,
     ScriptedPlayer,
     SeatResult,
@@ -296,7 +296,7 @@ def test_loaders_are_found_in_the_entry_point_group(monkeypatch, tmp_path):
     torch = pytest.importorskip("torch")
     from importlib.metadata import EntryPoint
 
-    from gigastep import evaluation
+    from gigastep.eval import matches as evaluation
 
     ep = EntryPoint(
         name="test-ep", value="tests.api.test_evaluation:_load_fixed", group="gigastep.players"

@@ -1,4 +1,4 @@
-"""Atomic writes (`gigastep._files`), which every writer of the library, the baselines and the
+"""Atomic writes (`gigastep._util.files`), which every writer of the library, the baselines and the
 benchmarks goes through."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gigastep import _files
+from gigastep._util import files as _files
 
 
 @pytest.fixture

@@ -274,7 +274,7 @@ def test_pursuit_beats_random_in_most_games_of_identical_5_vs_5():
     # The learner seat (team 1) plays uniform random actions; the scripted opponent (team 0)
     # plays pursuit. A game is won by the team with more survivors when it ends (or after
     # WIN_RATE_STEPS steps). Measured ~0.8 for pursuit (ties ~0.04).
-    from gigastep.scenarios import make
+    from gigastep.registry import make
 
     versus = VersusEnv(make("identical_5_vs_5_fobs_vec_void_cont"), "pursuit", opponent_team=0)
     teams = np.asarray(versus.config.teams)

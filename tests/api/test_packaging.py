@@ -119,7 +119,7 @@ def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
     code = (
-        "import gigastep, gigastep._resources as r, gigastep.scenarios as s\n"
+        "import gigastep, gigastep._util.resources as r, gigastep.scenarios as s\n"
         "print(gigastep.__file__)\n"
         "print(r.catalog_dir())\n"
         "print(len(s.list_scenarios()), s.scenario_hash(s.make_config('identical_5_vs_1')))\n"
@@ -167,10 +167,10 @@ TINY_RUN = dict(
     checkpoint_every=1,
 )
 
-# Run in the fresh environment: resolve the checkpoint as gigastep.evaluation does (through
+# Run in the fresh environment: resolve the checkpoint as gigastep.eval.matches does (through
 # the entry point of the installed distribution) and check that it can play.
 LOAD = """
-import sys, gigastep, baselines, gigastep.evaluation as ev
+import sys, gigastep, baselines, gigastep.eval.matches as ev
 player = ev.resolve_player(sys.argv[1])
 player.check(gigastep.make_config("identical_2_vs_2_fobs_vec_void_disc"), team=0)
 print(gigastep.__file__)

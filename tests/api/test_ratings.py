@@ -1,4 +1,4 @@
-"""Ratings (Bradley-Terry-Davidson on the Elo scale) and leagues (gigastep.ratings)."""
+"""Ratings (Bradley-Terry-Davidson on the Elo scale) and leagues (gigastep.eval.ratings)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gigastep.ratings import ELO_SCALE, fit_ratings, play_league
+from gigastep.eval.ratings import ELO_SCALE, fit_ratings, play_league
 
 SCENARIO = "identical_5_vs_5_fobs_vec_void_disc"
 LIMIT = {"max_episode_length": 200}

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from gigastep import EnvConfig, GigastepEnv
-from gigastep.render import frame, render_episode, save_gif, save_video, tile, upscale
+from gigastep.viz.render import frame, render_episode, save_gif, save_video, tile, upscale
 
 
 def test_upscale_repeats_each_pixel_scale_times_per_axis():
@@ -69,8 +69,8 @@ def circle_frames():
 
 @pytest.mark.slow
 def test_a_rendered_gif_has_a_frame_per_state_and_the_renderers_size(circle_frames, tmp_path):
-    from gigastep.render import FrameRenderer
-    from gigastep.scenarios import make
+    from gigastep.registry import make
+    from gigastep.viz.render import FrameRenderer
 
     shape = FrameRenderer(make(RGB_2V2, **SMALL), agents=(0, 3), scale=2).shape
     assert len(circle_frames) == 7
@@ -94,8 +94,8 @@ def _region(frame, renderer, view, x0, x1, y0, y1):
 
 def test_frames_show_team_colours_and_health_bars():
     from gigastep.env import GigastepEnv
-    from gigastep.render import HEALTH_EMPTY, HEALTH_FULL, TEAM_RGB, FrameRenderer
     from gigastep.types import EnvState
+    from gigastep.viz.render import HEALTH_EMPTY, HEALTH_FULL, TEAM_RGB, FrameRenderer
 
     env = GigastepEnv(
         EnvConfig(
@@ -165,7 +165,7 @@ def test_save_video_needs_a_gif_or_mp4_name(circle_frames, tmp_path):
 
 
 def test_ego_views_need_rgb_observations():
-    from gigastep.render import FrameRenderer
+    from gigastep.viz.render import FrameRenderer
 
     env = GigastepEnv(EnvConfig(teams=(0, 1), obs_type="vector"))
     with pytest.raises(ValueError, match="ego views need RGB observations"):

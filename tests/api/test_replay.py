@@ -1,4 +1,4 @@
-"""Replays and state files (gigastep.replay)."""
+"""Replays and state files (gigastep.viz.replay)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from gigastep.replay import (
+from gigastep.viz.replay import (
     FORMAT_VERSION,
     GameRunner,
     Replay,

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gigastep import scenarios
+from gigastep.registry import make, make_scenario
 from gigastep.scenarios import (
     ScenarioBuilder,
     ScenarioName,
@@ -26,9 +27,7 @@ from gigastep.scenarios import (
     agent_types,
     base_scenarios,
     list_scenarios,
-    make,
     make_config,
-    make_scenario,
     parse_name,
     resolve,
     scenario_hash,
@@ -744,8 +743,15 @@ def test_builder_add_map_takes_map_specs():
     assert config.maps == (spec,) and config.map_set == "ring"
 
 
-def test_builder_makes_an_environment_with_its_spec():
-    env = _duel_builder().make()
+def test_make_builds_a_builders_environment_with_its_spec():
+    env = make(_duel_builder(), obs_type="vector")
+    assert env.config == _duel_builder().config(obs_type="vector")
+    assert env.spec == ScenarioSpec("scouts", 2, scenario_hash(env.config))
+
+
+def test_builder_make_is_deprecated_and_still_builds():
+    with pytest.warns(DeprecationWarning, match="gigastep.make"):
+        env = _duel_builder().make()
     assert env.spec == ScenarioSpec("scouts", 2, scenario_hash(env.config))
 
 

@@ -1,4 +1,4 @@
-"""The live viewer (gigastep.viewer), headless: SDL's dummy video driver and synthetic keys."""
+"""The live viewer (gigastep.viz.viewer), headless: SDL's dummy video driver and synthetic keys."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 pygame = pytest.importorskip("pygame")
 
 from gigastep.game.dynamics import ACTION_TABLE  # noqa: E402
-from gigastep.replay import GameRunner  # noqa: E402
-from gigastep.viewer import HELP_HEIGHT, Viewer  # noqa: E402
+from gigastep.viz.replay import GameRunner  # noqa: E402
+from gigastep.viz.viewer import HELP_HEIGHT, Viewer  # noqa: E402
 
 SCENARIO = "identical_2_vs_2_fobs_vec_void_disc"
 

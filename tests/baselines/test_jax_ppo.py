@@ -458,7 +458,7 @@ def _rows(path: Path) -> list[dict]:
 
 def _observations(scenario: str, steps: int, games: int):
     """Observations and episode starts of team 0 in a few random-action games (torch)."""
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     env = TorchVecEnv(scenario, games, seed=3)
     obs, first, out = env.reset(), torch.ones(games, dtype=torch.bool), []

@@ -265,7 +265,7 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_parameters(smoke_r
 
 @pytest.mark.subprocess
 def test_a_checkpoint_plays_a_team_of_a_torchvecenv(smoke_run):
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     policy = load_policy(smoke_run / "checkpoint.pt")
     venv = TorchVecEnv(policy.game.name, 3, seed=0, opponent="random", team=1)

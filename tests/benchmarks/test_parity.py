@@ -65,7 +65,7 @@ def test_the_league_pools_every_pair_and_counts_a_draw_as_half(monkeypatch):
         w, d, lost = outcomes[(a.split("/")[-2], b.split("/")[-2])]
         return SimpleNamespace(wins=w, draws=d, losses=lost, games=w + d + lost)
 
-    monkeypatch.setattr("gigastep.evaluation.evaluate", evaluate)
+    monkeypatch.setattr("gigastep.eval.matches.evaluate", evaluate)
     runs = [_run("torch", 0, {}, "r/t0"), _run("jax", 0, {}, "r/j0"), _run("jax", 1, {}, "r/j1")]
     out = parity.league(runs, "s", games=10)
     assert [p["score"] for p in out["pairs"]] == [pytest.approx(0.6), pytest.approx(0.4)]

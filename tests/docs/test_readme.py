@@ -163,7 +163,7 @@ def bash_commands(code: str) -> list[str]:
 def imported_names(code: str) -> set[str]:
     """Top-level modules that `code` imports, and the submodules of gigastep it uses."""
 
-    def parts(module: str) -> set[str]:  # "gigastep.torch" needs torch as well
+    def parts(module: str) -> set[str]:  # "gigastep.adapters.torch" needs torch as well
         head, _, rest = module.partition(".")
         return {head, rest.split(".")[0]} if head == "gigastep" and rest else {head}
 
@@ -175,9 +175,13 @@ def imported_names(code: str) -> set[str]:
             names |= parts(node.module)
             if node.module == "gigastep":  # from gigastep import torch, ...
                 names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id == "gigastep":  # gigastep.torch.TorchVecEnv(...) after an import
-                names.add(node.attr)
+        elif isinstance(node, ast.Attribute):  # gigastep.adapters.torch.X(...) after an import
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id == "gigastep":
+                names |= set(chain)
     return names
 
 
@@ -252,7 +256,8 @@ def test_continuations_join_the_group_before_them():
 
 
 def test_examples_that_import_an_extra_name_it():
-    code = "import gigastep.gymnasium\nfrom gigastep.pettingzoo import parallel_env\n"
+    code = "import gigastep.adapters.gymnasium\n"
+    code += "from gigastep.adapters.pettingzoo import parallel_env\n"
     assert set(EXTRAS) & imported_names(code) == {"gymnasium", "pettingzoo"}
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gigastep.game.maps import MapArrays, builtin_maps, map_set, prerender
+from gigastep.game.arena import MapArrays, prerender
+from gigastep.game.maps import builtin_maps, map_set
 from gigastep.types import EnvConfig
 from tests.spec_maps import SPEC_MAPS, SPEC_SETS, scaled
 

@@ -22,7 +22,7 @@ import pytest
 
 from gigastep import env as genv
 from gigastep.game import _native, interactions
-from gigastep.game.maps import map_arrays
+from gigastep.game.arena import map_arrays
 from gigastep.types import EnvConfig
 
 F32 = np.float32

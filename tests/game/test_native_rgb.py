@@ -18,7 +18,7 @@ import pytest
 
 import gigastep
 from gigastep.game import _native
-from gigastep.game.maps import prerender
+from gigastep.game.arena import prerender
 from gigastep.game.observations import rgb
 from gigastep.game.observations.rgb import native_rgb_observations, rgb_observations
 from gigastep.types import EnvConfig, EnvState

@@ -19,8 +19,8 @@ import pytest
 
 from gigastep.game import _native
 from gigastep.game.observations.vector import jax_vector_observations, native_vector_observations
-from gigastep.replay import load_state, save_state
 from gigastep.types import EnvConfig, EnvState
+from gigastep.viz.replay import load_state, save_state
 
 F32 = np.float32
 PATHS = ["jax", "native"]
@@ -158,7 +158,7 @@ def test_save_state_and_load_state_refuse_non_finite_states(tmp_path):
 
 def test_torch_vec_env_reset_to_refuses_non_finite_states():
     pytest.importorskip("torch")
-    from gigastep.torch import TorchVecEnv
+    from gigastep.adapters.torch import TorchVecEnv
 
     states = _batched_states(SMALL, games=2)
     venv = TorchVecEnv(SMALL, 2)

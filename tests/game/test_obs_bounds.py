@@ -149,7 +149,7 @@ def test_gymnasium_checker_no_longer_warns_about_infinite_bounds():
     pytest.importorskip("gymnasium")  # an extra: absent in the dependency-floor check
     from gymnasium.utils.env_checker import check_env
 
-    from gigastep.gymnasium import TeamEnv
+    from gigastep.adapters.gymnasium import TeamEnv
 
     env = TeamEnv("identical_2_vs_2_fobs_vec_void_disc", opponent="random")
     with warnings.catch_warnings(record=True) as caught:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gigastep.game.maps import prerender
+from gigastep.game.arena import prerender
 from gigastep.game.observations.rgb import global_view, native_rgb_observations, rgb_observations
 from gigastep.types import EnvConfig, EnvState, MapSpec
 

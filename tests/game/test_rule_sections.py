@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from gigastep import EnvConfig, GigastepEnv, MapSpec
-from gigastep.game.maps import prerender
+from gigastep.game.arena import prerender
 from gigastep.game.observations.rgb import rgb_observations
 from gigastep.game.rewards import TERMS, RewardInputs, reward_terms
 from gigastep.types import EnvState

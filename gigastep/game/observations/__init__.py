@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from gigastep.game import interactions
+from gigastep.game.arena import background, map_arrays
 from gigastep.game.interactions import Geometry
-from gigastep.game.maps import background, map_arrays
 from gigastep.game.observations import rgb
 from gigastep.game.observations.vector import (
     native_supported,
@@ -23,7 +23,7 @@ from gigastep.game.observations.vector import (
     vector_observations,
 )
 from gigastep.game.observations.visibility import finite_agents, visibility
-from gigastep.types import AgentState, EnvConfig, EnvState, EpisodeState, Observation
+from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState, Observation
 
 __all__ = ["first_observation", "global_view", "observe"]
 

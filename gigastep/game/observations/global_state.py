@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep._checks import check_team
-from gigastep.game.maps import map_arrays
-from gigastep.types import EnvConfig, EnvState
+from gigastep._util.checks import check_team
+from gigastep.game.arena import map_arrays
+from gigastep.game.types import EnvConfig, EnvState
 
 __all__ = ["STATE_AGENT_FEATURES", "agent_order", "state_vector", "state_vector_size"]
 

@@ -55,8 +55,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep.game.dynamics import heading_trig
+from gigastep.game.types import AgentState, EnvConfig, EpisodeState
 from gigastep.game.xla import stored, varying_like
-from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = [
     "TAIL_INTENSITY",
@@ -308,7 +308,7 @@ def rgb_observations(
 
     Args:
         config: the environment's config (static).
-        background: (K, res_x, res_y, 3) uint8, `gigastep.game.maps.prerender(config)`.
+        background: (K, res_x, res_y, 3) uint8, `gigastep.game.arena.prerender(config)`.
         agents: the agents after the step.
         episode: gives the map index and the waypoint.
         seen: (n, n) bool, ``seen[e, i]`` = ego e sees agent i.

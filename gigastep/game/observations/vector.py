@@ -30,8 +30,8 @@ import numpy as np
 
 from gigastep.game.dynamics import wrap_angle
 from gigastep.game.observations.visibility import finite_agents, visibility
+from gigastep.game.types import AgentState, EnvConfig, EpisodeState
 from gigastep.game.xla import varying_like
-from gigastep.types import AgentState, EnvConfig, EpisodeState
 
 __all__ = [
     "N_AGENT_FEATURES",

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.types import AgentState, EnvConfig
+from gigastep.game.types import AgentState, EnvConfig
 
 __all__ = ["finite_agents", "visibility"]
 

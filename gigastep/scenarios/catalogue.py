@@ -2,7 +2,7 @@
 
 The catalogue lives in TOML files (`envs/agent_types.toml`, `envs/scenarios.toml`, shipped in
 the wheel as `gigastep/_envs`); loading it executes no code. A scenario resolves to a frozen
-`EnvConfig`, and `make` wraps that in a `GigastepEnv`:
+`EnvConfig`; `gigastep.make` (in `gigastep.registry`) wraps that in a `GigastepEnv`:
 
     env = gigastep.make("identical_5_vs_1_fobs_vec_void_disc")
     config = gigastep.make_config("identical_5_vs_1", obs_type="vector")   # no env built
@@ -32,15 +32,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from gigastep._checks import check_team
-from gigastep._resources import read_catalog_toml
+from gigastep._util.checks import check_team
+from gigastep._util.resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
-from gigastep.types import EnvConfig, MapSpec, check_fields, closest
-
-if TYPE_CHECKING:
-    from gigastep.env import GigastepEnv
+from gigastep.game.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
     "AgentType",
@@ -50,9 +47,7 @@ __all__ = [
     "agent_types",
     "base_scenarios",
     "list_scenarios",
-    "make",
     "make_config",
-    "make_scenario",
     "parse_name",
     "resolve",
     "scenario_hash",
@@ -437,13 +432,14 @@ def _apply(config: EnvConfig, changes: dict[str, Any], where: str) -> EnvConfig:
 class ScenarioBuilder:
     """Builds a scenario in code; every catalogue and file scenario is built by one.
 
-    Agents keep the order of the calls. Each method returns the builder, so calls chain:
+    Agents keep the order of the calls. Each method returns the builder, so calls chain, and
+    `gigastep.make(builder)` builds its environment:
 
-        env = (ScenarioBuilder("duel")
+        config = (ScenarioBuilder("duel")
                .add_type(0, "default").add_type(1, "super")
                .set_map("center_block", size=(20, 20))
                .set(obs_type="vector")
-               .make())
+               .config())
 
     A new builder has no agents and the `"empty"` map set on a 10 x 10 world.
     """
@@ -594,10 +590,20 @@ class ScenarioBuilder:
         """Name, version and hash of the config that `make(**overrides)` builds."""
         return ScenarioSpec(self.name, self.version, scenario_hash(self.config(**overrides)))
 
-    def make(self, **overrides: Any) -> GigastepEnv:
-        """A `GigastepEnv` of this scenario, with `env.spec` set."""
-        config = self.config(**overrides)
-        return _make_env(ScenarioSpec(self.name, self.version, scenario_hash(config)), config)
+    def make(self, **overrides: Any) -> Any:
+        """Deprecated (removed in 0.3): use `gigastep.make(builder, **overrides)`."""
+        import warnings
+
+        # The scenarios layer builds no environments; this edge up to the registry is the
+        # deprecated path, listed in tests/architecture/test_imports.py until it goes.
+        from gigastep.registry import make
+
+        warnings.warn(
+            "ScenarioBuilder.make() is deprecated; use gigastep.make(builder, **overrides)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return make(self, **overrides)
 
 
 # ------------------------------------------------------------------------------------------
@@ -673,29 +679,6 @@ def resolve(name_or_path: str | Path, **overrides: Any) -> tuple[ScenarioSpec, E
 def make_config(name_or_path: str | Path, **overrides: Any) -> EnvConfig:
     """The `EnvConfig` of a scenario (see `resolve`); builds no environment."""
     return resolve(name_or_path, **overrides)[1]
-
-
-def make(name_or_path: str | Path, **overrides: Any) -> GigastepEnv:
-    """A `GigastepEnv` of a scenario (see `resolve`), with `env.spec` its `ScenarioSpec`.
-
-    Example:
-        >>> env = gigastep.make("identical_5_vs_1_pobs_vec_void_disc")
-        >>> env.spec.name, env.n_agents
-        ('identical_5_vs_1_pobs_vec_void_disc', 6)
-    """
-    spec, config = resolve(name_or_path, **overrides)
-    return _make_env(spec, config)
-
-
-make_scenario = make
-
-
-def _make_env(spec: ScenarioSpec, config: EnvConfig) -> GigastepEnv:
-    from gigastep.env import GigastepEnv
-
-    env = GigastepEnv(config)
-    env.spec = spec
-    return env
 
 
 def _find(name_or_path: str | Path) -> tuple[int, EnvConfig, ScenarioName]:

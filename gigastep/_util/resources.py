@@ -20,7 +20,7 @@ def catalog_dir() -> Path:
     packaged = Path(str(resources.files("gigastep"))) / "_envs"
     if packaged.is_dir():
         return packaged
-    source = Path(__file__).resolve().parent.parent / "envs"
+    source = Path(__file__).resolve().parents[2] / "envs"
     if source.is_dir():
         return source
     raise FileNotFoundError(

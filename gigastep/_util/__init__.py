@@ -1,0 +1,1 @@
+"""Private helpers of every layer: input checks, atomic files, pytrees, the catalogue's location."""

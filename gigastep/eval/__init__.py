@@ -1,0 +1,1 @@
+"""Evaluation: players, matches and their statistics, ratings."""

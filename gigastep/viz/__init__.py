@@ -1,0 +1,1 @@
+"""Seeing games: rendering, the viewer, replays."""
