@@ -58,8 +58,8 @@ MUTATIONS = [
     Mutation(
         "reset_health_min_1",
         "gigastep/game/reset.py",
-        "health=max_health, alive=jnp.ones(n, bool)",
-        "health=jnp.minimum(max_health, 1.0), alive=jnp.ones(n, bool)",
+        "health=max_health,\n        alive=jnp.ones(n, bool),",
+        "health=jnp.minimum(max_health, 1.0),\n        alive=jnp.ones(n, bool),",
         (RESET + "test_agents_start_at_their_own_max_health", "tests/game/test_reference_reset.py"),
         "reset starts agents at min(max_health, 1) (the 2023 behaviour)",
     ),
@@ -90,9 +90,8 @@ MUTATIONS = [
     Mutation(
         "framestack_reset_done_zeros",
         "gigastep/wrappers.py",
-        "return (jax.tree_util.tree_map(pick, new_obs, obs),",
-        "return (jax.tree_util.tree_map(pick, jax.tree_util.tree_map(jnp.zeros_like, "
-        "new_obs), obs),",
+        "jax.tree_util.tree_map(pick, new_obs, obs),",
+        "jax.tree_util.tree_map(pick, jax.tree_util.tree_map(jnp.zeros_like, new_obs), obs),",
         ("tests/api/test_wrappers.py",),
         "FrameStack.reset_done_episodes fills the stack with zeros, not the reset frame",
     ),
@@ -108,8 +107,8 @@ MUTATIONS = [
     Mutation(
         "reset_heading_not_redrawn",
         "gigastep/game/reset.py",
-        "heading=jnp.where(need, dynamics.wrap_angle(h), a.heading))",
-        "heading=jnp.where(need, a.heading, a.heading))",
+        "heading=jnp.where(need, dynamics.wrap_angle(h), a.heading),",
+        "heading=jnp.where(need, a.heading, a.heading),",
         (RESET + "test_headings_are_redrawn_with_positions",),
         "a redrawn agent keeps its first heading",
     ),
@@ -296,7 +295,7 @@ MUTATIONS = [
     # --- the adapters -------------------------------------------------------------------------
     Mutation(
         "gymnasium_next_step_drops_truncation",
-        "gigastep/gymnasium.py",
+        "gigastep/adapters/gymnasium.py",
         "truncated = truncated & ~pending",
         "truncated = truncated & pending",
         ("tests/adapters/test_gymnasium.py",),
@@ -304,15 +303,15 @@ MUTATIONS = [
     ),
     Mutation(
         "gymnasium_same_step_swaps_endings",
-        "gigastep/gymnasium.py",
-        "info.terminated, info.truncated,",
-        "info.truncated, info.terminated,",
+        "gigastep/adapters/gymnasium.py",
+        "info.terminated,\n            info.truncated,",
+        "info.truncated,\n            info.terminated,",
         ("tests/adapters/test_gymnasium.py",),
         "gymnasium vector env (same-step mode) swaps terminated and truncated",
     ),
     Mutation(
         "pettingzoo_truncation_as_termination",
-        "gigastep/pettingzoo.py",
+        "gigastep/adapters/pettingzoo.py",
         "terminations[a] = died or term",
         "terminations[a] = died or trunc",
         ("tests/adapters/test_pettingzoo.py",),
@@ -349,7 +348,7 @@ MUTATIONS = [
     ),
     Mutation(
         "torch_swaps_endings",
-        "gigastep/torch.py",
+        "gigastep/adapters/torch.py",
         '"truncated": out.truncated,',
         '"truncated": out.terminated,',
         ("tests/adapters/test_torch_bridge.py",),

@@ -43,7 +43,7 @@ SCENARIOS = {
     },
 }
 
-# dtype of every state field (gigastep/types.py, API contract: alive is bool)
+# dtype of every state field (gigastep/game/types.py, API contract: alive is bool)
 STATE_DTYPES = {
     "x": np.float32,
     "y": np.float32,

@@ -8,7 +8,7 @@ continuous actions (out-of-range values included: they saturate), then runs one 
 detection and communication, the obstacle maps and frequent waypoints, and `rgb_vector`
 observations at 16 x 16 so that the dead-agent rule is checked for both observation kinds.
 
-Invariants (API contract, gigastep/types.py, rules §15 rows 3 and 19):
+Invariants (API contract, gigastep/game/types.py, rules §15 rows 3 and 19):
 * health in [0, max_health]; alive never returns to True within an episode;
 * alive agents are inside the map [0, limit_x] x [0, limit_y]; altitude in [0, z_max];
 * rewards finite; headings in [-pi, pi);
