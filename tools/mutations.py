@@ -325,16 +325,16 @@ MUTATIONS = [
         "    return jnp.all(jnp.isfinite(fields), axis=0)",
         "ok = jnp.isfinite(agents.x) & jnp.isfinite(agents.y) & jnp.isfinite(agents.z)\n"
         "    return ok & jnp.isfinite(agents.heading) & jnp.isfinite(agents.v)",
-        ("tests/benchmarks/test_hlo_guard.py",),
+        ("tests/tools/test_hlo_guard.py",),
         "the non-finite mask joined elementwise (1734d0f): recomputed in every fusion",
-        command=(sys.executable, "-m", "benchmarks.guard", "--only", "jax_obs_vs_native"),
+        command=(sys.executable, "-m", "tools.guard", "--only", "jax_obs_vs_native"),
     ),
     Mutation(
         "geometry_trig_per_pair",
         "gigastep/game/dynamics.py",
         "return stored(cos_sin(heading))",
         "return cos_sin(heading)",
-        ("tests/benchmarks/test_hlo_guard.py",),
+        ("tests/tools/test_hlo_guard.py",),
         "the headings' cos/sin not stored: recomputed for every pair of agents",
     ),
     Mutation(
@@ -342,9 +342,9 @@ MUTATIONS = [
         "gigastep/game/observations/rgb.py",
         "template=stored(took_damage.astype(jnp.int32)),",
         "template=took_damage.astype(jnp.int32),",
-        ("tests/benchmarks/test_hlo_guard.py",),
+        ("tests/tools/test_hlo_guard.py",),
         "the template index (took damage) not stored: recomputed for every pixel (ff1c8a6)",
-        command=(sys.executable, "-m", "benchmarks.guard", "--only", "rgb_vs_vector"),
+        command=(sys.executable, "-m", "tools.guard", "--only", "rgb_vs_vector"),
     ),
     Mutation(
         "torch_swaps_endings",

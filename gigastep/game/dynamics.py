@@ -88,7 +88,7 @@ def heading_trig(heading: jax.Array) -> jax.Array:
 
     `move`, `interactions.geometry` and the tails of the RGB images all take them from here,
     so within a step these are the same expression of the same headings, which XLA computes
-    once (`tests/benchmarks/test_hlo_guard.py` checks that the step rounds the headings to
+    once (`tests/tools/test_hlo_guard.py` checks that the step rounds the headings to
     quarter turns once)."""
     return stored(cos_sin(heading))
 

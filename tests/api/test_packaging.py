@@ -108,7 +108,11 @@ def test_the_wheel_ships_the_catalogue_and_the_command(wheel):
         scripts = z.read(entry_points).decode()
     for file in ("agent_types.toml", "scenarios.toml", "maps.toml"):
         assert f"gigastep/_envs/{file}" in names
-    assert {"gigastep/scenarios/catalogue.py", "gigastep/cli.py", "gigastep/_util/resources.py"} <= names
+    assert {
+        "gigastep/scenarios/catalogue.py",
+        "gigastep/cli.py",
+        "gigastep/_util/resources.py",
+    } <= names
     assert "gigastep/py.typed" in names  # the PEP 561 marker: type checkers read its hints
     assert re.search(r"^gigastep\s*=\s*gigastep\.cli:main$", scripts, re.M)
 

@@ -333,7 +333,7 @@ def test_ci_installs_lints_and_tests_as_the_readme_and_the_docs_say():
     assert jax_path.startswith("GIGASTEP_NATIVE=0 python -m pytest") and jax_path in ci
     assert lint == "ruff check . && ruff format --check ." and lint in ci
     assert types == "mypy gigastep baselines" and ci.index(lint) < ci.index(types)
-    assert guard == "python -m benchmarks.guard" and ci.index(test) < ci.index(guard)
+    assert guard == "python -m tools.guard" and ci.index(test) < ci.index(guard)
     assert sanitize == "python tools/sanitize_native.py"  # documented, not run by CI
     (docs_build,) = _section_commands(DEVELOPMENT, "Documentation")
     assert docs_build.startswith("mkdocs build --strict") and docs_build in ci

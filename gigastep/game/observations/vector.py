@@ -47,7 +47,7 @@ N_AGENT_FEATURES = 9
 
 # Up to this many agents a counting sort (O(n^3) compares, fully vectorised) beats
 # lax.top_k on CPU; beyond it top_k wins (measured: 0.9 vs 4.3 ms at n = 10, 49 vs 6.5 ms at
-# n = 40, for a batch of games; benchmarks/profile_step.py).
+# n = 40, for a batch of games; tools/profile_step.py).
 _COUNTING_SORT_MAX_AGENTS = 16
 
 

@@ -1,4 +1,4 @@
-"""The same-run performance guard (`benchmarks/guard.py`) and the GPU script (`.ci/gpu`):
+"""The same-run performance guard (`tools/guard.py`) and the GPU script (`.ci/gpu`):
 what they report and refuse, without timing anything."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import guard
+from tools import guard
 
 ROOT = Path(__file__).resolve().parents[2]
 

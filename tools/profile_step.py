@@ -7,9 +7,9 @@ which the fused step avoids, so their sum exceeds the whole step; their ratios s
 where the time goes. The whole step is also timed inside a `lax.scan` (no dispatch cost).
 
 Usage:
-    python -m benchmarks.profile_step                       # 5v5 @1024 and 20v20 @256
-    python -m benchmarks.profile_step --case identical_5_vs_5_fobs_rgb_maps_cont:64
-    python -m benchmarks.profile_step --prng --hlo-dir /tmp/hlo --json profile.json
+    python -m tools.profile_step                       # 5v5 @1024 and 20v20 @256
+    python -m tools.profile_step --case identical_5_vs_5_fobs_rgb_maps_cont:64
+    python -m tools.profile_step --prng --hlo-dir /tmp/hlo --json profile.json
 
 Sections:
     phases  µs per batched call of each phase, % of the whole step, ns per environment.
@@ -896,7 +896,7 @@ def _with_range(rows):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.profile_step", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.profile_step", description=__doc__.split("\n\n")[0]
     )
     add_options(parser, Options)
     opts = options_from_args(Options, parser.parse_args(argv))

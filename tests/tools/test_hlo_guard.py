@@ -7,7 +7,7 @@ When a (games, agents) mask is pulled into a fusion of shape (games, agents, age
 `isfinite` elementwise in `finite_agents`, and the compiled 5v5 step held 25 is-finite ops
 inside the n^3 counting sort and the observation writer, at 0.39x the speed. These tests read
 the optimised HLO of one batched step, so they fail on such a change whatever the machine's
-speed (the timing guard is `python -m benchmarks.guard`).
+speed (the timing guard is `python -m tools.guard`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import jax.numpy as jnp
 import pytest
 
 import gigastep
-from benchmarks.profile_step import (
+from gigastep.game.xla import stored
+from tools.profile_step import (
     abstract_step_hlo,
     count_op,
     fusion_census,
     profile_thunks,
     thunk_times,
 )
-from gigastep.game.xla import stored
 
 BATCH = 256
 SCENARIO = "identical_5_vs_5_pobs_vec_maps_cont"

@@ -42,10 +42,10 @@ the regression it guards against gives: `jax_obs_vs_native` was 0.17 (two runs) 
 elementwise non-finite mask of commit 1734d0f, against 0.39-0.43 after the fix.
 
 Usage:
-    python -m benchmarks.guard                 # all ratios, ~1-2 min on 2 cores
-    python -m benchmarks.guard --only jax_obs_vs_native --json guard.json
-    python -m benchmarks.guard --list          # the ratios, floors and measured values
-    python -m benchmarks.guard --trace jax_rgb --seconds 40   # one program's speed, second
+    python -m tools.guard                 # all ratios, ~1-2 min on 2 cores
+    python -m tools.guard --only jax_obs_vs_native --json guard.json
+    python -m tools.guard --list          # the ratios, floors and measured values
+    python -m tools.guard --trace jax_rgb --seconds 40   # one program's speed, second
                                                # by second (see FRESH)
 Exit status: 0 when every ratio is at or above its floor, 1 otherwise.
 """
@@ -410,7 +410,7 @@ def split_by_cpus(ratios: tuple[Ratio, ...]) -> tuple[tuple[Ratio, ...], tuple[R
 
 
 def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) -> list[Row] | None:
-    """Rows of ratios `names` measured by `python -m benchmarks.guard` in a new process (with
+    """Rows of ratios `names` measured by `python -m tools.guard` in a new process (with
     `one_cpu`, pinned to the first CPU of this one's), its printed lines passed on; None when it
     wrote no rows."""
     import json
@@ -422,7 +422,7 @@ def _child_rows(names: list[str], repeats: int, attempts: int, one_cpu: bool) ->
         cmd = [
             sys.executable,
             "-m",
-            "benchmarks.guard",
+            "tools.guard",
             "--only",
             *names,
             "--repeats",
@@ -566,7 +566,7 @@ def _trace_line(row: Row) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.guard", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.guard", description=__doc__.split("\n\n")[0]
     )
     names = [r.name for r in RATIOS]
     parser.add_argument(
