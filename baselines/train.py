@@ -7,7 +7,7 @@ Each update:
        episode starts; scripted opponents act inside the step. The learners' rows go into
        their `RolloutBuffer`; truncated episodes get the value of their final observation;
        win/draw/loss counts per opponent kind accumulate on the device.
-    2. GAE on the buffer (`baselines.rollout.compute_gae`).
+    2. GAE on the buffer (`baselines.buffer.compute_gae`).
     3. `epochs` passes; each pass cuts the learner's agents into `minibatches` random groups
        and replays their whole sequences from the state at the rollout's start
        (`ActorCritic.evaluate`, the S5 parallel scan), then takes one clipped-PPO step.
@@ -31,15 +31,14 @@ import numpy as np
 import torch
 
 from baselines import noise
+from baselines.buffer import RolloutBuffer
 from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
 from baselines.distributed import Dist
 from baselines.envs import GameSpec, gigastep_game
 from baselines.evaluator import Evaluator
 from baselines.loss import ppo_loss
-from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
-from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.opponents import (
+from baselines.matchmaking import (
     FrozenPlayer,
     OpponentPool,
     PoolPlayer,
@@ -47,8 +46,9 @@ from baselines.opponents import (
     check_file_opponent,
     make_plan,
 )
+from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
+from baselines.normalize import ObsNormalizer, RewardScaler
 from baselines.policies import ActorCritic, PolicySpec
-from baselines.rollout import RolloutBuffer
 from baselines.schedule import LRSchedule
 from baselines.valuenorm import normalized_value_terms, update_value_norm
 

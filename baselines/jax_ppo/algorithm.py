@@ -1,4 +1,4 @@
-r"""GAE and the clipped PPO loss in JAX: pure functions, the twins of `baselines.rollout.
+r"""GAE and the clipped PPO loss in JAX: pure functions, the twins of `baselines.buffer.
 compute_gae` and `baselines.loss.ppo_loss` (same maths, same masking; see their docs)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def compute_gae(rewards, values, cont, boot, final_values, next_values, gamma, l
 
     Args:
         rewards, values, final_values: float32 [T, N].
-        cont, boot: bool [T, N] (see `baselines.rollout`).
+        cont, boot: bool [T, N] (see `baselines.buffer`).
         next_values: float32 [N], the values after the last step.
         gamma, lam: discount and GAE lambda (floats or traced scalars).
 

@@ -1,8 +1,8 @@
 """Frozen opponents inside the JAX trainer's compiled update: checkpoint files and past
-snapshots of the learner (the pool), the twins of `baselines.opponents.FrozenPlayer`,
+snapshots of the learner (the pool), the twins of `baselines.matchmaking.FrozenPlayer`,
 `PoolPlayer` and `OpponentPool`.
 
-Who plays where is the PyTorch trainer's match plan (`baselines.opponents.make_plan`): the
+Who plays where is the PyTorch trainer's match plan (`baselines.matchmaking.make_plan`): the
 same slices and the same `frozen<i>` players on the same rows. Only where their state lives
 differs: everything a frozen player needs is in the `TrainState` pytree (under ``frozen``
 and ``pool``), so `--seeds K` vmaps it and a checkpoint resumes it exactly.

@@ -72,7 +72,7 @@ def make_setup(config: PPOConfig) -> Setup:
     """
     import gigastep
     from baselines.envs import game_spec_from_config, parse_overrides, unshaped_config
-    from baselines.opponents import Rows, make_plan
+    from baselines.matchmaking import Rows, make_plan
     from baselines.train import policy_spec
 
     validate(config)
@@ -121,7 +121,7 @@ def make_setup(config: PPOConfig) -> Setup:
 def _frozen_player(name: str, opponent, spec, rows, seats: int) -> frozen.Frozen:
     """The `Frozen` player `name` of the plan: a pool part, or a checkpoint file's policy
     (loaded and checked against the run's policy, as the PyTorch trainer checks it)."""
-    from baselines.opponents import check_file_opponent
+    from baselines.matchmaking import check_file_opponent
 
     where = dict(rows=rows.index.numpy(), row_game=rows.game.numpy(), row_type=rows.type_id.numpy())
     if opponent.kind == "pool":

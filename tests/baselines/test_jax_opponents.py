@@ -20,8 +20,8 @@ import torch
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.jax_ppo import convert, frozen, policy, running
 from baselines.jax_ppo.trainer import JaxTrainer
+from baselines.matchmaking import PoolPlayer
 from baselines.normalize import ObsNormalizer
-from baselines.opponents import PoolPlayer
 from baselines.policies import ActorCritic, PolicySpec
 from tests.baselines.test_jax_ppo import TINY, _spec, _tiny
 

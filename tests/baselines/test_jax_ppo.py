@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 
+from baselines.buffer import compute_gae
 from baselines.checkpoint import load_checkpoint, load_policy
 from baselines.config import PPOConfig
 from baselines.jax_ppo import algorithm, convert, policy, running, update
@@ -33,7 +34,6 @@ from baselines.jax_ppo.trainer import JaxTrainer, make_setup
 from baselines.jax_ppo.update import initial_state, rollout
 from baselines.loss import ppo_loss
 from baselines.policies import ActorCritic, PolicySpec
-from baselines.rollout import compute_gae
 from baselines.valuenorm import ValueNorm, normalized_value_terms
 from tests.baselines.eval_checks import check_evaluations
 

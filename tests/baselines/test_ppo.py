@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from baselines.buffer import compute_gae
 from baselines.checkpoint import atomic_save, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, parse_opponents, validate
 from baselines.envs import GameSpec
 from baselines.loss import ppo_loss
+from baselines.matchmaking import make_plan
 from baselines.normalize import RewardScaler, RunningMeanStd
-from baselines.opponents import make_plan
 from baselines.policies import ActorCritic, PolicySpec
-from baselines.rollout import compute_gae
 
 # ------------------------------------------------------------------------------------------
 # GAE

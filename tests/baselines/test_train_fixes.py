@@ -16,8 +16,8 @@ import torch
 from baselines.checkpoint import load_checkpoint
 from baselines.config import PPOConfig, validate
 from baselines.evaluator import eval_opponents
+from baselines.matchmaking import PoolPlayer
 from baselines.metrics import MetricsLogger
-from baselines.opponents import PoolPlayer
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.ppo import main, parse_args
 from baselines.probes import MemoryProbe
