@@ -24,8 +24,9 @@ import pytest
 import gigastep
 from gigastep.env import GigastepEnv
 from gigastep.game.maps import map_set_names
+from gigastep.game.types import REWARD_FIELDS
 from gigastep.scenarios import ScenarioBuilder, make_config
-from gigastep.types import REWARD_FIELDS, EnvConfig, EnvState
+from gigastep.types import EnvConfig, EnvState
 
 TEAMS = (0, 0, 1, 1)
 N = len(TEAMS)
