@@ -13,8 +13,12 @@ gigastep train ...                    python -m baselines.ppo ...
 
 Every command validates its arguments before any compute and fails with one line that names
 the bad value and the closest valid ones (exit status 2), never a traceback (set
-GIGASTEP_DEBUG=1 to see one). Heavy modules (JAX included) are imported only by the commands
-that need them.
+GIGASTEP_DEBUG=1 to see one). That includes files: every input file is read and checked
+(a truncated replay, missing metadata) and every output path is checked (its folder exists
+and takes a file, it is not a folder or a device, the disk is not full, a video fits in
+memory) before any game is played; a write that fails anyway later (the disk filled up
+meanwhile) is one line too, and leaves no partial file. Heavy modules (JAX included) are
+imported only by the commands that need them.
 """
 
 from __future__ import annotations
@@ -23,22 +27,29 @@ import argparse
 import difflib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from gigastep._util.environ import flag
 from gigastep.game.types import PER_AGENT_FIELDS
 
 if TYPE_CHECKING:
     from gigastep.env import GigastepEnv
     from gigastep.eval.matches import Player
     from gigastep.game.types import EnvConfig
+    from gigastep.viz.replay import Replay
 
 _T = TypeVar("_T")
 
 __all__ = ["main"]
 
 DEFAULT_STEPS = 200
+MIN_FREE = 1 << 20
+"""Bytes an output folder must have free: with less, the disk is called full before any
+compute (a write that fails later for want of space is still one line)."""
 FORWARD = {"bench": "benchmarks.report", "train": "baselines.ppo"}
 """Commands that run another module of the repository, and the module they run."""
 
@@ -119,7 +130,7 @@ def _video_path(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".gif", ".mp4"):
         raise CommandError(f"--out {path!r}: a video file name ends in .gif or .mp4")
-    _check_folder(path)
+    _check_output(path, "--out")
     if ext == ".mp4":
         try:
             import imageio  # noqa: F401
@@ -132,10 +143,98 @@ def _video_path(path: str) -> str:
     return path
 
 
-def _check_folder(path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def _check_folder_writable(folder: str, option: str, path: str) -> None:
+    """`folder` exists, takes a new file (tried: a folder can be read-only, or not ours) and
+    has MIN_FREE bytes free."""
     if not os.path.isdir(folder):
-        raise CommandError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+        raise CommandError(f"cannot write {option} {path!r}: the folder {folder!r} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".gigastep-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise CommandError(
+            f"cannot write {option} {path!r}: no file can be created in {folder!r} ({err.strerror})"
+        ) from None
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE:
+        raise CommandError(
+            f"cannot write {option} {path!r}: {folder!r} has {_size(free)} free, "
+            f"and at least {_size(MIN_FREE)} are needed"
+        )
+
+
+def _check_output(path: str, option: str) -> None:
+    """Fail now, before any compute, if the file `path` (of `option`) cannot be written."""
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path!r} is a folder; give a file name")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise CommandError(
+            f"{option} {path!r} exists and is not a plain file (a device, socket or broken "
+            "link would be replaced); give another name"
+        )
+    _check_folder_writable(os.path.dirname(os.path.abspath(path)), option, path)
+
+
+def _check_output_folder(folder: str, option: str, names: Iterable[str]) -> None:
+    """Fail now if the files `names` cannot be written into `folder` (created if missing)."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise CommandError(f"{option} {folder!r} is a file, not a folder")
+    if os.path.isdir(folder):
+        for name in names:
+            _check_output(os.path.join(folder, name), option)
+        return
+    parent = os.path.dirname(os.path.abspath(folder))
+    while not os.path.lexists(parent):  # the nearest existing folder creates the rest
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise CommandError(f"cannot create {option} {folder!r}: {parent!r} is not a folder")
+    _check_folder_writable(parent, option, folder)
+
+
+def _memory() -> int | None:
+    """This machine's physical memory in bytes (None where it cannot be asked)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+GIF_MAX = 65535
+"""The largest width and height a GIF can have."""
+
+
+def _check_video_size(
+    env: GigastepEnv, agents: tuple[int, ...], scale: int, steps: int, out: str, what: str
+) -> None:
+    """Refuse, before playing, a video whose frames cannot be held in memory or written:
+    `what` names the options that decide its size (e.g. "--scale 4, --steps 200")."""
+    from gigastep.viz.render import FrameRenderer
+
+    limit = env.config.max_episode_length
+    frames = 1 + (steps if limit is None else min(steps, limit))
+    height, width, _ = FrameRenderer(env, agents, scale=scale).shape
+    if out.lower().endswith(".gif") and max(height, width) > GIF_MAX:
+        raise CommandError(
+            f"{what}: frames of {width}x{height} pixels, and a GIF is at most "
+            f"{GIF_MAX}x{GIF_MAX}; choose a smaller scale"
+        )
+    total = frames * height * width * 3
+    memory = _memory()
+    if memory is not None and 2 * total > memory:
+        raise CommandError(
+            f"{what}: {frames} frames of {width}x{height} pixels need {_size(total)} of "
+            f"memory, twice that is more than this machine's {_size(memory)}; choose a "
+            "smaller scale or fewer steps"
+        )
 
 
 class _Progress:
@@ -276,9 +375,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
     out = _video_path(args.out)
     if args.save_replay:
-        _check_folder(args.save_replay)
+        _check_output(args.save_replay, "--save-replay")
     env = _env(args.name, args.set)
     agents = _default_agents(env, args.agents)
+    _check_video_size(
+        env, agents, args.scale, args.steps, out, f"--scale {args.scale}, --steps {args.steps}"
+    )
     players = (resolve_player(args.policy, args.device), resolve_player(args.opponent, args.device))
     overrides = _overrides(args.set)
     rec = _with_progress(
@@ -308,21 +410,59 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from gigastep.viz.render import recording_frames, save_video
-    from gigastep.viz.replay import Replay
+    from gigastep.viz.replay import Replay, check_agents
 
     out = _video_path(args.out)
     replay = Replay.load(args.file)
-    options = replay.render_options
-    scale = args.scale or int(options.get("scale", 4))
-    fps = args.fps or float(options.get("fps", 10.0))
-    rec = replay.simulate(agents=args.agents)
+    scale = args.scale or _render_option(replay.render_options, "scale", 4, args.file)
+    fps = args.fps or _render_option(replay.render_options, "fps", 10.0, args.file)
+    env = _replay_env(replay, args.file)
+    agents = check_agents(env, replay.agents if args.agents is None else args.agents)
+    _check_video_size(env, agents, scale, replay.steps, out, f"{args.file!r} at scale {scale}")
+    rec = replay.simulate(agents=agents)
     frames = recording_frames(rec, scale)
-    save_video(frames, out, int(fps))
+    save_video(frames, out, fps)
     print(
         f"wrote {out}: {len(frames)} frames, {rec.steps} steps of {replay.scenario} "
         f"(seed {replay.seed}), re-simulated exactly"
     )
     return 0
+
+
+def _replay_env(replay: Replay, path: str) -> GigastepEnv:
+    """The replay's game (`Replay.env`), its errors naming the file."""
+    try:
+        return replay.env()
+    except (ValueError, TypeError) as err:  # the game changed, an unknown override, ...
+        raise CommandError(f"{path!r}: {err}") from None
+
+
+def _render_option(options: dict[str, Any], key: str, default: float, path: str) -> Any:
+    """The replay's recorded scale (a positive integer) or fps (a positive number)."""
+    value = options.get(key, default)
+    kind = int if key == "scale" else (int, float)
+    if not isinstance(value, kind) or isinstance(value, bool) or not value > 0:
+        what = "a positive integer" if key == "scale" else "a positive number"
+        raise CommandError(
+            f"{path!r}: its render option {key} is {value!r}, expected {what} (or give --{key})"
+        )
+    return value
+
+
+WINDOW_MAX = 16384
+"""The largest window side SDL (pygame) opens on common displays and drivers."""
+
+
+def _check_window(env: GigastepEnv, agents: tuple[int, ...], scale: int) -> None:
+    """Refuse, before building the game, a window larger than a display can open."""
+    from gigastep.viz.render import FrameRenderer
+
+    height, width, _ = FrameRenderer(env, agents, scale=scale).shape
+    if max(height, width) > WINDOW_MAX:
+        raise CommandError(
+            f"--scale {scale}: a window of {width}x{height} pixels, and the largest that "
+            f"opens is {WINDOW_MAX}x{WINDOW_MAX}; choose a smaller scale"
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -352,7 +492,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from gigastep.eval.matches import evaluate, resolve_player
 
     if args.json:
-        _check_folder(args.json)
+        _check_output(args.json, "--json")
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
     _check_name(scenario)
@@ -376,6 +516,17 @@ def _cmd_league(args: argparse.Namespace) -> int:
 
     if len(args.players) < 2:
         raise CommandError(f"a league needs at least 2 players, got {args.players}")
+    from gigastep.eval.ratings import FILES
+
+    _check_output_folder(args.out, "--out", FILES)
+    try:  # what writing the ratings and the heat map will need
+        import matplotlib  # noqa: F401
+        import scipy.optimize  # noqa: F401
+    except ImportError as err:
+        raise CommandError(
+            f"the league's ratings and heat map need scipy and matplotlib ({err}): "
+            "pip install 'gigastep[eval]'"
+        ) from None
     players = [resolve_player(p, args.device) for p in args.players]
     scenario = _match_scenario(args, players)
     _check_name(scenario)
@@ -405,10 +556,11 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
     _pygame()  # the extra is needed: say so before building the game
     if args.save_replay:
-        _check_folder(args.save_replay)
+        _check_output(args.save_replay, "--save-replay")
     env = _env(args.name, args.set)
     if not 0 <= args.agent < env.n_agents:
         raise CommandError(f"--agent {args.agent}: this game has agents 0..{env.n_agents - 1}")
+    _check_window(env, (args.agent,) if env.obs_type != "vector" else (), args.scale)
     team = env.config.teams[args.agent]
     players = [args.teammates, args.opponent] if team == 0 else [args.opponent, args.teammates]
     game = GameRunner(args.name, players, args.seed, _overrides(args.set), args.device)
@@ -427,10 +579,13 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
     _pygame()
     if os.path.isfile(args.source) and not args.source.endswith(".toml"):
-        viewer = Viewer.for_replay(Replay.load(args.source), fps=args.fps, scale=args.scale)
+        replay = Replay.load(args.source)
+        _check_window(_replay_env(replay, args.source), replay.agents, args.scale)
+        viewer = Viewer.for_replay(replay, fps=args.fps, scale=args.scale)
     else:
         env = _env(args.source, args.set)
         agents = _default_agents(env, args.agents)
+        _check_window(env, agents, args.scale)
         game = GameRunner(
             args.source, (args.policy, args.opponent), args.seed, _overrides(args.set), args.device
         )
@@ -670,19 +825,42 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in FORWARD:  # everything after the command belongs to the target
         return _forward(argv[0], argv[1:])
     try:
+        debug = flag("GIGASTEP_DEBUG", False)  # developers: the traceback instead of one line
+    except ValueError as err:
+        print(f"gigastep: error: {err}", file=sys.stderr)
+        return 2
+    try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse exits on --help, --version and usage errors
         return int(exit_.code or 0)
     try:
         return args.run(args)
-    except (CommandError, ValueError, TypeError, FileNotFoundError, ImportError) as err:
-        if os.environ.get("GIGASTEP_DEBUG"):  # developers: the traceback instead
+    except (
+        CommandError,
+        ValueError,
+        TypeError,
+        OSError,
+        ImportError,
+        MemoryError,
+        RuntimeError,
+    ) as err:
+        # OSError: a file that could not be read or written (its name is in the message);
+        # RuntimeError: XLA's or torch's (out of device memory, say)
+        if debug:
             raise
-        print(f"gigastep {args.command}: error: {err}", file=sys.stderr)
+        print(f"gigastep {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gigastep: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """The message of `err` on one line (a compiler's or a parser's may have several)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, MemoryError):
+        return f"out of memory ({text}); try fewer games at once (--batch) or a smaller scale"
+    return text
 
 
 if __name__ == "__main__":

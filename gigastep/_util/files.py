@@ -15,8 +15,22 @@ __all__ = ["atomic_path", "write_text"]
 def atomic_path(path: str | os.PathLike[str], suffix: str | None = None) -> Iterator[str]:
     """Yield a temporary path beside `path` (same suffix, so writers that pick a format by
     extension still do); it replaces `path` when the block ends without an exception and is
-    removed otherwise."""
+    removed otherwise.
+
+    Raises:
+        FileNotFoundError: the folder of `path` does not exist.
+        IsADirectoryError: `path` is a folder.
+        FileExistsError: `path` exists and is not a plain file (a device such as /dev/null,
+            a pipe, a socket: the rename would replace it, even /dev/null for root).
+    """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path!r}: it is a folder")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise FileExistsError(
+            f"cannot write {path!r}: it exists and is not a plain file (a device, pipe, socket "
+            "or broken link would be replaced)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"cannot write {path!r}: the folder {folder!r} does not exist")

@@ -14,12 +14,22 @@ derivation, which a replay repeats to re-simulate the game bit for bit:
 
 A replay file stores the scenario (its name as given to `gigastep.make`, any EnvConfig
 overrides, and the config hash), the seed, the players' names, the ego views shown, and the
-actions of every step (`env.step` is pure, so nothing else is needed), plus the final episode
-returns and step count to check the re-simulation against. It is a compressed `.npz` of plain
-arrays, read with `allow_pickle=False`; `FORMAT_VERSION` is stored with it. Re-simulation is
-exact on the same platform and library versions (XLA may round differently elsewhere);
-`Replay.simulate` checks it and says so if the game diverged. Loading a replay whose scenario
-now has a different hash (its catalogue entry changed) fails with both hashes.
+actions of every step (`env.step` is pure, so nothing else is needed), plus what the
+re-simulation is checked against: the final episode returns, the step count and the SHA-256
+of the final state (every agent's position, heading, health, ...; `state_sha256`). It is a
+compressed `.npz` of plain arrays, read with `allow_pickle=False`; `FORMAT_VERSION` is stored
+with it. Re-simulation is exact on the same platform and library versions (XLA may round
+differently elsewhere); `Replay.simulate` checks it and says so if the game diverged. Loading
+a replay whose scenario now has a different hash (its catalogue entry changed) fails with both
+hashes.
+
+Integrity: the file also holds `digest`, the SHA-256 of everything else in it (`_digest`:
+format, version, metadata, actions, final returns, final state's hash), and `Replay.load`
+refuses a file whose content no longer has it (ReplayError naming the file). An edited
+action is thus caught by the digest, or, if the digest was recomputed too, by the
+re-simulation, whose final state differs from the recorded one. Files written before the
+digest existed (no `digest` array) still load, with a `ReplayWarning`: they are checked only
+by their re-simulation.
 
 `save_state` / `load_state` store one `EnvState` (single or batched) as `.npz`.
 """
@@ -27,8 +37,12 @@ now has a different hash (its catalogue entry changed) fails with both hashes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import warnings
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -70,11 +84,13 @@ __all__ = [
     "Recording",
     "Replay",
     "ReplayError",
+    "ReplayWarning",
     "load_replay",
     "load_state",
     "make_env",
     "record_game",
     "save_state",
+    "state_sha256",
 ]
 
 FORMAT_VERSION = 1
@@ -85,6 +101,10 @@ STATE_FORMAT = "gigastep-state-1"
 
 class ReplayError(ValueError):
     """A replay that cannot be loaded or re-simulated (message says why)."""
+
+
+class ReplayWarning(UserWarning):
+    """A replay loaded without its integrity check (a file written before the digest)."""
 
 
 def make_env(scenario: str | GigastepEnv, overrides: dict[str, Any] | None = None) -> GigastepEnv:
@@ -331,6 +351,7 @@ def _replay_of(
         final_returns=np.asarray(final.episode.returns, np.float32),
         final_step=int(final.episode.step),
         platform=_platform(),
+        final_state_sha256=state_sha256(final),
     )
 
 
@@ -443,6 +464,74 @@ def _platform() -> str:
     return f"{jax.default_backend()}, jax {jax.__version__}, {platform.machine()}"
 
 
+def _update(digest: Any, name: str, array: npt.ArrayLike) -> None:
+    """Hash one named array: its name, dtype, shape and bytes (C order)."""
+    array = np.ascontiguousarray(array)
+    head = json.dumps([name, array.dtype.str, list(array.shape)])
+    digest.update(head.encode())
+    digest.update(b"\0")
+    digest.update(array.tobytes())
+    digest.update(b"\0")
+
+
+def state_sha256(state: EnvState) -> str:
+    """The SHA-256 of an `EnvState`: every field's name, dtype, shape and bytes, so two states
+    have the same hash only if they are equal bit for bit."""
+    digest = hashlib.sha256()
+    for name, array in sorted(_flat(state).items()):
+        _update(digest, name, array)
+    return digest.hexdigest()
+
+
+def _digest(arrays: Mapping[str, npt.ArrayLike]) -> str:
+    """The SHA-256 of a replay file's arrays, all but `digest` itself, in name order."""
+    digest = hashlib.sha256(b"gigastep-replay-digest-1\0")
+    for name in sorted(arrays):
+        if name != "digest":
+            _update(digest, name, arrays[name])
+    return digest.hexdigest()
+
+
+_META: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "scenario": (str, "a scenario name"),
+    "config_hash": (str, "the scenario's hash"),
+    "seed": (int, "an integer"),
+    "players": (list, "[team 0's player, team 1's player]"),
+    "agents": (list, "a list of agent indices"),
+    "overrides": (dict, "an object of EnvConfig fields"),
+    "final_step": ((int, type(None)), "an integer or null"),
+}
+"""The metadata every replay holds: key -> (JSON type, what it must be)."""
+
+
+def _check_meta(path: str, meta: object) -> dict[str, Any]:
+    if not isinstance(meta, dict):
+        raise ReplayError(f"{path!r}: its metadata is {type(meta).__name__}, not an object")
+    missing = [key for key in _META if key not in meta]
+    if missing:
+        raise ReplayError(
+            f"{path!r}: its metadata lacks {', '.join(missing)} (a replay holds {', '.join(_META)})"
+        )
+    for key, (kind, what) in _META.items():
+        value = meta[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ReplayError(f"{path!r}: metadata {key} is {value!r}, expected {what}")
+    players, agents = meta["players"], meta["agents"]
+    if len(players) != 2 or not all(isinstance(p, str) for p in players):
+        raise ReplayError(
+            f"{path!r}: metadata players is {players!r}, expected {_META['players'][1]}"
+        )
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in agents):
+        raise ReplayError(f"{path!r}: metadata agents is {agents!r}, expected agent indices")
+    for key in ("render_options", "platform"):
+        kind = dict if key == "render_options" else str
+        if key in meta and not isinstance(meta[key], kind):
+            raise ReplayError(
+                f"{path!r}: metadata {key} is {meta[key]!r}, expected {kind.__name__}"
+            )
+    return meta
+
+
 @dataclass
 class Replay:
     """Everything needed to play a recorded game again (module docstring)."""
@@ -459,6 +548,7 @@ class Replay:
     platform: str = ""
     render_options: dict[str, Any] = field(default_factory=dict)  # how it was shown (scale, fps)
     version: int = FORMAT_VERSION
+    final_state_sha256: str | None = None  # `state_sha256` of the recording's final state
 
     @property
     def steps(self) -> int:
@@ -485,37 +575,89 @@ class Replay:
         }
         if self.final_returns is not None:
             arrays["final_returns"] = np.asarray(self.final_returns, np.float32)
+        if self.final_state_sha256 is not None:
+            arrays["final_state_sha256"] = np.asarray(self.final_state_sha256)
+        arrays["digest"] = np.asarray(_digest(arrays))
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as f:
                 np.savez_compressed(f, **arrays)
 
     @classmethod
     def load(cls, path: StrPath) -> Replay:
-        """Read a replay file (no pickle); see `env` for the scenario check."""
+        """Read a replay file (no pickle); see `env` for the scenario check.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ReplayError: not a replay (truncated, another file, another format version), its
+                content does not have the digest it records (edited since it was written),
+                or its metadata or arrays lack a key or have the wrong type; the message
+                names the file.
+
+        Warns:
+            ReplayWarning: the file has no digest (written before digests existed).
+        """
         path = os.fspath(path)
         arrays = _read_npz(path, "replay file", ReplayError)
         if str(arrays.get("format", "")) != "gigastep-replay" or "meta" not in arrays:
             raise ReplayError(f"{path!r} is not a Gigastep replay (arrays: {sorted(arrays)})")
-        version = int(arrays["version"])
+        try:
+            version = int(arrays.get("version", -1))
+        except (TypeError, ValueError):
+            raise ReplayError(
+                f"{path!r}: its version is {arrays['version']!r}, not a number"
+            ) from None
         if version != FORMAT_VERSION:
             raise ReplayError(
                 f"{path!r} is a replay of format version {version}; this Gigastep reads "
                 f"version {FORMAT_VERSION}"
             )
-        meta = json.loads(str(arrays["meta"]))
+        if "digest" in arrays:
+            recorded, actual = str(arrays["digest"]), _digest(arrays)
+            if recorded != actual:
+                raise ReplayError(
+                    f"{path!r} was changed after it was written: its content's SHA-256 is "
+                    f"{actual}, not the {recorded[:64]!r} it records"
+                )
+        else:
+            warnings.warn(
+                f"{path!r} has no digest (written by Gigastep 0.1.0 or older): its integrity is "
+                "checked only by re-simulating it",
+                ReplayWarning,
+                stacklevel=2,
+            )
+        try:
+            meta = json.loads(str(arrays["meta"]))
+        except json.JSONDecodeError as err:
+            raise ReplayError(f"{path!r}: its metadata is not JSON ({err})") from None
+        meta = _check_meta(path, meta)
+        actions = arrays.get("actions")
+        if actions is None or actions.dtype not in (np.int32, np.float32) or actions.ndim < 2:
+            raise ReplayError(
+                f"{path!r}: its actions are "
+                f"{'missing' if actions is None else f'{actions.dtype} {actions.shape}'}, "
+                "expected (steps, agents) int32 or (steps, agents, 3) float32"
+            )
+        returns = arrays.get("final_returns")
+        if returns is not None and (returns.dtype != np.float32 or returns.ndim != 1):
+            raise ReplayError(
+                f"{path!r}: its final_returns are {returns.dtype} {returns.shape}, expected "
+                "(agents,) float32"
+            )
+        sha = arrays.get("final_state_sha256")
         return cls(
             scenario=meta["scenario"],
             config_hash=meta["config_hash"],
-            seed=int(meta["seed"]),
-            actions=arrays["actions"],
-            players=tuple(meta["players"]),
+            seed=meta["seed"],
+            actions=actions,
+            players=(meta["players"][0], meta["players"][1]),
             agents=tuple(meta["agents"]),
             overrides=meta["overrides"],
-            final_returns=arrays.get("final_returns"),
+            final_returns=returns,
             final_step=meta["final_step"],
             platform=meta.get("platform", ""),
             version=version,
             render_options=meta.get("render_options", {}),
+            final_state_sha256=None if sha is None else str(sha),
         )
 
     def env(self) -> GigastepEnv:
@@ -573,30 +715,34 @@ class Replay:
         return rec
 
     def _check(self, rec: Recording) -> None:
-        final = rec.states.episode
-        returns = np.asarray(final.returns[-1])
+        final = jax.tree_util.tree_map(lambda x: x[-1], rec.states)
+        returns = np.asarray(final.episode.returns)
         same_steps = len(rec.actions) == self.steps
-        same = same_steps and (
-            self.final_returns is None or np.array_equal(returns, self.final_returns)
-        )
-        if not same:
+        same_returns = self.final_returns is None or np.array_equal(returns, self.final_returns)
+        sha = state_sha256(final) if self.final_state_sha256 is not None else None
+        if not (same_steps and same_returns and sha == self.final_state_sha256):
+            state = "" if sha == self.final_state_sha256 else ", a different final state"
             raise ReplayError(
                 "the re-simulated game differs from the recording (final returns "
                 f"{returns.tolist()} vs {np.asarray(self.final_returns).tolist()}, "
-                f"{len(rec.actions)} vs {self.steps} steps). Replays are exact on the platform "
-                f"they were recorded on ({self.platform}); this is {_platform()}"
+                f"{len(rec.actions)} vs {self.steps} steps{state}). Replays are exact on the "
+                f"platform they were recorded on ({self.platform}); this is {_platform()}"
             )
 
 
 def _read_npz(path: str, what: str, error: type[Exception]) -> dict[str, np.ndarray]:
     """Every array of an .npz file, read without pickle; `error` if it is not one."""
+    if os.path.isdir(path):
+        raise error(f"{path!r} is a folder, not a Gigastep {what}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {what} {path!r}")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as err:
-        raise error(f"{path!r} is not a Gigastep {what} (not a plain .npz: {err})") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise error(
+            f"{path!r} is not a Gigastep {what} (not a plain .npz, or truncated: {err})"
+        ) from None
 
 
 def load_replay(path: StrPath) -> Replay:

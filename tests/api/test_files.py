@@ -39,3 +39,17 @@ def test_a_write_replaces_the_old_file_whole(tmp_path):
     _files.write_text(target, "new\n")
     assert target.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
+
+
+def test_a_folder_or_a_device_is_never_replaced(tmp_path):
+    (tmp_path / "out.gif").mkdir()
+    with pytest.raises(IsADirectoryError, match="out.gif': it is a folder"):
+        _files.write_text(tmp_path / "out.gif", "x")
+    assert (tmp_path / "out.gif").is_dir()
+    os.mkfifo(tmp_path / "pipe.json")
+    with pytest.raises(FileExistsError, match="pipe.json': it exists and is not a plain file"):
+        _files.write_text(tmp_path / "pipe.json", "x")
+    (tmp_path / "dangling.csv").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError, match="not a plain file"):
+        _files.write_text(tmp_path / "dangling.csv", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.csv", "out.gif", "pipe.json"]

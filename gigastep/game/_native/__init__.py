@@ -20,7 +20,10 @@ per process (`xla_fuses_multiply_add`) and the kernels are compiled to do the sa
 The shared library is built with the system C++ compiler the first time a CPU step needs it
 (a few seconds) and cached under ``$GIGASTEP_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/gigastep`` or ``~/.cache/gigastep``), keyed by the source, the jaxlib
-version, the compiler and its flags. Without a compiler, or with ``GIGASTEP_NATIVE=0``, the
+version, the compiler and its flags. A cached library is loaded only if it and its folder
+belong to this user and no one else can write them, and if its SHA-256 is the one recorded
+when it was built; otherwise it is rebuilt, and an unsafe folder is replaced by a private
+one, with a warning (docs/install.md). Without a compiler, or with ``GIGASTEP_NATIVE=0``, the
 pure JAX path runs: same observations, slower (see docs/install.md, "Native CPU kernel").
 ``GIGASTEP_NATIVE_FLAGS`` adds compiler flags (split as a shell would; they enter the cache
 key), for instance the sanitizer build of tools/sanitize_native.py.
@@ -28,12 +31,14 @@ key), for instance the sanitizer build of tools/sanitize_native.py.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -42,6 +47,8 @@ import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from gigastep._util.environ import flag
 
 __all__ = ["BuildError", "build_library", "enabled", "load", "status", "xla_fuses_multiply_add"]
 
@@ -56,8 +63,9 @@ _TARGETS = {
 }
 # -ffp-contract=off: the compiler fuses no multiply-add of its own accord; the kernels fuse
 # exactly where XLA does (`xla_fuses_multiply_add`), so every result matches XLA's bit for
-# bit. No -march=native: a cache shared by machines of a cluster must not hold code that
-# some of them cannot run (-mfma is added only where XLA itself fuses, i.e. the host has it).
+# bit. No -march=native: one user's cache on a disk that several machines mount must not
+# hold code that some of them cannot run (-mfma is added only where XLA itself fuses, i.e.
+# the host has it; it enters the cache key).
 _FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-w"]
 _lock = threading.Lock()
 
@@ -67,8 +75,13 @@ class BuildError(RuntimeError):
 
 
 def enabled() -> bool:
-    """Whether the native kernels may be used (``GIGASTEP_NATIVE`` is not 0/false/off)."""
-    return os.environ.get("GIGASTEP_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+    """Whether the native kernels may be used: ``GIGASTEP_NATIVE`` unset, empty or on
+    (1/true/yes/on); 0/false/no/off switch them off.
+
+    Raises:
+        ValueError: ``GIGASTEP_NATIVE`` has another value (`gigastep._util.environ.flag`).
+    """
+    return flag("GIGASTEP_NATIVE", True)
 
 
 def _compiler() -> str | None:
@@ -136,14 +149,161 @@ def xla_fuses_multiply_add() -> bool | None:
 
 
 def _cache_dir() -> Path:
+    """The cache folder asked for: ``$GIGASTEP_CACHE_DIR``, else the per-user default."""
     if os.environ.get("GIGASTEP_CACHE_DIR"):
         return Path(os.environ["GIGASTEP_CACHE_DIR"])
+    return _user_cache_dir()
+
+
+def _user_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gigastep"
 
 
+def _owner_problem(path: Path, st: os.stat_result) -> str | None:
+    """Why a file or folder with this stat is not this user's alone (None if it is)."""
+    if not hasattr(os, "getuid"):  # Windows: no POSIX owners and modes to check
+        return None
+    if st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"{path} can be written by other users (mode {stat.filemode(st.st_mode)}); "
+            "it must be writable by its owner only"
+        )
+    return None
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why libraries in `folder` may not be trusted, or None: it must be a folder owned by
+    this user that no one else can write to (else anyone could plant a library in it)."""
+    try:
+        st = os.stat(folder)
+    except OSError as err:
+        return f"{folder} cannot be read ({err.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    problem = _owner_problem(folder, st)
+    if problem is not None or not hasattr(os, "getuid"):
+        return problem
+    # Whoever can write to a folder above it can swap it for their own between the checks
+    # and the load, unless that folder is sticky (as /tmp is: entries are renamed only by
+    # their owner) and belongs to root or this user.
+    for parent in Path(os.path.realpath(folder)).parents:
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.getuid()):
+            return f"{folder} is inside {parent}, which belongs to uid {st.st_uid}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return (
+                f"{folder} is inside {parent}, which other users can write to "
+                f"(mode {stat.filemode(st.st_mode)}) and so replace {folder}"
+            )
+    return None
+
+
+_private: list[Path] = []
+
+
+def _private_dir() -> Path:
+    """A folder for this process only (mode 0700, removed at exit)."""
+    if not _private:
+        folder = Path(tempfile.mkdtemp(prefix="gigastep-native-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _private.append(folder)
+    return _private[0]
+
+
+def _trusted_cache_dir() -> Path:
+    """The cache folder to build in and load from: the one asked for if it is this user's
+    alone (created with mode 0700 if missing); otherwise, with a warning, the per-user
+    default if that is, else a private temporary folder of this process."""
+    chosen = _cache_dir()
+    try:
+        chosen.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = _folder_problem(chosen)
+    except OSError as err:
+        problem = f"{chosen} cannot be created ({err.strerror})"
+    if problem is None:
+        return chosen
+    fallback = _user_cache_dir()
+    try:
+        if fallback == chosen:
+            raise FileExistsError
+        fallback.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if _folder_problem(fallback) is not None:
+            raise PermissionError
+    except OSError:
+        fallback = _private_dir()
+    warnings.warn(
+        f"gigastep: not using the native kernel cache: {problem}. Building in {fallback} "
+        "instead (see docs/install.md, 'Native CPU kernels')",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return fallback
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar(library: Path) -> Path:
+    """The file holding the SHA-256 of `library`, written when it was built."""
+    return library.with_name(library.name + ".sha256")
+
+
+def _library_problem(library: Path) -> str | None:
+    """Why the cached `library` may not be loaded, or None: it and its recorded SHA-256
+    must be plain files owned by this user, writable by no one else, and the library's
+    content must have that hash (a truncated or replaced library does not)."""
+    record = _sidecar(library)
+    for path in (library, record):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return f"{path} is missing"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a plain file"
+        problem = _owner_problem(path, st)
+        if problem is not None:
+            return problem
+    recorded = record.read_text(encoding="ascii", errors="replace").strip()
+    actual = _sha256(library)
+    if actual != recorded:
+        return (
+            f"the SHA-256 of {library} is {actual}, not the {recorded[:64]!r} recorded when it "
+            "was built (a truncated or replaced file)"
+        )
+    return None
+
+
+def _write_private(folder: Path, prefix: str, suffix: str) -> str:
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    os.close(fd)
+    return tmp
+
+
+def _compile(cmd: list[str], tmp: str) -> None:
+    """Run the compiler `cmd`, which writes the library to `tmp`."""
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout)[-3000:]
+        raise BuildError(f"compiling the native kernels failed: {' '.join(cmd)}\n{tail}")
+
+
 def build_library(force: bool = False) -> Path:
     """Compile the kernels (or reuse the cached build) and return the library's path.
+
+    The cached library is reused only if it passes `_library_problem` (owner, mode and the
+    SHA-256 recorded at its build); otherwise it is rebuilt, with a warning if it had a
+    recorded hash. A build writes a private temporary file beside the target, renames it
+    over the target, then writes the hash the same way: concurrent builders (pytest
+    workers) never see a half-written library, and a reader that finds the library without
+    its hash (or with another build's) rebuilds rather than loading it.
 
     Raises:
         BuildError: no C++ compiler, or compilation failed (the message holds the command and
@@ -174,26 +334,33 @@ def build_library(force: bool = False) -> Path:
         digest.update(part)
         digest.update(b"\0")
     suffix = ".dll" if sys.platform == "win32" else ".so"
-    out = _cache_dir() / f"gigastep_native_{digest.hexdigest()[:16]}{suffix}"
-    if out.exists() and not force:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename: concurrent builders (pytest workers) never see a
-    # half-written library, and the last rename wins with identical content.
-    fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=suffix, dir=out.parent)
-    os.close(fd)
+    out = _trusted_cache_dir() / f"gigastep_native_{digest.hexdigest()[:16]}{suffix}"
+    if not force:
+        problem = _library_problem(out)
+        if problem is None:
+            return out
+        if os.path.lexists(_sidecar(out)):  # not a first build (nor one of an older Gigastep)
+            warnings.warn(
+                f"gigastep: rebuilding the native kernels: {problem}", RuntimeWarning, stacklevel=2
+            )
+    tmp = _write_private(out.parent, out.stem + ".", suffix)
     cmd = [cxx, *flags, f"-I{include}", *map(str, _SOURCES), "-o", tmp]
+    record = None
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if result.returncode != 0:
-            tail = (result.stderr or result.stdout)[-3000:]
-            raise BuildError(f"compiling the native kernels failed: {' '.join(cmd)}\n{tail}")
+        _compile(cmd, tmp)
+        os.chmod(tmp, 0o755)  # the linker's mode follows the umask: writable by us alone
+        sha = _sha256(Path(tmp))
         os.replace(tmp, out)
+        record = _write_private(out.parent, out.name + ".", ".tmp")
+        Path(record).write_text(sha + "\n", encoding="ascii")
+        os.chmod(record, 0o644)
+        os.replace(record, _sidecar(out))
     except (OSError, subprocess.SubprocessError) as err:
         raise BuildError(f"compiling the native kernels failed: {' '.join(cmd)}: {err}") from None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for path in (tmp, record):
+            if path is not None and os.path.exists(path):
+                os.unlink(path)
     return out
 
 
@@ -203,6 +370,13 @@ def _load_cached() -> tuple[bool, str]:
 
     try:
         path = build_library()
+        # Checked again just before loading: what dlopen runs is what was built here.
+        problem = _library_problem(path)
+        if problem is not None:
+            path = build_library(force=True)
+            problem = _library_problem(path)
+            if problem is not None:
+                raise BuildError(f"refusing to load the native kernels: {problem}")
         lib = ctypes.cdll.LoadLibrary(str(path))
         for target, symbol in _TARGETS.items():
             jax.ffi.register_ffi_target(
