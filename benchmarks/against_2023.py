@@ -14,7 +14,7 @@ jitted `lax.scan` of S steps whose carry is (observations, states, key); each st
 key, draws uniform actions (in [-1, 1]^3, or one of the 27 discrete actions) and calls
 `v_step(states, actions, split(key, B))`. The observations and states are donated to each
 call, so a call writes into the buffers of the last (what a long rollout does; `--no-donate`
-keeps them, as the scratch harness of docs/benchmarks.md's 2026-12-02 figures did). After one
+keeps them, as the scratch harness of the first comparison, 2026-12-02, did). After one
 compiling call, R calls are timed. Before each, untimed, the rollout runs once (`--no-warm`
 leaves this out: then each timed call starts just after another process's, with cold caches
 and sleeping threads, which costs a 10 ms call far more than a 300 ms one) and then every game

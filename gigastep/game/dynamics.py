@@ -75,8 +75,8 @@ def move(config: EnvConfig, agents: AgentState, controls: jax.Array) -> AgentSta
     # new headings first, then their cosine and sine (`heading_trig`, which the step's
     # geometry calls on the same headings: XLA merges the two), then the positions. In one
     # fusion with x and y, XLA computed the trigonometry again for each field that needed it,
-    # and the geometry a second time; this order: native step 1.15-1.19x, pure JAX
-    # 1.03-1.04x, 5v5 pobs, 1,024 games, values bit for bit the same.
+    # and the geometry a second time; in this order it is computed once, with the same values
+    # bit for bit.
     heading, step, z, v = (stored(a) for a in (heading, step, z, v))
     cos_h, sin_h = heading_trig(heading)
     x, y = stored(agents.x + step * cos_h), stored(agents.y + step * sin_h)
@@ -114,9 +114,7 @@ def cos_sin(x: jax.Array) -> jax.Array:
 
     Why not `jnp.cos`/`jnp.sin`: XLA on the CPU calls libm once per element for them, as
     scalar calls, in a fusion that it does not split across threads. This polynomial is
-    plain arithmetic, which XLA vectorises and splits. Measured (5v5 pobs vector, 1,024 games,
-    alternated calls): native step 1.06x, pure JAX step 1.03-1.05x, pure JAX RGB step at 64
-    games 1.01-1.05x (docs/benchmarks.md).
+    plain arithmetic, which XLA vectorises and splits.
 
     Accuracy against float64: at most 1.5 ulp for |x| <= pi, which covers the wrapped headings
     of the game. The absolute error is at most 8e-8 for |x| <= 8192. Beyond that, where

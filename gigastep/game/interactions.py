@@ -63,7 +63,7 @@ def in_cone(angle: float, geo: Geometry, heading: jax.Array) -> jax.Array:
     `forward > c d` would, except where a finite forward's square overflows against an
     infinite d2 (agents ~1e19 apart, far outside any map). Without the square root, nothing
     of the step needs the (n, n) distances on the native path (its kernel computes its own):
-    XLA neither computes nor writes them (docs/benchmarks.md). A cone wider than pi contains
+    XLA neither computes nor writes them. A cone wider than pi contains
     every direction. For a target at exactly the observer's (x, y) the bearing is
     atan2(0, 0) - h_j = -h_j (wrapped), as in rules §4.6.
     """

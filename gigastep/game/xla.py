@@ -19,17 +19,15 @@ def stored(x: jax.Array) -> jax.Array:
     recomputes it per element of that fusion (it also removes `optimization_barrier`), so
     per-agent values read by per-pair (n, n) or per-pixel fusions (the moved agents, the
     trigonometry of their headings, the tail points of the RGB images) would be recomputed
-    for every element that reads them. Measured on the pure JAX step, 5v5 pobs, 1,024 games:
-    1.25x (docs/benchmarks.md).
+    for every element that reads them.
 
     On the CPU the boundary is a reduce-window whose output XLA writes out: the max over a
     window of 2 along a new leading axis of size 1, padded before with the lowest value, i.e.
     max(lowest, x) = x, written once, x's size. (A plain reduction max(x, lowest) is a boundary
     too, but XLA's CPU backend hands float reductions to YNNPACK, which first writes a padded
-    copy of the input: the reduce-window measured 1.03-1.11x over it in the step. The earlier
-    reduce-window, a cumulative max over the pair (lowest, x), wrote both lanes: this one
-    measured 1.03-1.06x over it at 100,000 games, 0.99-1.00x at 1,024.) Elsewhere (GPUs,
-    where the reduce-window was not measured) the reduction.
+    copy of the input. A cumulative max over the pair (lowest, x) would write both lanes; this
+    window writes one.) Elsewhere (GPUs, where the reduce-window has not been timed) the
+    reduction.
     """
     if jnp.issubdtype(x.dtype, jnp.floating):
         lowest = -jnp.inf
@@ -59,8 +57,7 @@ def count_sum(x: jax.Array, axis: int) -> jax.Array:
     units), summed as int32: the same value bit for bit as a float32 sum (whole numbers below
     2^24 add exactly in any order), but XLA's CPU backend keeps an integer reduction inside
     the fusion that computes its input, where a float one is handed to YNNPACK after the
-    input is written out (and padded). Measured on the step, 5v5 pobs with the native kernel:
-    1.08-1.14x at 100,000 games, 1.03x at 1,024 (docs/benchmarks.md)."""
+    input is written out (and padded)."""
     return jnp.sum(x.astype(jnp.int32), axis=axis).astype(jnp.float32)
 
 

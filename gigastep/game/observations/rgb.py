@@ -38,11 +38,12 @@ are each one scatter whose update window spans all the images at once (a "set", 
 black and a "max"). The tails are drawn as the rules say, level by level: one scatter of
 single pixels (image, x, y, channel) per level whose update adds the level's intensity,
 saturating (pixels that a tail does not colour are dropped), then a "max" of the egos' own
-tail points. (Computing every tail pixel's final value first and "set"-ting it, replaying the
-saturation from the points' pairwise equality, made the whole step about 2x as slow.)
+tail points. Saturating adds of non-negative values commute, so coinciding tails need no
+special case (computing every tail pixel's final value from the points' pairwise equality
+and "set"-ting it costs far more than the scatters).
 The small per-agent values that those scatters' indices and updates read (pixel positions,
 shades, the seen mask, the tail channels) are `stored` once, or XLA recomputes them inside
-each index computation (measured 1.05-1.10x on the pure JAX RGB step, docs/benchmarks.md).
+each index computation.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ N_AGENT_FEATURES = 9
 
 
 # Up to this many agents a counting sort (O(n^3) compares, fully vectorised) beats
-# lax.top_k on CPU; beyond it top_k wins (measured: 0.9 vs 4.3 ms at n = 10, 49 vs 6.5 ms at
-# n = 40, for a batch of games; tools/profile_step.py).
+# lax.top_k on CPU; beyond it the cubic work outgrows top_k's sort, and top_k wins
+# (`python -m tools.profile_step` times both).
 _COUNTING_SORT_MAX_AGENTS = 16
 
 
@@ -60,7 +60,7 @@ def nearest_first(rank: jax.Array, m: int) -> jax.Array:
     i = np.arange(n)
     # before[e, j, i]: j comes before i in row e (reduced over the non-minor axis j). With the
     # tie-break by index folded into a constant mask (j < i: <=, else <): one compare and one
-    # select per triple instead of four ops (measured -0.5 ms of 4.4 at 5v5, batch 1024).
+    # select per triple instead of four ops.
     rj, ri = rank[:, :, None], rank[:, None, :]
     before = jnp.where(jnp.asarray(i[:, None] < i[None, :]), rj <= ri, rj < ri)
     position = jnp.sum(before, axis=1, dtype=jnp.int32)  # (n, n), a permutation per row
@@ -98,8 +98,7 @@ def vector_observations(
     # observation: column c is feature f = c % 9 of slot p = c // 9. Per-column constants and
     # a constant gather of each slot's values (c -> p) take the place of a (n, m, 9) block
     # and its reshape, whose index arithmetic XLA on the CPU repeated for every element of
-    # the fusion that writes the observation (that fusion alone: 4.4 -> 2.9 ms, and the
-    # whole pure JAX step 1.17-1.27x faster; 5v5 pobs, 1,024 games; docs/benchmarks.md).
+    # the fusion that writes the observation.
     f = np.tile(np.arange(N_AGENT_FEATURES), m)
     p = np.repeat(np.arange(m), N_AGENT_FEATURES)
     slot = idx[:, p]  # (n, m * 9): the agent in column c's slot
@@ -131,7 +130,7 @@ def vector_observations(
     # the relative features (x, y, z, heading, speed) of other agents, else 0 (the ego's
     # absolute values, health, sprite, seen flag). XLA fuses the gathers, the features and the
     # final concatenation into one pass that writes the observation once (per-feature planes
-    # plus a stack kept ~5x the memory: 723 vs 189 MB of temporaries for 100,000 games).
+    # and a stack would keep every plane as a temporary, several times the memory).
     team_col = jnp.asarray(f == 1)
     relative = jnp.asarray((f >= 2) & (f <= 6))
     k = jnp.where(team_col | (relative & ~is_ego), 1.0, 0.0)

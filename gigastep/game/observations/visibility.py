@@ -22,8 +22,8 @@ def finite_agents(agents: AgentState) -> jax.Array:
     """
     # One reduction over a stacked (5, n) array, not five `isfinite` joined elementwise: XLA on
     # the CPU duplicates an elementwise producer into every consumer fusion and recomputes it
-    # per element (25 is-finite ops in the n^3 sort and the observation writer, 5v5 pobs at
-    # 0.39x the speed); a reduction is stored once as an (n,) mask.
+    # per element (in the n^3 sort and the observation writer too); a reduction is stored once
+    # as an (n,) mask.
     fields = jnp.stack([agents.x, agents.y, agents.z, agents.heading, agents.v])
     return jnp.all(jnp.isfinite(fields), axis=0)
 
@@ -67,14 +67,13 @@ def visibility(
             # An AND of two bit sets over j: each row of `shares` and `detected` is packed
             # into one word by a reduction along its contiguous axis, and everything after
             # reads only those words. XLA on CPU recomputes fused elementwise producers
-            # (hashes, cosines) for every element of every consumer; the product below does
-            # that for the transposed `detected`, without vectorisation (0.9 of a 3 ms step
-            # at 5v5, batch 1024; this form: 5v5 ~15% faster overall).
+            # (hashes, cosines) for every element of every consumer; a product of 0/1
+            # matrices does that for the transposed `detected`, without vectorisation.
             share_bits, detect_bits = _bits(shares), _bits(detected)  # (n,) uint32 each
             relayed = (share_bits[:, None] & detect_bits[None, :]) != 0
             own = (jnp.right_shift(share_bits[:, None], jnp.arange(n, dtype=jnp.uint32)) & 1) != 0
             seen = relayed | own
-        else:  # one product of 0/1 matrices (faster than multi-word bit sets at 20v20)
+        else:  # one product of 0/1 matrices: past one word, bit sets need several per row
             reach = detected.T | jnp.eye(n, dtype=bool)  # [j, i]: j detects i, or j is i
             seen = jnp.dot(shares.astype(jnp.float32), reach.astype(jnp.float32)) > 0
     else:
