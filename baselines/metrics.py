@@ -22,7 +22,8 @@ Columns (a metric of a learner other than the first carries a `_team1` suffix):
     grad_norm, epochs                                 the update (means over minibatches)
     rss_mb, peak_rss_mb                               resident memory of the process, MiB
 
-A resumed run first cuts both files back to the rows of the checkpoint it resumes from, so a
+A resumed run first cuts both files back to the rows of the checkpoint it resumes from (from
+metrics.jsonl; a torn last line, a write cut short, is dropped and said on stderr), so a
 run killed between checkpoints and resumed has each update exactly once; its TensorBoard
 events (logged against agent-steps) are purged after the checkpoint's agent-steps only.
 """
@@ -35,6 +36,7 @@ import json
 import math
 import os
 import resource
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,11 +124,30 @@ class MetricsLogger:
         """Keep the rows of updates <= `update` (both files rewritten atomically)."""
         kept = []
         if self.jsonl_path.exists():
-            for line in self.jsonl_path.read_text().splitlines():
-                if line.strip():
+            lines = self.jsonl_path.read_text(encoding="utf-8", errors="replace").split("\n")
+            for i, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                try:
                     row = json.loads(line)
-                    if row.get("update", math.inf) <= update:
-                        kept.append(row)
+                except json.JSONDecodeError as err:
+                    if any(rest.strip() for rest in lines[i + 1 :]):
+                        raise ValueError(
+                            f"{self.jsonl_path} line {i + 1} is not a JSON row ({err}); only "
+                            "a torn last line is dropped on resume"
+                        ) from None
+                    print(
+                        f"ppo: {self.jsonl_path}: dropped its torn last line {i + 1} (a write "
+                        f"cut short: {line[:60]!r})",
+                        file=sys.stderr,
+                    )
+                    break
+                if not isinstance(row, dict):
+                    raise ValueError(
+                        f"{self.jsonl_path} line {i + 1} is not a metrics row: {line[:60]!r}"
+                    )
+                if row.get("update", math.inf) <= update:
+                    kept.append(row)
         header = None
         if self.csv_path.exists():
             first = self.csv_path.read_text().split("\n", 1)[0]

@@ -41,4 +41,5 @@ class PPOPlayer:
 def load(checkpoint: dict, device="cpu") -> PPOPlayer:
     """The `gigastep.players` entry point: a checkpoint dict (already loaded without
     unpickling code) -> a `PPOPlayer`."""
-    return PPOPlayer(policy_from_checkpoint(checkpoint, device, checkpoint.get("path", "")))
+    path = checkpoint.get("path") or "the checkpoint"
+    return PPOPlayer(policy_from_checkpoint(checkpoint, device, path))

@@ -10,10 +10,14 @@
 
 `--preset NAME` (smoke, cpu, million, gpu) picks the defaults of `baselines.config.PRESETS`;
 flags after it override them. With `--resume` the run's saved config is used; only
-`--updates`, `--time-budget-s`, `--progress`, `--tensorboard`, `--plots`,
-`--checkpoint-every` and `--out` (a moved run folder) may change.
-Exit status: 0 done, 2 bad arguments, 3 the training diverged (non-finite values), 130
-interrupted (the last checkpoint is kept; `--resume` continues from it).
+the settings of `baselines.runfolder.RESUMABLE` may change (the budget, the cadence of
+checkpoints, evaluations and logs, threads, --compile, and `--out` for a moved run folder);
+the checkpoint is checked against the config (docs/training.md, "Resuming").
+Exit status: 0 done; 2 bad arguments, an unusable --out, a run folder in use by another run,
+a resume whose settings differ from its checkpoint, or an unreadable, corrupt or incomplete
+checkpoint; 3 the training diverged (non-finite values); 4 the disk (or quota) is full; 130
+interrupted. After 3, 4 and 130 the last checkpoint written is intact and `--resume`
+continues from it (a run stopped before its first checkpoint starts again from update 0).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
+from baselines import runfolder  # noqa: E402
 from baselines.config import (  # noqa: E402
     PRESETS,
     PPOConfig,
@@ -42,19 +47,13 @@ from baselines.config import (  # noqa: E402
     validate,
 )
 
-__all__ = ["main", "parse_args"]
+__all__ = ["DISK_FULL", "main", "parse_args"]
 
-RESUMABLE = {
-    "updates",
-    "time_budget_s",
-    "resume",
-    "out",
-    "progress",
-    "tensorboard",
-    "plots",
-    "checkpoint_every",
-}
-"""Flags that may differ from the saved config when resuming."""
+DISK_FULL = 4
+"""The exit status of a run stopped by a full disk (or quota); its last checkpoint is intact."""
+
+RESUMABLE = set(runfolder.RESUMABLE)
+"""Flags that may differ from the saved config (and the checkpoint's) when resuming."""
 
 
 def _pre_parse(argv: list[str]):
@@ -93,9 +92,9 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
             )
         out = Path(known.out or PPOConfig.out)
         saved_path = out / "config.json"
-        if not saved_path.exists():
+        if not saved_path.exists() and not (out / "checkpoint.pt").exists():
             raise ValueError(f"--resume: {saved_path} does not exist (no run to continue in {out})")
-        saved = json.loads(saved_path.read_text())
+        saved = _read_config(saved_path)
         fields = {f.name for f in dataclasses.fields(PPOConfig)}
         default = from_dict({k: v for k, v in saved.items() if k in fields})
         default = dataclasses.replace(default, resume=True)
@@ -134,6 +133,36 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
     return config
 
 
+def _read_config(path: Path) -> dict:
+    """A run folder's config.json; when it is missing, torn or unreadable, the config saved
+    in the folder's checkpoint (said on stderr).
+
+    Raises:
+        ValueError: naming the file when it is unreadable or torn and no checkpoint holds the
+            config, or when it is not a config object.
+    """
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        ckpt_path = path.parent / "checkpoint.pt"
+        if not ckpt_path.exists():
+            raise ValueError(
+                f"--resume: {path} is missing, unreadable or torn ({err}) and {ckpt_path} "
+                "does not exist to take the config from; start a new run"
+            ) from None
+        from baselines.checkpoint import load_checkpoint
+
+        saved = load_checkpoint(ckpt_path)["config"]
+        print(
+            f"ppo: {path} is missing, unreadable or torn ({err}); resuming with the config "
+            f"saved in {ckpt_path}",
+            file=sys.stderr,
+        )
+    if not isinstance(saved, dict):
+        raise ValueError(f"--resume: {path} holds {type(saved).__name__}, not a config object")
+    return saved
+
+
 def _torch_runs(config: PPOConfig) -> list[PPOConfig]:
     """The PyTorch runs of a config: itself, or one per seed in out/seed_<s>, run one after
     the other (a resumed sweep continues the runs that have a checkpoint and starts the
@@ -163,22 +192,39 @@ def _train(config: PPOConfig, dist, device) -> tuple[_Finished, Path]:
     """Train `config` with its framework; returns (trainer, run folder), with several seeds
     the last seed's trainer."""
     validate(config)  # before any folder is made (with --seeds 0 no trainer would check it)
+    if dist.is_main:
+        runfolder.check_writable(config.out)  # before any compute
     if config.framework == "jax":
         from baselines.jax_ppo.trainer import JaxTrainer
 
-        jax_trainer = JaxTrainer(config)
-        return jax_trainer, jax_trainer.run()
-    from baselines.train import Trainer
+        jax_trainer = JaxTrainer(config)  # its set-up: checks, no compilation yet
+        return jax_trainer, jax_trainer.run()  # locks the folders before compiling
+    from baselines.train import Trainer, hold_run_folder
+    from gigastep._util import files as _files
 
     runs = _torch_runs(config)
-    if config.seeds > 1 and dist.is_main:
-        Path(config.out).mkdir(parents=True, exist_ok=True)
-        (Path(config.out) / "config.json").write_text(dumps(config))
-    for run in runs[:-1]:
-        Trainer(run, dist=dist, device=device).run()
-    trainer = Trainer(runs[-1], dist=dist, device=device)
-    trainer.run()
+    # the lock is taken before any compute; the sweep's folder holds it for all its seeds
+    with hold_run_folder(Path(config.out), dist, device):
+        if config.seeds > 1 and dist.is_main:
+            _files.write_text(Path(config.out) / "config.json", dumps(config))
+        for run in runs[:-1]:
+            Trainer(run, dist=dist, device=device).run()
+        trainer = Trainer(runs[-1], dist=dist, device=device)
+        trainer.run()
     return trainer, Path(config.out)
+
+
+def _last_checkpoints(config: PPOConfig) -> str:
+    """What a stopped run leaves to resume from, for its message."""
+    out = Path(config.out)
+    found = sorted(out.glob("checkpoint.pt")) + sorted(out.glob("seed_*/checkpoint.pt"))
+    if not found:
+        return (
+            f"no checkpoint was written yet in {out}; --resume starts the run again from "
+            "update 0 with its config"
+        )
+    names = ", ".join(str(p) for p in found)
+    return f"the last checkpoint ({names}) is kept; --resume continues from it"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,12 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print(f"\nppo: interrupted; {_last_checkpoints(config)}", file=sys.stderr)
+        return 130
+    except Exception as err:  # a full disk, however the writer reports it
+        if not runfolder.is_disk_full(err):
+            raise
+        what = " ".join(str(err).split())[:200]
         print(
-            f"\nppo: interrupted; the last checkpoint in {config.out} is kept "
-            "(--resume continues from it)",
+            f"ppo: stopped: no space left on device for {config.out} ({what}); "
+            f"{_last_checkpoints(config)} once space is freed",
             file=sys.stderr,
         )
-        return 130
+        return DISK_FULL
     if dist.is_main:
         print(
             f"ppo: {trainer.update} updates, {trainer.agent_steps:,} agent-steps in "

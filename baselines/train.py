@@ -21,8 +21,11 @@ checkpoint continues exactly as the uninterrupted run would have (bit for bit on
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from baselines import noise
+from baselines import noise, runfolder
 from baselines.buffer import RolloutBuffer
-from baselines.checkpoint import FORMAT, load_checkpoint, load_policy, save_checkpoint
+from baselines.checkpoint import (
+    FORMAT,
+    holds_checkpoint,
+    load_checkpoint,
+    load_policy,
+    save_checkpoint,
+)
 from baselines.config import PPOConfig, dumps, validate
 from baselines.distributed import Dist
 from baselines.envs import GameSpec, gigastep_game
@@ -51,6 +60,7 @@ from baselines.normalize import ObsNormalizer, RewardScaler
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.schedule import LRSchedule
 from baselines.valuenorm import normalized_value_terms, update_value_norm
+from gigastep._util import files as _files
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 
@@ -920,13 +930,33 @@ class Trainer:
     # --- the run ------------------------------------------------------------------------------
     def run(self) -> Path:
         """Train `config.updates` updates into `config.out` (resuming with `config.resume`);
-        returns the run folder."""
+        returns the run folder, which this run holds locked (`baselines.runfolder.hold`)."""
+        out = Path(self.config.out)
+        with hold_run_folder(out, self.dist, self.device):
+            return self._run(out)
+
+    def _run(self, out: Path) -> Path:
         cfg, main = self.config, self.dist.is_main
-        out = Path(cfg.out)
-        if cfg.resume:
-            self.load_state_dict(load_checkpoint(out / "checkpoint.pt", self.device))
+        resuming = cfg.resume and (out / "checkpoint.pt").exists()
+        if resuming:
+            path = out / "checkpoint.pt"
+            ckpt = load_checkpoint(path, self.device)
+            runfolder.check_resumable(
+                asdict(cfg), self.game.scenario_hash, self.spec.to_dict(), ckpt, path
+            )
+            try:
+                self.load_state_dict(ckpt)
+            except (KeyError, IndexError, TypeError, RuntimeError) as err:
+                what = " ".join(str(err).split())[:300]
+                raise ValueError(f"{path}: cannot continue from it ({what!r})") from None
         else:
-            if (out / "checkpoint.pt").exists() or (out / "metrics.csv").exists():
+            if cfg.resume and main:
+                print(
+                    f"ppo: {out} holds no checkpoint (the run stopped before its first); "
+                    "starting it again from update 0 with its config",
+                    file=sys.stderr,
+                )
+            elif not cfg.resume and holds_checkpoint(out):
                 raise ValueError(
                     f"{out} already holds a run; pass --resume to continue it or "
                     "choose another --out"
@@ -941,8 +971,8 @@ class Trainer:
                 world_size=self.dist.world,
                 scenario_hash=self.game.scenario_hash,
             )
-            (out / "config.json").write_text(info)
-        resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
+            _files.write_text(out / "config.json", info)
+        resumed = (self.update, self.agent_steps) if resuming else (None, None)
         log = _Log(out, self.columns(), resumed, cfg, main)
         if main:
             self.evaluator.open(out, resumed)
@@ -964,6 +994,28 @@ class Trainer:
             log.close()
             self.evaluator.close()
         return out
+
+
+@contextlib.contextmanager
+def hold_run_folder(out: Path, dist: Dist, device=None) -> Iterator[None]:
+    """Hold `out`'s lock (`baselines.runfolder.hold`, on the main process: all processes
+    write one folder) and remove the temporaries an interrupted run left there; when the
+    main process cannot lock it, every process raises `RunFolderBusy`."""
+    with contextlib.ExitStack() as stack:
+        failure: ValueError | None = None
+        if dist.is_main:
+            try:
+                stack.enter_context(runfolder.hold(out))
+                runfolder.remove_stale_temporaries(out)
+            except ValueError as err:
+                failure = err
+        if dist.enabled:
+            flag = torch.tensor([1.0 if failure else 0.0], dtype=torch.float64, device=device)
+            if float(dist.sum_(flag)) and failure is None:
+                failure = runfolder.RunFolderBusy(f"{out}: the main process could not lock it")
+        if failure is not None:
+            raise failure
+        yield
 
 
 class _Evaluate(torch.nn.Module):

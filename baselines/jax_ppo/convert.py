@@ -159,10 +159,16 @@ def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
     params, norms, values = {}, {}, {}
     for learner in ckpt["learners"]:
         team = int(learner["team"])
-        params[team] = policy.params_from_torch(learner["model"])
-        norms[team] = moments_from_torch(learner["obs_norm"])
-        if spec.value_norm:
-            values[team] = value_norm_from_torch(learner["model"])
+        try:
+            params[team] = policy.params_from_torch(learner["model"])
+            norms[team] = moments_from_torch(learner["obs_norm"])
+            if spec.value_norm:
+                values[team] = value_norm_from_torch(learner["model"])
+        except (KeyError, IndexError, TypeError) as err:
+            raise ValueError(
+                f"{path}: learner {learner['name']!r}'s weights do not fit its architecture "
+                f"(missing or misshapen {err})"
+            ) from None
     norm_obs = bool(ckpt["config"]["norm_obs"])
     game = GameSpec(**ckpt["game"])
     return JaxPolicy(spec, params, norms, norm_obs, game, values if spec.value_norm else None)

@@ -25,8 +25,10 @@ update.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,13 +38,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from baselines import runfolder
+from baselines.checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
 from baselines.evaluator import Evaluator
 from baselines.jax_ppo import convert, frozen, policy
 from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_update
 from baselines.metrics import current_rss_mb, peak_rss_mb
 from baselines.schedule import LRSchedule
+from gigastep._util import files as _files
 
 __all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
 
@@ -274,14 +278,22 @@ class JaxTrainer:
         with jax.default_device(self.device):
             template = initial_state(self.setup, self.seeds[0])
         states, counters, schedules = [], set(), []
-        for folder, evaluator in zip(self.run_dirs(), self.evaluators, strict=True):
-            ckpt = load_checkpoint(folder / "checkpoint.pt")
+        game, spec = self.setup.game, self.setup.spec.to_dict()
+        for i, (folder, evaluator) in enumerate(zip(self.run_dirs(), self.evaluators, strict=True)):
+            path = folder / "checkpoint.pt"
+            ckpt = load_checkpoint(path)
             if ckpt.get("framework") != "jax" or "jax_state" not in ckpt:
                 raise ValueError(
                     f"{folder / 'checkpoint.pt'} was written by the PyTorch trainer; resume "
                     "it with --framework torch"
                 )
-            states.append(convert.leaves_from_torch(template, ckpt["jax_state"]))
+            config = dataclasses.asdict(self.run_config(i))
+            runfolder.check_resumable(config, game.scenario_hash, spec, ckpt, path)
+            try:
+                states.append(convert.leaves_from_torch(template, ckpt["jax_state"]))
+            except (KeyError, IndexError, TypeError, ValueError) as err:
+                what = " ".join(str(err).split())[:300]
+                raise ValueError(f"{path}: its JAX state does not fit this run ({what})") from None
             counters.add((int(ckpt["update"]), int(ckpt["agent_steps"]), float(ckpt["wall_s"])))
             if "lr_schedule" in ckpt:
                 schedules.append(LRSchedule.from_state_dict(ckpt["lr_schedule"]))
@@ -373,16 +385,32 @@ class JaxTrainer:
         return {"stats": stats, "seconds": seconds, "lr": lr}
 
     def run(self) -> Path:
-        """Train `config.updates` updates (resuming with `config.resume`); returns `out`."""
+        """Train `config.updates` updates (resuming with `config.resume`); returns `out`.
+        Holds `out` and every run's folder locked (`baselines.runfolder.hold`)."""
+        cfg, dirs = self.config, self.run_dirs()
+        with contextlib.ExitStack() as stack:
+            for folder in dict.fromkeys([Path(cfg.out), *dirs]):
+                stack.enter_context(runfolder.hold(folder))
+                runfolder.remove_stale_temporaries(folder)
+            return self._run(dirs)
+
+    def _run(self, dirs: list[Path]) -> Path:
         from baselines.train import _Log, _postfix, _progress
 
-        cfg, dirs = self.config, self.run_dirs()
+        cfg = self.config
         out = Path(cfg.out)
-        if cfg.resume:
+        resuming = cfg.resume and any((folder / "checkpoint.pt").exists() for folder in dirs)
+        if resuming:
             self.load()
         else:
+            if cfg.resume:
+                print(
+                    f"ppo: {out} holds no checkpoint (the run stopped before its first); "
+                    "starting it again from update 0 with its config",
+                    file=sys.stderr,
+                )
             for folder in dirs:
-                if (folder / "checkpoint.pt").exists() or (folder / "metrics.csv").exists():
+                if not cfg.resume and holds_checkpoint(folder):
                     raise ValueError(
                         f"{folder} already holds a run; pass --resume to continue it or "
                         "choose another --out"
@@ -391,13 +419,13 @@ class JaxTrainer:
         extra = {"scenario_name": self.setup.game.name, "world_size": 1}
         extra["scenario_hash"] = self.setup.game.scenario_hash
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(dumps(cfg, **extra))
+        _files.write_text(out / "config.json", dumps(cfg, **extra))
         logs = []
         for i, folder in enumerate(dirs):
             folder.mkdir(parents=True, exist_ok=True)
             if len(dirs) > 1:
-                (folder / "config.json").write_text(dumps(self.run_config(i), **extra))
-            resumed = (self.update, self.agent_steps) if cfg.resume else (None, None)
+                _files.write_text(folder / "config.json", dumps(self.run_config(i), **extra))
+            resumed = (self.update, self.agent_steps) if resuming else (None, None)
             logs.append(_Log(folder, self.columns(), resumed, cfg, True))
             self.evaluators[i].open(folder, resumed)
         t0 = time.perf_counter()

@@ -8,7 +8,17 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["atomic_path", "write_text"]
+__all__ = ["TEMP_PREFIX", "atomic_path", "is_temporary", "write_text"]
+
+TEMP_PREFIX = ".gigastep-tmp-"
+"""How the name of every temporary file written here starts: a folder's owner (holding its
+lock) recognises the ones an interrupted write left (`is_temporary`) and removes them."""
+_OLD_PREFIX = ".tmp-"  # the prefix of the versions before 2026-12
+
+
+def is_temporary(name: str) -> bool:
+    """`name` is the name of a temporary file of `atomic_path` (this or an earlier version)."""
+    return name.startswith(TEMP_PREFIX) or name.startswith(_OLD_PREFIX)
 
 
 @contextlib.contextmanager
@@ -35,7 +45,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str | None = None) -> Iter
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"cannot write {path!r}: the folder {folder!r} does not exist")
     suffix = os.path.splitext(path)[1] if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder, prefix=".tmp-")
+    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder, prefix=TEMP_PREFIX)
     os.close(fd)
     try:
         yield tmp

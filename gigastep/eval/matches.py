@@ -264,7 +264,12 @@ def load_player(path: str | os.PathLike[str], device: Device = "cpu") -> TorchPl
     name = checkpoint[CHECKPOINT_KEY]
     if not isinstance(name, str):
         raise ValueError(f"{path!r}: {CHECKPOINT_KEY!r} must name a loader, got {name!r}")
-    player = _loader(name)(checkpoint, device)
+    try:
+        player = _loader(name)(checkpoint, device)
+    except ValueError as err:  # a loader's refusal names the file, as every error here does
+        if path in str(err):
+            raise
+        raise ValueError(f"{path!r}: {err}") from None
     if not isinstance(player, TorchPlayer):
         raise TypeError(
             f"the loader {name!r} returned {type(player).__name__}, which is not a TorchPlayer "

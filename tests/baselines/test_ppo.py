@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from baselines.buffer import compute_gae
-from baselines.checkpoint import atomic_save, load_checkpoint, save_checkpoint
+from baselines.checkpoint import atomic_save, load_checkpoint, save_checkpoint, sealed
 from baselines.config import PPOConfig, parse_opponents, validate
 from baselines.envs import GameSpec
 from baselines.loss import ppo_loss
@@ -436,8 +436,19 @@ def test_impossible_numbers_are_refused_before_any_compute(field, value, message
 # ------------------------------------------------------------------------------------------
 
 
+def _complete(**entries) -> dict:
+    """The smallest payload every loader accepts (one learner, finite weights)."""
+    learner = {"name": "learner0", "team": 0, "model": {"w": torch.arange(3.0)}, "obs_norm": {}}
+    return {
+        "format": "gigastep-ppo/1",
+        **{k: {} for k in ("config", "game", "policy_spec")},
+        "learners": [learner],
+        **entries,
+    }
+
+
 def test_checkpoints_are_replaced_atomically_and_pruned(tmp_path):
-    payload = {"format": "gigastep-ppo/1", "w": torch.arange(3.0)}
+    payload = _complete()
     for update in (1, 2, 3):
         save_checkpoint(tmp_path, update, {**payload, "update": update}, keep=2)
     names = sorted(p.name for p in tmp_path.iterdir())
@@ -448,14 +459,14 @@ def test_checkpoints_are_replaced_atomically_and_pruned(tmp_path):
 
 def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
     path = tmp_path / "checkpoint.pt"
-    atomic_save({"format": "gigastep-ppo/1", "update": 1}, path)
+    atomic_save(sealed(_complete(update=1)), path)
 
     class Unsaveable:
         def __reduce__(self):
             raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        atomic_save({"format": "gigastep-ppo/1", "update": 2, "x": Unsaveable()}, path)
+        atomic_save(sealed(_complete(update=2, x=Unsaveable())), path)
     assert load_checkpoint(path)["update"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 

@@ -103,3 +103,40 @@ def test_a_two_process_run_resumes_exactly(runs, tmp_path):
     a, b = _model(runs / "two/checkpoint.pt"), _model(tmp_path / "r/checkpoint.pt")
     for key, value in a.items():
         assert torch.equal(value, b[key]), key
+
+
+@pytest.mark.subprocess
+def test_the_run_folder_is_locked_once_for_every_process(runs):
+    text = (runs / "two" / "run.lock").read_text()
+    assert text.startswith("pid ") and text.count("pid ") == 1  # rank 0 locked it, once
+
+
+@pytest.mark.subprocess
+def test_every_process_stops_at_once_when_another_run_holds_the_folder(tmp_path):
+    folder = tmp_path / "busy"
+    code = (
+        "import sys, time\nfrom baselines import runfolder\n"
+        "with runfolder.hold(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder)], cwd=ROOT, env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        proc = subprocess.run(
+            [sys.executable, *launcher, "-m", "baselines.ppo", *ARGS, "--out", str(folder)],
+            cwd=ROOT,
+            env={**env, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            timeout=300,  # a rank waiting for the other would hang here
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0
+    assert f"pid {holder.pid} on host" in proc.stderr
+    assert "could not lock" in proc.stderr  # the other rank stopped too, saying why
+    assert not (folder / "metrics.csv").exists()
