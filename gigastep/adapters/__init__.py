@@ -1,1 +1,1 @@
-"""Adapters to other libraries: the PyTorch bridge and vector env, Gymnasium, PettingZoo, TorchRL"""
+"""Adapters to other libraries: PyTorch, Gymnasium, PettingZoo, TorchRL, JaxMARL."""
