@@ -1,4 +1,5 @@
-"""The module paths of 0.1 still import for one release, warn, and give the moved objects."""
+"""The module paths of 0.1 still import for one release, warn, and give the moved objects;
+the adapters keep their short public names (`gigastep.torch`, ...) without a warning."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ import sys
 import pytest
 
 MOVED = {
-    "gigastep.torch": ("gigastep.adapters.torch", "TorchVecEnv"),
-    "gigastep.torchrl": ("gigastep.adapters.torchrl", "GigastepTorchRLEnv"),
-    "gigastep.gymnasium": ("gigastep.adapters.gymnasium", "TeamEnv"),
-    "gigastep.pettingzoo": ("gigastep.adapters.pettingzoo", "parallel_env"),
     "gigastep.evaluation": ("gigastep.eval.matches", "evaluate"),
     "gigastep.ratings": ("gigastep.eval.ratings", "fit_ratings"),
     "gigastep.render": ("gigastep.viz.render", "FrameRenderer"),
@@ -39,7 +36,29 @@ def test_an_old_path_warns_and_gives_the_moved_object(old):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("new", sorted({new for new, _ in MOVED.values()}))
+ADAPTERS = {  # public short names of the adapters (not deprecated)
+    "gigastep.torch": "TorchVecEnv",
+    "gigastep.torchrl": "GigastepTorchRLEnv",
+    "gigastep.gymnasium": "TeamEnv",
+    "gigastep.pettingzoo": "parallel_env",
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("short", sorted(ADAPTERS))
+def test_an_adapters_short_name_gives_its_objects_without_a_warning(short):
+    name, full = ADAPTERS[short], short.replace("gigastep.", "gigastep.adapters.")
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"
+        f"import {short} as short, {full} as full\n"
+        f"assert short.{name} is full.{name} and short.__all__ == full.__all__\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("new", sorted({new for new, _ in MOVED.values()} | set(ADAPTERS)))
 def test_a_moved_module_exports_what_its_all_names(new):
     module = importlib.import_module(new)
     assert all(hasattr(module, name) for name in module.__all__)
