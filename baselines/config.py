@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -394,5 +395,20 @@ def from_dict(values: dict) -> PPOConfig:
     return PPOConfig(**values)
 
 
+def matmul_precision() -> dict[str, str]:
+    """The float32 matmul precision the run computes with: JAX's default ("default" lets XLA
+    use TF32 on GPUs that have it; "highest" is full float32) and torch's, if loaded."""
+    import jax
+
+    precision = getattr(jax.config, "jax_default_matmul_precision", None)
+    out = {"jax_default_matmul_precision": str(precision or "default")}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    return out
+
+
 def dumps(config: PPOConfig, **extra) -> str:
-    return json.dumps({**to_dict(config), **extra}, indent=2, sort_keys=True)
+    """The run's config.json: the config, the matmul precision it ran at, and `extra`."""
+    values = {**to_dict(config), "matmul_precision": matmul_precision(), **extra}
+    return json.dumps(values, indent=2, sort_keys=True)

@@ -80,6 +80,21 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.fixture(scope="session")
+def torch_device():
+    """The torch device of the device-aware tests (the bridge's, TorchVecEnv's, S5's):
+    $GIGASTEP_TEST_DEVICE, "cpu" by default; `.ci/gpu` sets "cuda". Asking for CUDA where
+    torch sees none is an error, not a skip: the GPU run must not pass on the CPU."""
+    import torch
+
+    device = torch.device(os.environ.get("GIGASTEP_TEST_DEVICE") or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        pytest.fail(f"GIGASTEP_TEST_DEVICE={device} but torch sees no CUDA device")
+    if device.type not in ("cpu", "cuda"):
+        pytest.fail(f"GIGASTEP_TEST_DEVICE must be cpu or cuda[:k], got {device}")
+    return device
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `gpu` run only where CUDA is available; elsewhere they are skipped."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]

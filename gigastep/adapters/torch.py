@@ -139,11 +139,27 @@ def jax_to_torch(x: Any) -> Any:
     return jax.tree_util.tree_map(_leaf_to_torch, x)
 
 
+# XLA's GPU executables require every entry parameter to start at a multiple of 16 bytes
+# (`kEntryParameterAlignBytes` in xla/service/gpu/gpu_constants.h, checked by the GPU
+# executable's `CheckAlignment`: "Address of buffer ... must be a multiple of ..."). A DLPack
+# view of a torch tensor that starts inside its storage (`x[1:]`) breaks that, so such tensors
+# are copied (torch's allocations are aligned to far more than 16 bytes).
+XLA_PARAMETER_ALIGNMENT = 16
+
+
+def _needs_copy(t: torch.Tensor) -> bool:
+    """Whether `torch_to_jax` must copy `t` rather than view it: non-contiguous, or its data
+    not aligned to `XLA_PARAMETER_ALIGNMENT` bytes. An empty tensor holds nothing to align."""
+    if not t.is_contiguous():
+        return True
+    return t.numel() > 0 and t.data_ptr() % XLA_PARAMETER_ALIGNMENT != 0
+
+
 def _leaf_to_jax(t: object) -> jax.Array:
     if isinstance(t, torch.Tensor):
         t = t.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
+        if _needs_copy(t):
+            t = t.clone(memory_format=torch.contiguous_format)
         return jax.dlpack.from_dlpack(t)
     if isinstance(t, (jax.Array, np.ndarray)):
         return jnp.asarray(t)
@@ -157,9 +173,10 @@ def torch_to_jax(x: Any) -> Any: ...
 def torch_to_jax(x: Any) -> Any:
     """Torch tensor(s) -> JAX array(s) sharing the same memory (DLPack, no copy).
 
-    Non-contiguous tensors are made contiguous first (a copy); tensors that require grad are
-    detached. JAX must not see the tensor change afterwards: treat it as read-only until JAX
-    has consumed it.
+    Non-contiguous tensors and tensors whose data does not start at a multiple of 16 bytes
+    (views such as `x[1:]`, which XLA's GPU executables cannot take) are copied first
+    (`_needs_copy`); tensors that require grad are detached. JAX must not see the tensor
+    change afterwards: treat it as read-only until JAX has consumed it.
     """
     return jax.tree_util.tree_map(_leaf_to_jax, x, is_leaf=lambda t: isinstance(t, torch.Tensor))
 
@@ -517,6 +534,7 @@ class TorchVecEnv:
         self._leaves: list[jax.Array] | None = None
         self._treedef = _state_treedef(self.game)
         self.last_obs: TorchObservation | None = None
+        self._held_actions: tuple[torch.Tensor, torch.Tensor, jax.Array] | None = None
         self.window = _check_window(window, num_envs)
         self._step = _compiled_step(
             self.game,
@@ -600,8 +618,14 @@ class TorchVecEnv:
         """One step of every game; returns (obs, rewards, dones, ep_dones, info) as tensors."""
         if self._leaves is None:
             raise RuntimeError("call reset() (or reset_to(states)) before step()")
-        jax_actions = _leaf_to_jax(self._check_actions(actions))
+        checked = self._check_actions(actions)
+        jax_actions = _leaf_to_jax(checked)
         self._key, self._leaves, out = self._step(self._leaves, self._key, jax_actions)
+        # XLA runs the step asynchronously and reads the actions through a DLPack view of the
+        # caller's memory: hold them until the next step has been queued behind this one, so
+        # that a caller who frees its actions right away (and torch, reusing that memory on
+        # its own stream) cannot overwrite them before XLA has read them.
+        self._held_actions = (actions, checked, jax_actions)
         out = jax_to_torch(out)
         self.last_obs = out.obs
         info = {
