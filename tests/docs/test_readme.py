@@ -164,8 +164,8 @@ def imported_names(code: str) -> set[str]:
     """Top-level modules that `code` imports, and the submodules of gigastep it uses."""
 
     def parts(module: str) -> set[str]:  # "gigastep.adapters.torch" needs torch as well
-        head, _, rest = module.partition(".")
-        return {head, rest.split(".")[0]} if head == "gigastep" and rest else {head}
+        head, *rest = module.split(".")
+        return {head, *rest} if head == "gigastep" else {head}
 
     names = set()
     for node in ast.walk(ast.parse(code)):

@@ -299,11 +299,11 @@ def test_loaders_are_found_in_the_entry_point_group(monkeypatch, tmp_path):
     from gigastep.eval import matches as evaluation
 
     ep = EntryPoint(
-        name="test-ep", value="tests.api.test_evaluation:_load_fixed", group="gigastep.players"
+        name="test-ep", value="tests.eval.test_evaluation:_load_fixed", group="gigastep.players"
     )
     monkeypatch.setattr(evaluation, "_entry_points", lambda: {"test-ep": ep})
     path = tmp_path / "ep.pt"
     torch.save({"gigastep_player": "test-ep", "action": torch.tensor(13)}, path)
-    player = load_player(path)  # the entry point imports this file as tests.api.test_evaluation
+    player = load_player(path)  # the entry point imports this file as tests.eval.test_evaluation
     assert type(player).__qualname__ == "FixedAction" and player.action == 13
     assert "test-ep" in evaluation.player_loaders()
