@@ -1,20 +1,8 @@
 """Play games between two players and count who wins: win/draw/loss with confidence intervals.
 
-A *player* is one of:
-
-- a scripted policy name, `"random"`, `"circle"`, `"pursuit"` or `"evade"`
-  (`gigastep.opponents`);
-- a pure JAX callable `policy(config, state, key) -> actions` of all agents of one game (a
-  scripted player: the evaluator keeps the rows of the team it plays);
-- a `TorchPlayer` (below), such as a trained policy;
-- a path to a checkpoint file that a registered loader turns into a `TorchPlayer`.
-
-Checkpoint files are dicts saved with `torch.save` and loaded with
-`torch.load(path, weights_only=True, map_location="cpu")` (no code is ever unpickled). The key
-`"gigastep_player"` names the loader: a function `fn(checkpoint: dict, device) -> TorchPlayer`
-registered with `register_player_loader(name, fn)` or declared as an entry point of the group
-`gigastep.players` (value `module:function`) by an installed package. This library imports no
-loader itself; the repository's PPO baseline declares one.
+The players are those of `gigastep.eval.players` (a scripted policy's name, a policy
+callable, a `TorchPlayer`, or a checkpoint file); the results and their intervals are
+`gigastep.eval.statistics`' `MatchResult`.
 
 `evaluate(a, b, scenario, games)` plays `games` complete episodes, fully batched: games between
 scripted players run as one compiled JAX loop (segments of `lax.scan` over
@@ -40,14 +28,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache, partial
-from importlib.metadata import EntryPoint
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +39,20 @@ import numpy as np
 
 from gigastep import env as _env
 from gigastep._util.checks import check_positive_int
-from gigastep.game.types import PER_AGENT_FIELDS, EnvConfig, EnvState, closest
+from gigastep.eval.players import (
+    Device,
+    Player,
+    PlayerLike,
+    ScriptedPlayer,
+    TorchActor,
+    TorchPlayer,
+    load_player,
+    player_loaders,
+    register_player_loader,
+    resolve_player,
+)
+from gigastep.eval.statistics import MatchResult, SeatResult, wilson_interval
+from gigastep.game.types import PER_AGENT_FIELDS, EnvConfig, EnvState
 from gigastep.opponents import POLICIES, EnvLike, Policy, resolve_env
 
 if TYPE_CHECKING:
@@ -64,8 +61,6 @@ if TYPE_CHECKING:
 
     from gigastep.adapters.torch import TorchObservation
 
-Device: TypeAlias = "torch.device | str"
-"""A torch device, or its name ("cpu", "cuda", "cuda:1")."""
 
 Progress: TypeAlias = Callable[[int], object]
 """`progress(finished_games)`, called as games finish."""
@@ -89,423 +84,7 @@ __all__ = [
 DEFAULT_SCENARIO = "identical_5_vs_5_fobs_vec_void_disc"
 """The game `evaluate` and the command line play when none is named."""
 
-CHECKPOINT_KEY = "gigastep_player"
-ENTRY_POINT_GROUP = "gigastep.players"
 SEGMENT_STEPS = 32  # steps per compiled call of the scripted loop (progress, early exit)
-
-
-# ------------------------------------------------------------------------------------------
-# Players
-# ------------------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class TorchActor(Protocol):
-    """One team of `num_envs` games, played by a (possibly recurrent) torch policy.
-
-    The actor is stateful: it keeps its own recurrent state for each game and restarts it
-    where `first` is True.
-    """
-
-    def __call__(self, obs: TorchObservation, first: torch.Tensor) -> torch.Tensor:
-        """Actions of the team for one step.
-
-        Args:
-            obs: the team's observations as `TorchVecEnv` returns them, the rows of that team
-                only: float32 (B, m, L) (vector), uint8 (B, m, res_x, res_y, 3) (rgb), or the
-                tuple (rgb, vector).
-            first: bool (B,), True where this observation is the first of an episode (after
-                a reset, and after a step whose `ep_dones` was True, since games restart
-                automatically).
-
-        Returns:
-            int (B, m) action indices (discrete) or float32 (B, m, 3) (continuous), on the
-            same device as `obs`.
-        """
-        ...
-
-
-@runtime_checkable
-class TorchPlayer(Protocol):
-    """A player backed by PyTorch (a trained policy, or anything that acts on observations).
-
-    Attributes:
-        name: a short label for tables and plots.
-
-    Optionally a `scenario` attribute (a scenario name) says which game it was trained on;
-    the command line plays that game when none is named.
-    """
-
-    name: str
-
-    def check(self, config: EnvConfig, team: int) -> None:
-        """Raise ValueError with a clear message if this player cannot play team `team` of
-        the game `config` (observation type or shape, action type, team size, agent types)."""
-        ...
-
-    def actor(
-        self, config: EnvConfig, team: int, num_envs: int, device: Device, seed: int
-    ) -> TorchActor:
-        """A fresh actor for team `team` of `num_envs` games of `config` on torch `device`."""
-        ...
-
-
-@dataclass(frozen=True)
-class ScriptedPlayer:
-    """A pure JAX policy `policy(config, state, key) -> actions` of all n agents of a game."""
-
-    name: str
-    policy: Policy
-
-    def check(self, config: EnvConfig, team: int) -> None:
-        """Scripted policies read the state, so they play either team of any game."""
-
-
-Player = ScriptedPlayer | TorchPlayer
-
-PlayerLike: TypeAlias = "Player | Policy | str | os.PathLike[str]"
-"""Any player form `resolve_player` takes: a player, a policy callable, a scripted policy's
-name, or a checkpoint path."""
-
-PlayerLoader: TypeAlias = Callable[[dict[str, Any], Device], TorchPlayer]
-"""`fn(checkpoint: dict, device) -> TorchPlayer`, a checkpoint loader."""
-
-_LOADERS: dict[str, PlayerLoader] = {}
-
-
-def register_player_loader(name: str, fn: PlayerLoader, *, replace: bool = False) -> None:
-    """Make checkpoints whose `"gigastep_player"` entry is `name` load with
-    `fn(checkpoint: dict, device) -> TorchPlayer`.
-
-    Raises:
-        ValueError: `name` is already registered (pass `replace=True` to override it).
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a loader name is a non-empty string, got {name!r}")
-    if not callable(fn):
-        raise TypeError(f"a loader is a callable fn(checkpoint, device); got {type(fn).__name__}")
-    if name in _LOADERS and _LOADERS[name] is not fn and not replace:
-        raise ValueError(
-            f"a player loader named {name!r} is already registered; pass replace=True to "
-            "override it"
-        )
-    _LOADERS[name] = fn
-
-
-def _entry_points() -> dict[str, EntryPoint]:
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def player_loaders() -> list[str]:
-    """Names of the known checkpoint loaders (registered and installed entry points)."""
-    return sorted({*_LOADERS, *_entry_points()})
-
-
-def _loader(name: str) -> PlayerLoader:
-    if name in _LOADERS:
-        return _LOADERS[name]
-    eps = _entry_points()
-    if name not in eps:
-        known = player_loaders()
-        hint = f"closest: {closest(name, known)}" if known else "no loader is installed"
-        raise ValueError(
-            f"no player loader named {name!r} ({hint}). Install the package that provides "
-            f"it (an entry point in the group {ENTRY_POINT_GROUP!r}; for the repository's "
-            "PPO baseline: pip install -e . in the checkout) or call "
-            "gigastep.eval.matches.register_player_loader"
-        )
-    try:
-        return eps[name].load()
-    except Exception as err:  # an entry point's import can fail in any way
-        raise ValueError(
-            f"the player loader {name!r} ({eps[name].value}) failed to import: {err}"
-        ) from None
-
-
-def _read_checkpoint(path: str) -> dict[str, Any]:
-    try:
-        import torch
-    except ImportError:
-        raise ImportError(
-            f"loading the checkpoint {path!r} needs PyTorch: pip install 'gigastep[torch]'"
-        ) from None
-    import pickle
-
-    try:
-        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise ValueError(
-            f"refusing to load {path!r}: it holds pickled Python objects beyond tensors and "
-            f"plain containers, and checkpoints are loaded without running code ({first})"
-        ) from None
-    except Exception as err:  # torch.load fails in many ways on files it does not know
-        raise ValueError(
-            f"{path!r} is not a Gigastep checkpoint (torch.load failed: {err})"
-        ) from None
-    if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint:
-        keys = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, dict) else None
-        what = f"a dict with keys {keys}" if keys is not None else type(checkpoint).__name__
-        raise ValueError(
-            f"{path!r} is not a Gigastep player checkpoint: expected a dict with a "
-            f"{CHECKPOINT_KEY!r} entry naming its loader, got {what}"
-        )
-    return checkpoint
-
-
-def load_player(path: str | os.PathLike[str], device: Device = "cpu") -> TorchPlayer:
-    """The `TorchPlayer` stored in a checkpoint file (see the module docstring)."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint file {path!r}")
-    checkpoint = _read_checkpoint(path)
-    name = checkpoint[CHECKPOINT_KEY]
-    if not isinstance(name, str):
-        raise ValueError(f"{path!r}: {CHECKPOINT_KEY!r} must name a loader, got {name!r}")
-    try:
-        player = _loader(name)(checkpoint, device)
-    except ValueError as err:  # a loader's refusal names the file, as every error here does
-        if path in str(err):
-            raise
-        raise ValueError(f"{path!r}: {err}") from None
-    if not isinstance(player, TorchPlayer):
-        raise TypeError(
-            f"the loader {name!r} returned {type(player).__name__}, which is not a TorchPlayer "
-            "(it needs a `name`, `check(config, team)` and `actor(config, team, num_envs, "
-            "device, seed)`)"
-        )
-    return player
-
-
-def resolve_player(player: PlayerLike, device: Device = "cpu") -> Player:
-    """A `ScriptedPlayer` or `TorchPlayer` from any player form (see the module docstring).
-
-    Raises:
-        ValueError / FileNotFoundError: an unknown name (with the closest policy names) or a
-            checkpoint that cannot be loaded.
-    """
-    if isinstance(player, (ScriptedPlayer, TorchPlayer)):
-        return player
-    if isinstance(player, os.PathLike):
-        return load_player(player, device)
-    if isinstance(player, str):
-        if player in POLICIES:
-            return ScriptedPlayer(player, POLICIES[player])
-        if os.path.exists(player):
-            return load_player(player, device)
-        raise ValueError(
-            f"unknown player {player!r}: not a scripted policy (closest: "
-            f"{closest(player, POLICIES)}; all: {sorted(POLICIES)}) and no such checkpoint file"
-        )
-    if callable(player):
-        return ScriptedPlayer(getattr(player, "__name__", repr(player)), player)
-    raise TypeError(
-        "a player is a scripted policy name, a policy(config, state, key) callable, a "
-        f"TorchPlayer or a checkpoint path; got {type(player).__name__}"
-    )
-
-
-# ------------------------------------------------------------------------------------------
-# Statistics and results
-# ------------------------------------------------------------------------------------------
-
-
-def normal_quantile(confidence: float) -> float:
-    """z, the two-sided standard normal quantile of `confidence` in (0, 1) (1.96 for 0.95):
-    the half-width, in standard errors, of a normal confidence interval."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
-
-
-def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion.
-
-    With p = k / n and z the two-sided normal quantile of `confidence`:
-    (p + z^2 / 2n ± z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n).
-    `trials == 0` gives (0, 1): nothing is known.
-    """
-    if trials < 0 or not 0 <= successes <= max(trials, 0):
-        raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
-    if trials == 0:
-        return (0.0, 1.0)
-    z = normal_quantile(confidence)
-    p, n = successes / trials, trials
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    scale = 1 + z * z / n
-    # The bounds at k = 0 and k = n are exactly 0 and 1 (the formula leaves rounding there).
-    lo = 0.0 if successes == 0 else max(0.0, (centre - half) / scale)
-    hi = 1.0 if successes == trials else min(1.0, (centre + half) / scale)
-    return (lo, hi)
-
-
-def _rate(k: int, n: int) -> float:
-    return k / n if n else math.nan
-
-
-def _mean(total: float, n: int) -> float:
-    return total / n if n else math.nan
-
-
-@dataclass
-class SeatResult:
-    """The games in which player A played team `team`."""
-
-    team: int
-    games: int
-    wins: int
-    draws: int
-    losses: int
-    return_a: float  # summed over those games: A's team return (sum over its agents)
-    return_b: float
-    length: int  # summed episode lengths
-
-    @property
-    def win_rate(self) -> float:
-        return _rate(self.wins, self.games)
-
-
-@dataclass
-class MatchResult:
-    """Games between player A and player B; every count is from A's point of view.
-
-    `games` counts completed episodes only; games still running after `max_steps` steps are
-    in `unfinished` and nowhere else. Returns are team returns: the sum over a team's agents
-    of their episode returns, averaged over the counted games.
-    """
-
-    player_a: str
-    player_b: str
-    scenario: str
-    scenario_hash: str
-    seats: tuple[SeatResult, ...]
-    requested_games: int
-    unfinished: int
-    max_steps: int
-    seed: int
-    confidence: float = 0.95
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def games(self) -> int:
-        return sum(s.games for s in self.seats)
-
-    @property
-    def wins(self) -> int:
-        return sum(s.wins for s in self.seats)
-
-    @property
-    def draws(self) -> int:
-        return sum(s.draws for s in self.seats)
-
-    @property
-    def losses(self) -> int:
-        return sum(s.losses for s in self.seats)
-
-    @property
-    def win_rate(self) -> float:
-        return _rate(self.wins, self.games)
-
-    @property
-    def draw_rate(self) -> float:
-        return _rate(self.draws, self.games)
-
-    @property
-    def loss_rate(self) -> float:
-        return _rate(self.losses, self.games)
-
-    @property
-    def win_rate_ci(self) -> tuple[float, float]:
-        return wilson_interval(self.wins, self.games, self.confidence)
-
-    @property
-    def loss_rate_ci(self) -> tuple[float, float]:
-        return wilson_interval(self.losses, self.games, self.confidence)
-
-    @property
-    def decided_win_rate(self) -> float:
-        """A's share of the games that had a winner."""
-        return _rate(self.wins, self.wins + self.losses)
-
-    @property
-    def mean_return_a(self) -> float:
-        return _mean(sum(s.return_a for s in self.seats), self.games)
-
-    @property
-    def mean_return_b(self) -> float:
-        return _mean(sum(s.return_b for s in self.seats), self.games)
-
-    @property
-    def mean_episode_length(self) -> float:
-        return _mean(sum(s.length for s in self.seats), self.games)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready values (NaN where nothing was counted becomes None)."""
-
-        def clean(x: object) -> object:
-            if isinstance(x, float) and math.isnan(x):
-                return None
-            if isinstance(x, (tuple, list)):
-                return [clean(v) for v in x]
-            return x
-
-        out = {
-            "player_a": self.player_a,
-            "player_b": self.player_b,
-            "scenario": self.scenario,
-            "scenario_hash": self.scenario_hash,
-            "games": self.games,
-            "wins": self.wins,
-            "draws": self.draws,
-            "losses": self.losses,
-            "win_rate": self.win_rate,
-            "draw_rate": self.draw_rate,
-            "loss_rate": self.loss_rate,
-            "win_rate_ci": self.win_rate_ci,
-            "loss_rate_ci": self.loss_rate_ci,
-            "decided_win_rate": self.decided_win_rate,
-            "confidence": self.confidence,
-            "mean_return_a": self.mean_return_a,
-            "mean_return_b": self.mean_return_b,
-            "mean_episode_length": self.mean_episode_length,
-            "seats": [
-                {
-                    "a_team": s.team,
-                    "games": s.games,
-                    "wins": s.wins,
-                    "draws": s.draws,
-                    "losses": s.losses,
-                }
-                for s in self.seats
-            ],
-            "requested_games": self.requested_games,
-            "unfinished": self.unfinished,
-            "max_steps": self.max_steps,
-            "seed": self.seed,
-            "notes": list(self.notes),
-        }
-        return {k: clean(v) for k, v in out.items()}
-
-    def summary(self) -> str:
-        """A few lines for people."""
-        pct = int(round(100 * self.confidence))
-        lo, hi = self.win_rate_ci
-        llo, lhi = self.loss_rate_ci
-        seats = ", ".join(f"{s.games} as team {s.team}" for s in self.seats)
-        lines = [
-            f"{self.player_a} vs {self.player_b} on {self.scenario} ({self.scenario_hash}): "
-            f"{self.games} games ({seats})",
-            f"  {self.player_a}: {self.wins} wins, {self.draws} draws, {self.losses} losses",
-            f"  win rate  {self.win_rate:.3f}  ({pct}% CI {lo:.3f}-{hi:.3f})",
-            f"  loss rate {self.loss_rate:.3f}  ({pct}% CI {llo:.3f}-{lhi:.3f})",
-            f"  mean team return {self.player_a} {self.mean_return_a:.2f}, {self.player_b} "
-            f"{self.mean_return_b:.2f}; mean episode length {self.mean_episode_length:.1f} steps",
-        ]
-        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
-
 
 # ------------------------------------------------------------------------------------------
 # Seats

@@ -39,16 +39,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from gigastep._util.files import atomic_path, write_text
-from gigastep.eval.matches import (
-    DEFAULT_SCENARIO,
-    MatchResult,
-    evaluate,
-    normal_quantile,
-    resolve_player,
-)
+from gigastep.eval.matches import DEFAULT_SCENARIO, evaluate
+from gigastep.eval.players import resolve_player
+from gigastep.eval.statistics import MatchResult, normal_quantile
 
 if TYPE_CHECKING:
-    from gigastep.eval.matches import Device, Player, PlayerLike, Progress
+    from gigastep.eval.matches import Progress
+    from gigastep.eval.players import Device, Player, PlayerLike
     from gigastep.opponents import EnvLike
 
 Outcome: TypeAlias = "MatchResult | tuple[str, str, int, int, int]"

@@ -296,7 +296,7 @@ def test_loaders_are_found_in_the_entry_point_group(monkeypatch, tmp_path):
     torch = pytest.importorskip("torch")
     from importlib.metadata import EntryPoint
 
-    from gigastep.eval import matches as evaluation
+    from gigastep.eval import players as evaluation
 
     ep = EntryPoint(
         name="test-ep", value="tests.eval.test_evaluation:_load_fixed", group="gigastep.players"
