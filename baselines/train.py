@@ -774,11 +774,11 @@ class Trainer:
             self.pool.add(self.update, self.learners[0].net, self.learners[0].obs_norm)
         rollout_steps = cfg.rollout_steps * cfg.num_envs * self.game.n_agents
         self.agent_steps += rollout_steps
-        # every process keeps the main process's clock, so that all stop together
+        # every process keeps the main process's clock, so that all stop together; the tensor
+        # lives on the trainer's device because NCCL reduces CUDA tensors only
+        clock = [(t2 - t0) if self.dist.is_main else 0.0]
         self.wall_s += float(
-            self.dist.sum_(
-                torch.tensor([(t2 - t0) if self.dist.is_main else 0.0], dtype=torch.float64)
-            )
+            self.dist.sum_(torch.tensor(clock, dtype=torch.float64, device=self.device))
         )
         row = {
             "update": self.update,
