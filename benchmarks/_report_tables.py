@@ -113,6 +113,7 @@ _THROUGHPUT = TableSpec(
         Field("peak_rss_mb", "MiB", "peak RSS", fixed(0)),
         Field("device_peak_mb", "MiB"),
         Field("obs_kernel"),
+        Field("form"),
         *_COMMON,
     ),
     key=("scenario", "obs_type", "resolution", "batch", "policy", "driver", "step_fn", "devices"),

@@ -462,6 +462,15 @@ def _worker_env(case: Case) -> dict[str, str] | None:
     return {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={case.devices}".strip()}
 
 
+def _form() -> str:
+    """Which platform forms of the library ran here (`gigastep.game.xla.platform_form`):
+    "cpu" (the placement `while` loop, the conditionals on the count of finished games) on
+    the CPU, "gpu" (counted loops and selects, no data-dependent control flow) elsewhere."""
+    import jax
+
+    return "cpu" if jax.default_backend() == "cpu" else "gpu"
+
+
 def _obs_kernel(config) -> str:
     """Which code computes this config's observation here: "native" (a CPU kernel of
     gigastep/game/_native: the vector observation, the RGB drawing) or "jax"."""
@@ -679,6 +688,7 @@ def run_case(case: Case) -> dict[str, Any]:
     row.update(
         {
             "obs_kernel": kernel,
+            "form": _form(),
             "native_build_s": native_build_s,
             "obs_bytes_per_agent_step": _obs_bytes(config, case.resolution),
             "peak_rss_mb": peak_rss_mb(),

@@ -19,8 +19,9 @@ order they are kept in differs, which a uniform draw does not see). Each of the
 `PoolPlayer`, an episode is played to its end by the member drawn when it started, with its
 recurrent state: a part holds `seats` (copies of members); at a rollout's start the drawn
 member is copied into a seat that no unfinished episode uses, and every episode that starts
-during the rollout is played from that seat. Each step runs only the seats in use (a
-`lax.cond` per seat; with `--seeds` > 1, the seats that any of the vmapped runs uses).
+during the rollout is played from that seat. On the CPU each step runs only the seats in use
+(a `lax.cond` per seat; with `--seeds` > 1, the seats that any of the vmapped runs uses); on
+GPUs, where XLA reads a conditional's index on the host, every seat runs (the same actions).
 
 How many seats: an episode of at most L steps that starts in rollout r has ended before
 rollout r + ceil(L / T) + 1 starts (T: `rollout_steps`), so ceil(L / T) + 1 seats always
@@ -41,6 +42,7 @@ import numpy as np
 
 from baselines.jax_ppo import policy, running
 from baselines.policies import PolicySpec
+from gigastep.game.xla import platform_form
 
 __all__ = [
     "MAX_SEATS",
@@ -212,7 +214,13 @@ def act(f: Frozen, player: dict, raw, first, key, norm_obs: bool, runs: str | No
         used = mine.any()
         if runs is not None:
             used = jax.lax.psum(used.astype(jnp.int32), runs) > 0
-        a, h_s = jax.lax.cond(used, run, idle, None)
+        # On the CPU the seat runs only when used; elsewhere (XLA:GPU would read the branch
+        # index on the host) it always runs, and the rows of an unused seat are not kept.
+        a, h_s = platform_form(
+            used,
+            cpu=lambda used: jax.lax.cond(used, run, idle, None),
+            gpu=lambda used: run(None),
+        )
         keep = mine.reshape((-1,) + (1,) * (a.ndim - 1))
         actions = jnp.where(keep, a.astype(dtype), actions)
         rows = [1] * h.ndim

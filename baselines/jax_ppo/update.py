@@ -40,6 +40,7 @@ from baselines.envs import GameSpec
 from baselines.jax_ppo import algorithm, frozen, policy, running
 from baselines.policies import PolicySpec
 from gigastep.game.types import EnvConfig
+from gigastep.game.xla import platform_form
 
 __all__ = [
     "Setup",
@@ -514,7 +515,11 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         truncated = info.truncated.any()
         if runs is not None:  # one branch for every run (under vmap, not a select of both)
             truncated = jax.lax.psum(truncated.astype(jnp.int32), runs) > 0
-        fin = jax.lax.cond(truncated, final_values, lambda _: jnp.zeros(len(a.rows)), None)
+        fin = platform_form(  # a branch on the CPU, a select elsewhere (same values)
+            truncated,
+            cpu=lambda t: jax.lax.cond(t, final_values, lambda _: jnp.zeros(len(a.rows)), None),
+            gpu=lambda t: jnp.where(t, final_values(None), jnp.zeros(len(a.rows))),
+        )
         r = jnp.where(alive, rewards.reshape(-1)[a.rows], 0.0)
         if cfg.scale_rewards:
             returns = cfg.gamma * returns + r

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gigastep.game.xla import varying_like
+from gigastep.game.xla import platform_form, varying_like
 
 __all__ = ["autoreset_capacity", "reset_where", "select_games", "where_masked"]
 
@@ -47,8 +47,9 @@ def where_masked(fn: Callable[..., Any], mask: jax.Array, *args: Any) -> Any:
 
     Only the masked games are computed: none when no game is masked, the first
     `autoreset_capacity(B)` of them (gathered, computed, scattered into zeros) when few are,
-    the whole batch otherwise. The choice is a conditional on the count of masked games: on
-    backends that run conditionals from the host (GPU) its index is read there.
+    the whole batch otherwise. The choice is a conditional on the count of masked games, made
+    on the CPU only (`platform_form`): XLA:GPU would read its index on the host at every call,
+    so on other platforms the whole batch is computed (the masked games' values are the same).
     """
     b = mask.shape[0]
     cap = autoreset_capacity(b)
@@ -75,16 +76,21 @@ def where_masked(fn: Callable[..., Any], mask: jax.Array, *args: Any) -> Any:
         # without reading the inputs, so they are marked as varying like them.
         return lambda _: varying_like((mask, args), branch(None))
 
-    count = jnp.sum(mask, dtype=jnp.int32)
-    if cap >= b:
-        return jax.lax.cond(count > 0, alike(every), alike(zeros), None)
-    branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
-    return jax.lax.switch(branch, (alike(zeros), alike(few), alike(every)), None)
+    def chosen(mask: jax.Array) -> Any:
+        # The CPU form: a conditional on the count of masked games.
+        count = jnp.sum(mask, dtype=jnp.int32)
+        if cap >= b:
+            return jax.lax.cond(count > 0, alike(every), alike(zeros), None)
+        branch = (count > 0).astype(jnp.int32) + (count > cap).astype(jnp.int32)
+        return jax.lax.switch(branch, (alike(zeros), alike(few), alike(every)), None)
+
+    # The GPU form: the whole batch, without a conditional.
+    return platform_form(mask, cpu=chosen, gpu=lambda _: alike(every)(None))
 
 
 def reset_where(reset_one: Callable[[Any], Any], mask: jax.Array, keys: jax.Array) -> Any:
     """`jax.vmap(reset_one)(keys)` at the games where `mask` (B,) is set; the other games'
     entries are unspecified (zeros or a fresh game). See `where_masked`: resetting a few games
     costs a fraction of resetting the batch, since the placement loop of a batched reset runs
-    until its worst game is placed."""
+    until its worst game is placed (on the CPU; elsewhere the whole batch is reset)."""
     return where_masked(reset_one, mask, keys)

@@ -7,6 +7,9 @@ whole phase, the others are its steps (tests draw the same numbers through them)
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +18,7 @@ from gigastep.game import dynamics, interactions
 from gigastep.game import random as grandom
 from gigastep.game.arena import MapArrays, map_arrays
 from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState
+from gigastep.game.xla import platform_form, varying_like
 
 __all__ = [
     "map_index",
@@ -132,7 +136,28 @@ def place_agents(
         )
         return round_ + 1, a, conflicts(a)
 
-    return jax.lax.while_loop(cond, body, (jnp.int32(1), agents, conflicts(agents)))[1]
+    def open_loop(
+        carry: tuple[jax.Array, AgentState, jax.Array],
+    ) -> tuple[jax.Array, AgentState, jax.Array]:
+        # The CPU form: the loop stops at the first round without conflicts.
+        return jax.lax.while_loop(cond, body, carry)
+
+    def counted(
+        carry: tuple[jax.Array, AgentState, jax.Array],
+    ) -> tuple[jax.Array, AgentState, jax.Array]:
+        # The GPU form: every one of the `reset_max_rounds` rounds runs, and a round after
+        # the one the open loop would stop at leaves the carry as it is (a select): the same
+        # rounds drawn from the same keys, the same placement.
+        def round_(_: int, c: tuple[jax.Array, AgentState, jax.Array]) -> Any:
+            return jax.tree.map(partial(jnp.where, cond(c)), body(c), c)
+
+        return jax.lax.fori_loop(0, config.reset_max_rounds, round_, carry)
+
+    # Inside shard_map the rounds' draws vary over the mesh axes of the key and the map: the
+    # carry (with constants such as the health) is marked as varying like them, so that the
+    # counted loop's carry keeps its type and both forms return the same types.
+    start = varying_like((k_place, map_idx), (jnp.int32(1), agents, conflicts(agents)))
+    return platform_form(start, cpu=open_loop, gpu=counted)[1]
 
 
 def reset_state_streamed(
@@ -156,6 +181,16 @@ def reset_state_streamed(
     left in a box dies on it. Crowded start regions need many rounds: with 10 rounds about 9%
     of identical_20_vs_5's games (20 agents in a 8 x 2 band) started with a conflict, 0.4%
     with 20 rounds, none in 4096 with 30; hence the default of 100.
+
+    Platform forms (`gigastep.game.xla.platform_form`): on the CPU the rounds are a `while`
+    loop that stops at the first round without conflicts; elsewhere (GPUs, where XLA reads a
+    loop's predicate on the host every round) a counted loop of exactly `reset_max_rounds`
+    rounds whose rounds after that one change nothing. Both draw round r from the same key
+    and redraw the same agents, so the placement is the same in every case, exhausted rounds
+    included; the GPU form's cost is that of `reset_max_rounds` rounds. (Drawing every round
+    at once and keeping each agent's first conflict-free draw would not be the same: an agent
+    is checked against the lower-index agents' positions of the same round, which move while
+    they are redrawn.)
     """
     n = config.n_agents
     k_map, k_place, k_comm = reset_keys(key)

@@ -3,13 +3,15 @@ manual mesh axes (inside `shard_map`) that a value built apart from its inputs v
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["count_sum", "stored", "varying_like"]
+__all__ = ["count_sum", "platform_form", "stored", "varying_like"]
 
 
 def stored(x: jax.Array) -> jax.Array:
@@ -85,3 +87,43 @@ def varying_like(inputs: Any, out: Any) -> Any:
         return pcast(leaf, missing, to="varying") if missing else leaf
 
     return jax.tree.map(mark, out)
+
+
+_FORM: str | None = None
+"""None: `platform_form` chooses by the platform lowered for; "cpu" or "gpu": that form
+everywhere (tests, through `_force_form`, run the GPU forms on the CPU)."""
+
+
+def platform_form(*args: Any, cpu: Callable[..., Any], gpu: Callable[..., Any]) -> Any:
+    """`cpu(*args)` on the CPU, `gpu(*args)` on every other platform: two forms of the same
+    values, chosen when the program is lowered (a constant conditional that XLA folds).
+
+    The GPU forms have no data-dependent control flow: XLA:GPU reads the index of a
+    conditional and the predicate of a `while` loop whose trip count it does not know on the
+    host, stalling the device at every one. The CPU forms keep the conditionals and loops
+    that skip work there (tests/game/test_gpu_lowering.py checks the lowered GPU programs;
+    tests/game/test_gpu_forms.py runs the GPU forms on the CPU against the CPU forms).
+    """
+    if _FORM == "cpu":
+        return cpu(*args)
+    if _FORM == "gpu":
+        return gpu(*args)
+    return jax.lax.platform_dependent(*args, cpu=cpu, default=gpu)
+
+
+@contextmanager
+def _force_form(form: str) -> Iterator[None]:
+    """Within the block, every `platform_form` takes the `form` ("cpu" or "gpu") form on
+    every platform. JAX's caches are cleared on entry and exit (a jitted function traced
+    under another form would be reused otherwise). For tests."""
+    global _FORM
+    if form not in ("cpu", "gpu"):
+        raise ValueError(f"_force_form: form must be 'cpu' or 'gpu', got {form!r}")
+    before = _FORM
+    _FORM = form
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        _FORM = before
+        jax.clear_caches()

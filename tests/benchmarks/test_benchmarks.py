@@ -53,6 +53,8 @@ def test_row_has_the_documented_fields_and_types(env_row):
 
     want = "native" if _native._compiler() is not None and _native.enabled() else "jax"
     assert env_row["obs_kernel"] == want and env_row["native_build_s"] >= 0
+    # and which platform forms (gigastep.game.xla.platform_form) ran
+    assert env_row["form"] == ("cpu" if jax.default_backend() == "cpu" else "gpu")
 
 
 def test_rates_count_steps_times_batch_times_agents_per_median_second(env_row):
