@@ -352,13 +352,13 @@ def _compiled_step(
     """The compiled auto-resetting batched step of `game`: (state leaves, key, actions) ->
     (key, state leaves, `StepOutputs`); state leaves and key are donated.
     Built once per game (no static-argument hashing on the hot path). States travel as a flat
-    list of arrays: rebuilding the nested state dataclasses in Python costs ~0.1 ms each,
-    four per step.
+    list of arrays, so the hot path rebuilds no nested state dataclasses in Python.
 
-    `reset_finished_only` resets only the games that ended (`env.batched_step_autoreset`:
-    on CPU about half the cost of a step that resets every game and keeps the results of
-    the finished ones). Its conditional needs the branch index on the host where XLA runs
-    conditionals from the host (GPU), so there the vmapped step, which has none, is used.
+    `reset_finished_only` resets only the games that ended (`env.batched_step_autoreset`),
+    which on the CPU saves the resets of the games still running. Off the CPU that form
+    computes every game's reset anyway (its choice is a select there, to keep the host out of
+    the step: `gigastep.game.batching.where_masked`), so the vmapped step is used, with the
+    same values.
     `window` = (start, total): the batch is games [start, start + B) of a batch of `total`
     games and draws their keys (see `_game_keys`).
     `scripted` teams are played inside the call (`ScriptedTeam`); with `state_vectors` the
