@@ -100,7 +100,7 @@ def test_max_steps_needs_a_time_limit():
 # ------------------------------------------------------------------------------------------
 
 
-def _config(tmp_path, on_policy: bool = True) -> ExperimentConfig:
+def _config(tmp_path, evaluate: bool = False) -> ExperimentConfig:
     c = ExperimentConfig.get_from_yaml()
     c.sampling_device = c.train_device = c.buffer_device = "cpu"
     c.max_n_iters, c.max_n_frames = 2, None
@@ -114,10 +114,12 @@ def _config(tmp_path, on_policy: bool = True) -> ExperimentConfig:
     c.off_policy_train_batch_size = 8
     c.off_policy_memory_size = 64
     c.off_policy_init_random_frames = 0
-    c.evaluation = False
-    c.render = False
+    # evaluation: BenchMARL's batched rollouts of max_steps, with the render callback, its
+    # returns written to a JSON file (no logger: no video file, which needs torchvision)
+    c.evaluation = c.render = c.create_json = evaluate
+    c.evaluation_interval = 16
+    c.evaluation_episodes = 2
     c.loggers = []
-    c.create_json = False
     c.checkpoint_interval = 0
     c.checkpoint_at_end = False
     c.save_folder = str(tmp_path)
@@ -130,15 +132,14 @@ def _mlp() -> MlpConfig:
     return m
 
 
-def _run(t: GigastepTask, algorithm, tmp_path, model=None, critic=None) -> Experiment:
-    on_policy = algorithm.on_policy()
+def _run(t: GigastepTask, algorithm, tmp_path, model=None, critic=None, evaluate=False):
     experiment = Experiment(
         task=t,
         algorithm_config=algorithm,
         model_config=model or _mlp(),
         critic_model_config=critic or _mlp(),
         seed=0,
-        config=_config(tmp_path, on_policy),
+        config=_config(tmp_path, evaluate),
     )
     before = {
         group: [p.detach().clone() for p in experiment.losses[group].parameters()]
@@ -162,8 +163,10 @@ def test_mappo_trains_both_teams_with_a_centralised_critic_on_the_state(tmp_path
 @pytest.mark.slow
 def test_ippo_trains_one_team_against_a_scripted_opponent_with_continuous_actions(tmp_path):
     t = task(GAME, opponent="pursuit", discrete_actions=False, **SHORT)
-    experiment = _run(t, IppoConfig.get_from_yaml(), tmp_path)
+    experiment = _run(t, IppoConfig.get_from_yaml(), tmp_path, evaluate=True)
     assert list(experiment.group_map) == ["team0"] and experiment.continuous_actions
+    (json_file,) = experiment.folder_name.glob("*.json")  # the evaluations' returns
+    assert "team0_return" in json_file.read_text()
 
 
 @pytest.mark.slow
