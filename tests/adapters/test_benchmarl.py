@@ -56,13 +56,22 @@ def test_both_teams_are_groups_with_observations_state_and_info_apart():
     action = t.action_spec(env)
     assert set(action.keys(True, True)) == {("team0", "action"), ("team1", "action")}
     assert action["team0", "action"].shape == (2,) and action["team0", "action"].n == 27
-    # the data hold what the specs say
+
+
+# the first step of the game compiles it (about 20 s on 2 cores): slow tier
+@pytest.mark.slow
+def test_the_data_hold_what_the_specs_say_and_render_draws_game_0():
+    t = task(GAME, **SHORT)
+    env = _env(t)
+    S = state_vector_size(env.config)
     td = env.rollout(3, break_when_any_done=False)
+    assert t.observation_spec(env)["team0", "observation"].is_in(td["team0", "observation"][0, 0])
     assert td["next", "state"].shape == (2, 3, S)
     assert td["next", "team1", "info", "mask"].shape == (2, 3, 2)
-    frame = t.render_callback(None, env, td)
+    frame = t.render_callback(None, env, td)  # BenchMARL's default callback: env.render
     assert frame.shape == (env.config.resolution_y, env.config.resolution_x, 3)
     assert frame.dtype.name == "uint8" and frame.any()
+    torch.testing.assert_close(torch.as_tensor(frame), torch.as_tensor(env.render(env_index=0)))
 
 
 def test_an_opponent_leaves_one_group_and_the_state_can_be_left_out():
@@ -154,6 +163,8 @@ def _run(t: GigastepTask, algorithm, tmp_path, model=None, critic=None, evaluate
     return experiment
 
 
+# compiles the game (about 20 s on 2 cores, less after the tests above): slow tier
+@pytest.mark.slow
 def test_mappo_trains_both_teams_with_a_centralised_critic_on_the_state(tmp_path):
     experiment = _run(task(GAME, **SHORT), MappoConfig.get_from_yaml(), tmp_path)
     assert set(experiment.group_map) == {"team0", "team1"}
