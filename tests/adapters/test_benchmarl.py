@@ -194,3 +194,11 @@ def test_mappo_trains_on_pixels_with_benchmarl_cnn(tmp_path):
 def test_qmix_trains_both_teams_with_the_state_in_its_mixer(tmp_path):
     experiment = _run(task(GAME, **SHORT), QmixConfig.get_from_yaml(), tmp_path)
     assert set(experiment.group_map) == {"team0", "team1"}
+
+
+def test_the_short_name_gives_the_adapters_objects():
+    import gigastep.adapters.benchmarl as full
+    import gigastep.benchmarl as short
+
+    assert short.task is full.task and short.GigastepTask is full.GigastepTask
+    assert short.__all__ == full.__all__ == ["GigastepTask", "task"]
