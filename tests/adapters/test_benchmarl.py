@@ -92,6 +92,8 @@ def test_the_task_is_saved_by_pickle_and_refuses_what_cannot_be():
     assert pickle.loads(pickle.dumps(t)) == t  # BenchMARL pickles it into its folder
     with pytest.raises(TypeError, match="must be picklable"):
         task(GAME, opponent=lambda obs, key: obs)
+    with pytest.raises(ValueError, match="unknown scripted policy 'pursuti'"):
+        task(GAME, opponent="pursuti")
     with pytest.raises(ValueError, match="team must be 0 or 1"):
         task(GAME, team=2)
     with pytest.raises(TypeError, match="unknown EnvConfig field 'max_steps'"):
