@@ -6,9 +6,10 @@ lays them out as TorchRL's multi-agent environments do, with one group per team,
 trainers built for heterogeneous groups (BenchMARL-style) see each team as its own group:
 
     root        "done", "terminated", "truncated"         (B, 1) bool   the episode
+                "state"        (B, S) float32   with `state=True`: the global state vector
     "team0"     "observation"  (B, m0, L) float32         vector obs (vector, rgb_vector)
                 "pixels"       (B, m0, res_x, res_y, 3) uint8   RGB obs (rgb, rgb_vector)
-                "mask"         (B, m0) bool               the agent is alive
+                ("info", "mask")  (B, m0) bool            the agent is alive
                 "action"       (B, m0, 3) float32 in [-1, 1] (continuous) or (B, m0) int64
                                in 0..26 (discrete)
                 "reward"       (B, m0, 1) float32
@@ -17,8 +18,17 @@ trainers built for heterogeneous groups (BenchMARL-style) see each team as its o
 
 B = `num_envs`, `batch_size` is `[B]`. `terminated` means a team was eliminated, `truncated`
 the time limit, `done` either. Agents that die stay in their group with zero observations
-and rewards and `mask` False (their actions are ignored); the groups' done entries are the
-episode's, so TorchRL never asks to reset a single agent.
+and rewards and `("info", "mask")` False (their actions are ignored); the groups' done entries
+are the episode's, so TorchRL never asks to reset a single agent.
+
+The observations of a group are its "observation" and/or "pixels" alone: the alive mask is
+under the group's "info", where TorchRL's VMAS environments keep their per-agent extras and
+where BenchMARL looks for them (it leaves `(group, "info")` out of its models' inputs and of
+its training batches, and logs its mean). With `state=True` the root "state" is the game's
+global state vector (`gigastep.game.observations.global_state`) seen from `team`, in the
+place TorchRL's PettingZoo environments put theirs (`return_state=True`), for centralised
+critics; in the "next" of a step that ends a game it is the ending state's, as the
+observations are. `render()` draws one game's top view (an RGB image).
 
 Resets, the TorchRL way: `TorchVecEnv` restarts finished games inside the step that ends them.
 This adapter returns the *final* observation of a finished game in that step's "next" (as
@@ -48,9 +58,12 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from gigastep import env as _env
+from gigastep._util.checks import check_team
 from gigastep.adapters.torch import TorchObservation, TorchVecEnv, jax_to_torch
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
+from gigastep.game.observations import global_view
+from gigastep.game.observations.global_state import state_vector_size
 from gigastep.game.types import EnvConfig, EnvState
 from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env
 from gigastep.spaces import vector_bounds
@@ -78,6 +91,9 @@ def _fresh_states(config: EnvConfig, keys: jax.Array) -> EnvState:
     return jax.vmap(partial(_env.reset, config))(keys)[1]
 
 
+_global_view = jax.jit(global_view, static_argnums=0)
+
+
 def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """`new` for the games of `mask` (B,), else `old`."""
     return torch.where(mask.reshape(-1, *(1,) * (new.ndim - 1)), new, old)
@@ -93,7 +109,9 @@ class GigastepTorchRLEnv(EnvBase):
         seed: seed of the first reset; `set_seed` changes it for the next full reset.
         opponent: optional scripted policy for the team you do not control (a name of
             `gigastep.opponents` or a callable); then only group `f"team{team}"` exists.
-        team: the controlled team when `opponent` is given.
+        team: the controlled team when `opponent` is given, and the team the "state" vector is
+            seen from (its agents first).
+        state: add the root "state" entry, the global state vector (S,) of each game.
         **overrides: EnvConfig fields changed (e.g. `max_episode_length=100`).
     """
 
@@ -105,8 +123,10 @@ class GigastepTorchRLEnv(EnvBase):
         seed: int = 0,
         opponent: str | Policy | None = None,
         team: int = 0,
+        state: bool = False,
         **overrides: Any,
     ) -> None:
+        check_team(team)
         if overrides:
             if isinstance(name_or_env, VersusEnv):
                 raise TypeError("EnvConfig overrides need a scenario name, GigastepEnv or config")
@@ -119,12 +139,15 @@ class GigastepTorchRLEnv(EnvBase):
             final_obs=True,
             opponent=opponent,
             team=team,
+            state_vectors=state,
         )
         super().__init__(device=venv.device, batch_size=torch.Size([num_envs]))
         self._venv = venv
         self.config = venv.config
         self.num_envs = num_envs
         self._seed = int(seed)
+        self.team = int(team)
+        self.state = bool(state)
         if isinstance(venv.game, VersusEnv):
             controlled = np.full(venv.n_agents, venv.game.team)
         else:
@@ -134,7 +157,9 @@ class GigastepTorchRLEnv(EnvBase):
             group: [f"{group}_agent{i}" for i in range(int(np.sum(controlled == int(group[-1]))))]
             for group in self._groups
         }
-        self._fresh_obs: Any = None  # observations of the games as they are now (after auto-reset)
+        # (observations, alive, state vectors or None) of the games as they are now (after
+        # auto-reset)
+        self._fresh_obs: Any = None
         self._pending = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._reset_key = jax.random.PRNGKey(seed + 1)  # for resets of games that go on
         self._make_specs()
@@ -146,7 +171,10 @@ class GigastepTorchRLEnv(EnvBase):
         for group, agents in self.group_map.items():
             m = len(agents)
             shape = (b, m)
-            entries = {"mask": Categorical(2, shape, dtype=torch.bool, device=dev)}
+            mask = Categorical(2, shape, dtype=torch.bool, device=dev)
+            entries: dict[str, Any] = {
+                "info": Composite(mask=mask, shape=shape, device=dev),
+            }
             if c.obs_type in ("vector", "rgb_vector"):
                 low, high = vector_bounds(c)
                 if np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
@@ -182,6 +210,9 @@ class GigastepTorchRLEnv(EnvBase):
                 device=dev,
             )
         root = {k: Categorical(2, (b, 1), dtype=torch.bool, device=dev) for k in _DONE_KEYS}
+        if self.state:
+            size = state_vector_size(c)
+            obs["state"] = Unbounded((b, size), dtype=torch.float32, device=dev)
         self.observation_spec = Composite(obs, shape=(b,), device=dev)
         self.action_spec = Composite(act, shape=(b,), device=dev)
         self.reward_spec = Composite(rew, shape=(b,), device=dev)
@@ -198,7 +229,7 @@ class GigastepTorchRLEnv(EnvBase):
             rgb, vec = (obs, None) if c.obs_type == "rgb" else (None, obs)
         out = {}
         for group, idx in self._groups.items():
-            entries = {"mask": alive[:, idx]}
+            entries: dict[str, Any] = {"info": {"mask": alive[:, idx]}}
             if vec is not None:
                 entries["observation"] = vec[:, idx]
             if rgb is not None:
@@ -219,9 +250,12 @@ class GigastepTorchRLEnv(EnvBase):
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         rewards: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
     ) -> TensorDict:
         root = self._done_entries(terminated, truncated)
-        data = {**root}
+        data: dict[str, Any] = {**root}
+        if self.state:
+            data["state"] = state
         for group, entries in self._observations(obs, alive).items():
             m = len(self.group_map[group])
             for key, value in root.items():
@@ -247,11 +281,18 @@ class GigastepTorchRLEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDict:
         obs, rewards, dones, ep_dones, info = self._venv.step(self._joint_actions(tensordict))
         # games that ended were restarted inside the step: all their agents are alive
-        self._fresh_obs = (obs, ~dones | ep_dones.unsqueeze(1))
+        fresh_state = info["state_vector"][:, self.team] if self.state else None
+        self._fresh_obs = (obs, ~dones | ep_dones.unsqueeze(1), fresh_state)
         self._pending = ep_dones
         final_alive = ~dones  # the finished step's agents, whose final observation this is
+        final_state = info["final_state_vector"][:, self.team] if self.state else None
         return self._output(
-            info["final_obs"], final_alive, info["terminated"], info["truncated"], rewards
+            info["final_obs"],
+            final_alive,
+            info["terminated"],
+            info["truncated"],
+            rewards,
+            final_state,
         )
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDict:
@@ -262,15 +303,19 @@ class GigastepTorchRLEnv(EnvBase):
             alive = torch.ones(
                 self.num_envs, self._venv.n_agents, dtype=torch.bool, device=self.device
             )
-            self._fresh_obs = (obs, alive)
+            self._fresh_obs = (obs, alive, self._state_vectors())
         else:
             running = mask & ~self._pending
             if bool(running.any()):
                 self._reset_running(running)
         self._pending = torch.zeros_like(self._pending)
-        obs, alive = self._fresh_obs
+        obs, alive, state = self._fresh_obs
         zeros = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return self._output(obs, alive, zeros, zeros)
+        return self._output(obs, alive, zeros, zeros, state=state)
+
+    def _state_vectors(self) -> torch.Tensor | None:
+        """(B, S) float32: the current games' state vectors seen from `team` (with `state`)."""
+        return self._venv.state_vector()[:, self.team] if self.state else None
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
         """(B,) bool: the games a partial reset asks for (any of its "_reset" entries), or
@@ -295,17 +340,37 @@ class GigastepTorchRLEnv(EnvBase):
         fresh_alive = jax_to_torch(states.agents.alive)
         if isinstance(self._venv.game, VersusEnv):
             fresh_alive = jax_to_torch(jax.vmap(self._venv.game.team_view)(states.agents.alive))
-        # the games that go on keep their current observations
-        obs, alive = self._fresh_obs
+        # the games that go on keep their current observations (and states: the vectors of
+        # the states now held are theirs and the fresh games')
+        obs, alive, _ = self._fresh_obs
         self._fresh_obs = (
             jax.tree_util.tree_map(lambda new, old: _where(mask, new, old), fresh_obs, obs),
             _where(mask, fresh_alive, alive),
+            self._state_vectors(),
         )
 
     def _set_seed(self, seed: int | None) -> None:
         self._seed = 0 if seed is None else int(seed)
         self._reset_key = jax.random.PRNGKey(self._seed + 1)
         self._fresh_obs = None  # the next reset restarts every game from this seed
+
+    def render(self, mode: str = "rgb_array", env_index: int = 0) -> np.ndarray:
+        """The top view of game `env_index` as it is now: a (res_y, res_x, 3) uint8 image
+        (rows = world y; the picture of `GigastepEnv.global_view`, as the Gymnasium and
+        PettingZoo adapters render it). After a step that ended the game, it is the fresh
+        game's first picture. `mode` must be "rgb_array" (the one mode; the argument is there
+        for callers that pass it, as BenchMARL's evaluation videos do)."""
+        if mode != "rgb_array":
+            raise ValueError(f"render supports mode='rgb_array' only, got mode={mode!r}")
+        if isinstance(env_index, bool) or not 0 <= int(env_index) < self.num_envs:
+            raise ValueError(
+                f"env_index must be a game of this batch, 0..{self.num_envs - 1}; got {env_index!r}"
+            )
+        if self._fresh_obs is None:
+            raise RuntimeError("call reset() before render()")
+        one = jax.tree_util.tree_map(lambda x: x[int(env_index)], self._venv.states)
+        view = np.asarray(_global_view(self.config, one))
+        return np.ascontiguousarray(np.swapaxes(view, 0, 1))
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self._venv.close()

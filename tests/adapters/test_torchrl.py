@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import math
 
+import jax
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,6 +20,7 @@ pytest.importorskip("torchrl")
 
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
+import gigastep  # noqa: E402
 from gigastep.adapters.torchrl import GigastepTorchRLEnv  # noqa: E402
 
 B = 3
@@ -64,7 +67,7 @@ def test_each_team_is_a_group_with_its_own_agents():
     assert td["team0", "observation"].shape == (B, 5, env.config.vector_size)
     assert td["team1", "pixels"].shape == (B, 1, 12, 12, 3)
     assert td["team1", "pixels"].dtype == torch.uint8
-    assert td["team0", "mask"].all()
+    assert td["team0", "info", "mask"].all()
     action = env.action_spec.rand()
     assert action["team0", "action"].shape == (B, 5, 3)
     out = env.step(td.update(action))
@@ -153,9 +156,60 @@ def test_last_step_next_holds_the_final_observation_and_the_episode_flags():
             assert nxt[group, key][:, 2].all()
     assert not nxt["terminated"].any()
     for group in env.group_map:
-        assert not nxt[group, "terminated"].any() and nxt[group, "mask"].all()
+        assert not nxt[group, "terminated"].any() and nxt[group, "info", "mask"].all()
         first, final = data[group, "observation"][:, 0], nxt[group, "observation"][:, 2]
         shift = torch.cos(first[..., 5]) * 0.034248
         torch.testing.assert_close(final[..., 2], first[..., 2] + shift, atol=1e-5, rtol=0)
         torch.testing.assert_close(final[..., 6], torch.full_like(final[..., 6], 1.3 * FRESH_SPEED))
         assert nxt[group, "reward"].shape == (B, 3, 2, 1)
+
+
+def test_the_observations_are_the_observation_alone_and_the_mask_is_an_info():
+    # BenchMARL's models read every leaf of a group's observations; the alive mask sits in
+    # the group's "info", where TorchRL's VMAS environments keep per-agent extras
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    spec = env.observation_spec
+    assert set(spec.keys(True, True)) == {
+        ("team0", "observation"),
+        ("team0", "info", "mask"),
+        ("team1", "observation"),
+        ("team1", "info", "mask"),
+    }
+    assert spec["team0", "info", "mask"].dtype == torch.bool
+    assert spec["team0", "info", "mask"].shape == (B, 2)
+
+
+def test_the_state_is_the_global_state_vector_final_at_an_episode_end():
+    """Layout of `gigastep.game.observations.global_state` for 2 vs 2 without boxes or
+    waypoints: 9 features per agent (alive first), 4 x 4 locks, then step / max length."""
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3, state=True)
+    check_env_specs(env, seed=0)
+    env.set_seed(2)
+    td = env.reset()
+    expected = env._venv.state_vector()[:, 0]  # test-only look inside: team 0's view
+    torch.testing.assert_close(td["state"], expected)
+    assert td["state"].shape == (B, 9 * 4 + 16 + 1)
+    data = env.rollout(4, break_when_any_done=False)
+    step = 9 * 4 + 16
+    # the state a step ends in: 1/3, 2/3, then 3/3 (the final state, not the next game's)
+    torch.testing.assert_close(
+        data["next", "state"][:, :, step], torch.tensor([[1 / 3, 2 / 3, 1.0, 1 / 3]] * B)
+    )
+    torch.testing.assert_close(data["state"][:, 3, step], torch.zeros(B))  # a fresh game
+    assert (data["state"][:, :, 0:36:9] == 1).all()  # everyone alive in 4 steps
+
+
+def test_render_draws_one_games_top_view():
+    env = _env("identical_2_vs_2_fobs_vec_void_disc", max_episode_length=3)
+    env.reset()
+    frame = env.render(env_index=1)
+    c = env.config
+    assert frame.shape == (c.resolution_y, c.resolution_x, 3) and frame.dtype.name == "uint8"
+    one = jax.tree_util.tree_map(lambda x: x[1], env._venv.states)  # test-only look inside
+    view = np.asarray(gigastep.GigastepEnv(c).global_view(one))
+    np.testing.assert_array_equal(frame, np.swapaxes(view, 0, 1))
+    assert env.render(mode="rgb_array").shape == frame.shape  # BenchMARL's first call
+    with pytest.raises(ValueError, match="mode='rgb_array' only"):
+        env.render(mode="human")
+    with pytest.raises(ValueError, match="env_index must be a game of this batch, 0..2"):
+        env.render(env_index=B)

@@ -22,7 +22,8 @@ import sys
 
 class Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"torch", "gymnasium", "pettingzoo", "matplotlib", "jaxmarl"}:
+        optional = {"torch", "gymnasium", "pettingzoo", "matplotlib", "jaxmarl", "benchmarl"}
+        if name.split(".")[0] in optional:
             raise ImportError(f"{name} is not a core dependency")
 
 sys.meta_path.insert(0, Block())
@@ -42,7 +43,7 @@ def test_core_runs_without_the_optional_stacks():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = set(result.stdout.split())
-    assert not loaded & {"torch", "gymnasium", "pettingzoo", "matplotlib", "jaxmarl"}
+    assert not loaded & {"torch", "gymnasium", "pettingzoo", "matplotlib", "jaxmarl", "benchmarl"}
 
 
 def test_core_dependencies_are_declared():
@@ -54,6 +55,7 @@ def test_core_dependencies_are_declared():
     assert any(d.startswith("gymnasium") for d in extras["gym"])
     assert any(d.startswith("pettingzoo") for d in extras["pettingzoo"])
     assert any(d.startswith("jaxmarl") for d in extras["jaxmarl"])
+    assert any(d.startswith("benchmarl") for d in extras["benchmarl"])
 
 
 # ------------------------------------------------------------------------------------------

@@ -44,7 +44,16 @@ DEVELOPMENT = ROOT / "docs" / "development.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 LANGUAGES = {"", "python", "bash", "toml", "text"}
 PYTHON_TOKENS = {"continue", "skip"}
-EXTRAS = ("torch", "gymnasium", "pettingzoo", "matplotlib", "torchrl", "tensordict", "jaxmarl")
+EXTRAS = (
+    "torch",
+    "gymnasium",
+    "pettingzoo",
+    "matplotlib",
+    "torchrl",
+    "tensordict",
+    "jaxmarl",
+    "benchmarl",
+)
 TIMEOUT_S = 300
 
 # Runs (file, line, code) blocks in one namespace; each block is compiled as its file with its
