@@ -659,18 +659,18 @@ class GigastepEnv:
         return _reset(self.config, key)
 
     def step(self, state: EnvState, actions: ArrayLike, key: jax.Array) -> StepResult:
-        return _step(self.config, state, actions, key)
+        return _step(self.config, state, _checks.as_actions(actions), key)
 
     def sample_noise(self, key: jax.Array) -> StepNoise:
         return sample_noise(self.config, key)
 
     def transition(self, state: EnvState, actions: ArrayLike, noise: StepNoise) -> StepResult:
-        return _transition(self.config, state, actions, noise)
+        return _transition(self.config, state, _checks.as_actions(actions), noise)
 
     def step_autoreset(
         self, state: EnvState, actions: ArrayLike, key: jax.Array, final_obs: bool = True
     ) -> AutoresetResult:
-        return _step_autoreset(self.config, state, actions, key, final_obs)
+        return _step_autoreset(self.config, state, _checks.as_actions(actions), key, final_obs)
 
     def global_view(self, state: EnvState) -> jax.Array:
         return _global_view(self.config, state)
@@ -681,12 +681,14 @@ class GigastepEnv:
         return _v_reset(self.config, keys)
 
     def v_step(self, states: EnvState, actions: ArrayLike, keys: jax.Array) -> StepResult:
+        actions = _checks.as_actions(actions)
         check_batch(self.config, states, actions, keys, "step")
         return _v_step(self.config, states, actions, keys)
 
     def v_step_autoreset(
         self, states: EnvState, actions: ArrayLike, keys: jax.Array, final_obs: bool = True
     ) -> AutoresetResult:
+        actions = _checks.as_actions(actions)
         check_batch(self.config, states, actions, keys, "step_autoreset")
         return _v_step_autoreset(self.config, states, actions, keys, final_obs)
 

@@ -7,7 +7,6 @@ are the rows that had no check before.
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
@@ -123,3 +122,185 @@ def test_a_make_override_that_empties_a_team_is_refused():
 
 def test_a_single_team_config_built_directly_stays_allowed():
     assert EnvConfig(teams=(0,)).team_sizes == (1, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# Actions given as plain Python lists
+# ------------------------------------------------------------------------------------------
+
+DISC = EnvConfig(teams=TEAMS, obs_type="vector", discrete_actions=True, map_set="empty")
+
+
+def _state(config):
+    from gigastep.types import EnvState
+
+    return EnvState.create(config, x=[1.0, 1.0, 9.0, 9.0], y=[2.0, 8.0, 2.0, 8.0])
+
+
+def test_a_python_list_of_actions_steps_as_the_array_would():
+    import jax
+    import numpy as np
+
+    from gigastep.env import GigastepEnv
+
+    env, state, key = GigastepEnv(DISC), _state(DISC), jax.random.key(1)
+    by_list = env.step(state, [0, 13, 26, 5], key)
+    by_array = env.step(state, np.array([0, 13, 26, 5], np.int32), key)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(by_list), jax.tree_util.tree_leaves(by_array), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize(
+    "actions, message",
+    [
+        ([[0, 1], [2]], "must be rectangular"),
+        (["a", "b", "c", "d"], "must hold numbers"),
+        ([0.0, 1.0, 2.0, 3.0], re.escape("discrete actions must be integers of shape (4,)")),
+        ([0, 1, 2], re.escape("of shape (4,)")),
+    ],
+)
+def test_a_bad_python_list_of_actions_is_one_clear_value_error(actions, message):
+    import jax
+
+    from gigastep.env import GigastepEnv
+
+    with pytest.raises(ValueError, match=message):
+        GigastepEnv(DISC).step(_state(DISC), actions, jax.random.key(1))
+
+
+def test_v_step_converts_a_python_list_of_actions_before_checking_the_batch():
+    import jax
+
+    from gigastep.env import GigastepEnv
+
+    env = GigastepEnv(DISC)
+    states = jax.tree_util.tree_map(lambda x: x[None], _state(DISC))
+    keys = jax.random.split(jax.random.key(0), 1)
+    with pytest.raises(ValueError, match="states hold 1 games but actions hold 2"):
+        env.v_step(states, [[0, 0, 0, 0], [0, 0, 0, 0]], keys)
+
+
+# ------------------------------------------------------------------------------------------
+# Seeds: a PRNG key keeps 32 bits, so a seed outside 0..2**32 - 1 aliases one inside
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+def test_check_seed_refuses_a_seed_that_would_alias_another(seed):
+    from gigastep._util.checks import check_seed
+
+    with pytest.raises(ValueError, match=f"would play the games of seed {seed % 2**32}"):
+        check_seed(seed)
+
+
+@pytest.mark.parametrize("seed", [1.0, "3", True])
+def test_check_seed_refuses_a_non_integer(seed):
+    from gigastep._util.checks import check_seed
+
+    with pytest.raises(TypeError, match="seed must be an integer in 0..4294967295"):
+        check_seed(seed)
+
+
+def test_torch_vec_env_refuses_an_aliasing_seed_at_construction():
+    pytest.importorskip("torch")
+    from gigastep.adapters.torch import TorchVecEnv
+
+    with pytest.raises(ValueError, match="seed must be in 0..2\\*\\*32 - 1"):
+        TorchVecEnv(DISC, 2, seed=2**32)
+
+
+def test_pettingzoo_reset_refuses_an_aliasing_seed():
+    pytest.importorskip("pettingzoo")
+    from gigastep.adapters.pettingzoo import parallel_env
+
+    with pytest.raises(ValueError, match="seed must be in 0..2\\*\\*32 - 1"):
+        parallel_env(DISC).reset(seed=-5)
+
+
+# ------------------------------------------------------------------------------------------
+# TorchVecEnv.restore: a snapshot handed back by the user
+# ------------------------------------------------------------------------------------------
+
+
+def _snapshot(venv, nan: bool = False):
+    import jax
+    import torch
+
+    from gigastep.adapters.torch import _reset
+
+    shapes = jax.eval_shape(lambda: _reset(venv.game, venv.num_envs, venv._key, venv.window)[2])
+    leaves = [
+        torch.zeros(s.shape, dtype=getattr(torch, str(s.dtype)))
+        for s in jax.tree_util.tree_leaves(shapes)
+    ]
+    if nan:  # every position, speed and heading (and health): (games, agents) floats
+        for leaf in leaves:
+            if leaf.shape == (2, 4) and leaf.is_floating_point():
+                leaf[...] = float("nan")
+    return {"key": torch.zeros(2, dtype=torch.int64), "states": leaves, "last_obs": None}
+
+
+def test_restore_refuses_a_snapshot_with_non_finite_positions():
+    pytest.importorskip("torch")
+    from gigastep.adapters.torch import TorchVecEnv
+
+    venv = TorchVecEnv(DISC, 2)
+    with pytest.raises(ValueError, match="TorchVecEnv.restore: .* of game 0, agent 0 is nan"):
+        venv.restore(_snapshot(venv, nan=True))
+
+
+@pytest.mark.parametrize("part", ["key", "states"])
+def test_restore_refuses_a_malformed_key_or_state_list(part):
+    pytest.importorskip("torch")
+    import torch
+
+    from gigastep.adapters.torch import TorchVecEnv
+
+    venv = TorchVecEnv(DISC, 2)
+    snap = _snapshot(venv)
+    snap[part] = torch.zeros(3) if part == "key" else tuple(snap["states"])
+    with pytest.raises((TypeError, ValueError), match=f"the snapshot's {part} must be"):
+        venv.restore(snap)
+
+
+# ------------------------------------------------------------------------------------------
+# The gigastep command: numbers that were rounded, overflowed or divided by zero
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--fps", "inf", "expected frames per second in [0.01, 1000]"),
+        ("--fps", "1e-300", "expected frames per second in [0.01, 1000]"),
+        ("--fps", "0", "expected frames per second in [0.01, 1000]"),
+        ("--fps", "nan", "expected frames per second in [0.01, 1000]"),
+        ("--seed", "99999999999999999999999", "expected an integer seed in 0..4294967295"),
+        ("--seed", "-1", "expected an integer seed in 0..4294967295"),
+        ("--seed", "1.5", "expected an integer seed in 0..4294967295"),
+        ("--steps", "2.5", "expected a positive integer, got '2.5'"),
+        ("--scale", "0", "expected a positive integer, got '0'"),
+    ],
+)
+def test_a_bad_number_for_render_exits_2_naming_the_option_before_any_compute(
+    tmp_path, capsys, option, value, message
+):
+    from gigastep.cli import main
+
+    out = tmp_path / "x.gif"
+    assert main(["render", "identical_2_vs_2", "--out", str(out), option, value]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {message}" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--games", "2.5"), ("--games", "-3"), ("--batch", "0"), ("--seed", "-3")]
+)
+def test_a_bad_number_for_eval_exits_2_naming_the_option(capsys, option, value):
+    from gigastep.cli import main
+
+    assert main(["eval", "random", "random", option, value]) == 2
+    assert f"argument {option}:" in capsys.readouterr().err
