@@ -416,12 +416,43 @@ class EnvConfig:
             raise ValueError(
                 f"max_episode_length must be >= 1 or None, got {self.max_episode_length}"
             )
+        self._check_speed_bound()
         if not 0.0 <= self.waypoint_spawn_prob <= 1.0:
             raise ValueError(
                 f"waypoint_spawn_prob must be in [0, 1], got {self.waypoint_spawn_prob}"
             )
         if self.reset_max_rounds < 0:
             raise ValueError(f"reset_max_rounds must be >= 0, got {self.reset_max_rounds}")
+
+    def _check_speed_bound(self) -> None:
+        """Refuse dynamics constants whose speed update (`gigastep.game.dynamics`) leaves
+        float32: the explicit drag step v2 = v1 - dt drag v1^2 overshoots (and then grows
+        each step) unless dt drag v1 <= 1, where v1 is at most the speed at which throttle
+        and drag balance (plus a full dive); without drag the speed grows by
+        dt throttle_rate thrust each step for max_episode_length steps, and its square must
+        stay finite."""
+        gain = self.dt * self.throttle_rate * max(self.thrust)  # speed gained per step
+        dive = math.sqrt(self.dive_speed_exchange * self.gravity * self.z_max)
+        start = max(self.min_speed, 1.0) + dive  # reset speed (1) or the floor, plus a dive
+        if self.drag > 0:
+            balance = math.sqrt(self.throttle_rate * max(self.thrust) / self.drag)
+            v1 = max(start, balance + dive) + gain
+            if self.dt * self.drag * v1 > 1.0:
+                raise ValueError(
+                    f"dt ({self.dt:g}) x drag ({self.drag:g}) x the top speed ({v1:.3g}: "
+                    f"throttle_rate, thrust, drag, dive_speed_exchange x gravity x z_max) is "
+                    f"{self.dt * self.drag * v1:.3g}; it must be <= 1, or the speed update "
+                    f"overshoots and overflows float32 within a few steps (lower dt or drag)"
+                )
+        else:
+            steps = self.max_episode_length or INT32_MAX
+            if start + steps * gain > 1e15:
+                raise ValueError(
+                    f"without drag the speed grows by dt x throttle_rate x thrust = {gain:.3g} "
+                    f"per step, reaching {start + steps * gain:.3g} in max_episode_length "
+                    f"({self.max_episode_length}) steps; it must stay below 1e15 (its square "
+                    f"overflows float32): set drag > 0 or a shorter max_episode_length"
+                )
 
     # --- derived quantities ---------------------------------------------------------------
     @property

@@ -304,3 +304,31 @@ def test_a_bad_number_for_eval_exits_2_naming_the_option(capsys, option, value):
 
     assert main(["eval", "random", "random", option, value]) == 2
     assert f"argument {option}:" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# EnvConfig: dynamics constants whose speed update overflows float32 (found by
+# tests/api/test_config_properties.py: dt 1e6, throttle_rate 4e5, drag 2.5e5 gave inf)
+# ------------------------------------------------------------------------------------------
+
+
+def test_dynamics_whose_drag_step_overshoots_are_refused_naming_dt_and_drag():
+    with pytest.raises(ValueError, match=r"dt \(1e\+06\) x drag \(246657\)"):
+        EnvConfig(teams=TEAMS, dt=1e6, throttle_rate=443688.0, drag=246657.0)
+
+
+def test_the_default_dynamics_are_far_inside_the_speed_bound():
+    # top speed: max(1.3, sqrt(1.5 x 1 / 0.4) + sqrt(0.5 x 9.81 x 10)) + 0.1 x 1.5 = 9.1;
+    # 0.1 x 0.4 x 9.1 = 0.36 <= 1
+    EnvConfig(teams=TEAMS)
+    # 10 x as fast a clock: 1.0 x 0.4 x (1.94 + 7.0 + 1.5) = 4.2 > 1
+    with pytest.raises(ValueError, match="it must be <= 1"):
+        EnvConfig(teams=TEAMS, dt=1.0)
+
+
+def test_without_drag_a_speed_that_grows_past_1e15_is_refused():
+    # gain 1.0 x 1e6 x 1 = 1e6 per step; 1e6 x (2**31 - 1) steps (no limit) = 2.1e15 > 1e15
+    with pytest.raises(ValueError, match="without drag the speed grows"):
+        EnvConfig(teams=TEAMS, dt=1.0, drag=0.0, throttle_rate=1e6, max_episode_length=None)
+    # 500 steps: 1e6 x 500 = 5e8
+    EnvConfig(teams=TEAMS, dt=1.0, drag=0.0, throttle_rate=1e6, max_episode_length=500)
