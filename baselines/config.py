@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -339,6 +340,10 @@ def validate(config: PPOConfig) -> None:
         "eval_games",
         "seeds",
     )
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", str(config.device)):
+        raise ValueError(
+            f"--device must be cpu, cuda or cuda:K (K a GPU index), got {config.device!r}"
+        )
     if config.framework not in ("torch", "jax"):
         raise ValueError(f"--framework must be torch or jax, got {config.framework!r}")
     if isinstance(config.eval_every, bool) or not isinstance(config.eval_every, int):

@@ -27,6 +27,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -131,6 +132,14 @@ def _fps(text: str) -> float:
     if not lo <= value <= hi:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(expected)
     return value
+
+
+def _device(text: str) -> str:
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"expected a torch device: cpu, cuda or cuda:K (K a GPU index), got {text!r}"
+        )
+    return text
 
 
 def _seed(text: str) -> int:
@@ -687,7 +696,9 @@ def _add_game_options(p: argparse.ArgumentParser, steps: bool = False) -> None:
         metavar="FIELD=VALUE",
         help="override an EnvConfig field (repeatable), e.g. max_episode_length=100",
     )
-    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    p.add_argument(
+        "--device", type=_device, default="cpu", help="torch device for checkpoint players"
+    )
     if steps:
         p.add_argument(
             "--steps",
@@ -714,7 +725,9 @@ def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
         "this many steps (default: the scenario's time limit)",
     )
     p.add_argument("--batch", type=_positive, default=4096, help="games played at once")
-    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    p.add_argument(
+        "--device", type=_device, default="cpu", help="torch device for checkpoint players"
+    )
     p.add_argument(
         "--set",
         action="append",

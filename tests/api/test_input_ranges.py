@@ -332,3 +332,41 @@ def test_without_drag_a_speed_that_grows_past_1e15_is_refused():
         EnvConfig(teams=TEAMS, dt=1.0, drag=0.0, throttle_rate=1e6, max_episode_length=None)
     # 500 steps: 1e6 x 500 = 5e8
     EnvConfig(teams=TEAMS, dt=1.0, drag=0.0, throttle_rate=1e6, max_episode_length=500)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "gpu"], "argument --device: expected a torch device: cpu, cuda or cuda:K"),
+        (["--agents", "-1"], "agents [-1] do not exist: this game has agents 0..3"),
+        (["--policy", "nobody"], "unknown player 'nobody'"),
+        (["--opponent", "nobody"], "unknown player 'nobody'"),
+    ],
+)
+def test_a_bad_device_agent_or_player_for_render_is_refused_before_any_compute(
+    tmp_path, capsys, argv, message
+):
+    from gigastep.cli import main
+
+    out = tmp_path / "x.gif"
+    assert main(["render", "identical_2_vs_2", "--out", str(out), "--steps", "1", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["eval", "random", "random", "--max-steps", "0"], "argument --max-steps: expected a"),
+        (["eval", "random", "random", "--device", "tpu"], "argument --device: expected a"),
+        (["view", "identical_2_vs_2", "--max-frames", "0"], "argument --max-frames: expected a"),
+        (["league", "random", "pursuit", "--out", "x", "--batch", "2.5"], "argument --batch"),
+        (["play", "identical_2_vs_2", "--teammates", "nobody"], "unknown player 'nobody'"),
+    ],
+)
+def test_other_commands_refuse_a_bad_option_naming_it(capsys, monkeypatch, argv, message):
+    from gigastep.cli import main
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

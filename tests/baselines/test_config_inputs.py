@@ -29,6 +29,8 @@ from baselines.distributed import read_env
         ("seed", 1.5, "--seed must be an integer, got 1.5"),
         ("threads", 1.5, "--threads must be an integer >= 0, got 1.5"),
         ("keep_checkpoints", "3", "--keep-checkpoints must be an integer >= 0, got '3'"),
+        ("device", "gpu", "--device must be cpu, cuda or cuda:K \\(K a GPU index\\), got 'gpu'"),
+        ("device", "cuda:x", "--device must be cpu, cuda or cuda:K"),
     ],
 )
 def test_a_number_that_would_misbehave_is_refused_naming_the_flag(field, value, message):
