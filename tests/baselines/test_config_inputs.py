@@ -101,3 +101,75 @@ def test_an_unknown_malloc_tuning_value_is_refused_not_taken_as_on(monkeypatch):
         keep_freed_memory()
     monkeypatch.setenv("GIGASTEP_MALLOC_TUNING", "off")
     assert keep_freed_memory() is False
+
+
+# ------------------------------------------------------------------------------------------
+# The command line: every refusal is one line and exit status 2, before any compute
+# ------------------------------------------------------------------------------------------
+
+POSITIVE = (
+    "updates",
+    "num_envs",
+    "rollout_steps",
+    "hidden",
+    "epochs",
+    "minibatches",
+    "s5_layers",
+    "critic_hidden",
+    "pool_size",
+    "pool_every",
+    "pool_players",
+    "checkpoint_every",
+    "eval_games",
+    "seeds",
+)
+
+
+@pytest.mark.parametrize("field", POSITIVE)
+@pytest.mark.parametrize("value", [0, -2, 2.5, True])
+def test_every_count_is_a_positive_integer(field, value):
+    with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be a positive integer"):
+        validate(dataclasses.replace(PPOConfig(), **{field: value}))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo", "ppo2"], "--algo"),
+        (["--policy", "lstm"], "--policy"),
+        (["--encoder", "rnn"], "--encoder"),
+        (["--framework", "tf"], "--framework"),
+        (["--updates", "2.5"], "--updates"),
+        (["--lr", "fast"], "--lr"),
+        (["--compile", "maybe"], "maybe"),
+        (["--preset", "smok"], "closest"),
+    ],
+)
+def test_a_malformed_flag_exits_2_naming_it(tmp_path, capsys, argv, message):
+    from baselines.ppo import main
+
+    out = tmp_path / "run"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GIGASTEP_MALLOC_TUNING", "nope", "GIGASTEP_MALLOC_TUNING='nope'"),
+        ("WORLD_SIZE", "two", "WORLD_SIZE='two' is not an integer"),
+    ],
+)
+def test_a_bad_variable_is_one_line_and_exit_2_before_any_run(
+    tmp_path, capsys, monkeypatch, variable, value, message
+):
+    from baselines.ppo import main
+
+    monkeypatch.setenv(variable, value)
+    out = tmp_path / "run"
+    assert main(["--preset", "smoke", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
