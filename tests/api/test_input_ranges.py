@@ -370,3 +370,50 @@ def test_other_commands_refuse_a_bad_option_naming_it(capsys, monkeypatch, argv,
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# States handed to the views: a state of another scenario, or the wrong batch form
+# ------------------------------------------------------------------------------------------
+
+
+def test_state_vector_refuses_a_state_of_another_scenario():
+    # before: a 4-agent state gave a 2-agent game's state vector of 23 numbers, silently
+    from gigastep.env import GigastepEnv
+
+    two = GigastepEnv(EnvConfig(teams=(0, 1), obs_type="vector", discrete_actions=True))
+    with pytest.raises(ValueError, match="state holds 4 agents per game but this game has 2"):
+        two.state_vector(_state(DISC))
+
+
+@pytest.mark.parametrize(
+    "method, batched, message",
+    [
+        ("state_vector", True, "use v_state_vector"),
+        ("global_view", True, "use v_global_view"),
+        ("v_state_vector", False, "use state_vector for one game"),
+        ("v_global_view", False, "use global_view for one game"),
+    ],
+)
+def test_the_views_name_the_form_for_a_single_or_batched_state(method, batched, message):
+    import jax
+
+    from gigastep.env import GigastepEnv
+
+    state = _state(DISC)
+    if batched:
+        state = jax.tree_util.tree_map(lambda x: x[None].repeat(2, 0), state)
+    with pytest.raises(ValueError, match=message):
+        getattr(GigastepEnv(DISC), method)(state)
+
+
+def test_reset_done_episodes_refuses_states_of_another_scenario():
+    import jax
+    import jax.numpy as jnp
+
+    from gigastep.env import GigastepEnv
+
+    two = GigastepEnv(EnvConfig(teams=(0, 1), obs_type="vector", discrete_actions=True))
+    states = jax.tree_util.tree_map(lambda x: x[None], _state(DISC))
+    with pytest.raises(ValueError, match="states holds 4 agents per game but this game has 2"):
+        two.reset_done_episodes(None, states, jnp.zeros(1, bool), jax.random.key(1))
