@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Dist", "init_from_env", "read_env"]
+__all__ = ["Dist", "env_int", "init_from_env", "read_env"]
 
 
-def _env_int(environ: Mapping[str, str], name: str, default: str | None, lo: int) -> int:
+def env_int(environ: Mapping[str, str], name: str, default: str | None, lo: int) -> int:
+    """The integer value of the variable `name` in `environ` (`default` when unset; None:
+    it must be set), at least `lo`: a ValueError naming the variable and its value."""
     raw = environ.get(name, default)
     if raw is None:
         raise ValueError(
@@ -49,16 +51,16 @@ def read_env(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
     Raises:
         ValueError: naming the variable, its value and what is expected.
     """
-    world = _env_int(environ, "WORLD_SIZE", "1", 1)
+    world = env_int(environ, "WORLD_SIZE", "1", 1)
     if world == 1:
         return None
-    rank = _env_int(environ, "RANK", None, 0)
+    rank = env_int(environ, "RANK", None, 0)
     if rank >= world:
         raise ValueError(f"RANK={rank} but WORLD_SIZE={world}: ranks are 0..{world - 1}")
-    local = _env_int(environ, "LOCAL_RANK", "0", 0)
+    local = env_int(environ, "LOCAL_RANK", "0", 0)
     if not environ.get("MASTER_ADDR"):
-        _env_int(environ, "MASTER_ADDR", None, 0)  # the "not set" error
-    port = _env_int(environ, "MASTER_PORT", None, 1)
+        env_int(environ, "MASTER_ADDR", None, 0)  # the "not set" error
+    port = env_int(environ, "MASTER_PORT", None, 1)
     if port > 65535:
         raise ValueError(f"the environment variable MASTER_PORT={port} must be a port 1..65535")
     return rank, world, local

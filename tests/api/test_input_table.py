@@ -88,7 +88,7 @@ def test_every_ppo_flag_has_a_row():
 
 
 _READ = re.compile(
-    r"""(?:environ\.get\(\s*|environ\[\s*|flag\(\s*|_env_int\(\s*\w+,\s*|environ\.setdefault\(\s*)
+    r"""(?:environ\.get\(\s*|environ\[\s*|flag\(\s*|env_int\(\s*\w+,\s*|environ\.setdefault\(\s*)
         ["']([A-Z][A-Z0-9_]+)["']
       | ["']([A-Z][A-Z0-9_]+)["']\s+(?:not\s+)?in\s+(?:os\.environ|env)\b""",
     re.VERBOSE,

@@ -173,3 +173,22 @@ def test_a_bad_variable_is_one_line_and_exit_2_before_any_run(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 but WORLD_SIZE=2"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "four"}, "SLURM_NTASKS='four' is not an integer"),
+    ],
+)
+def test_the_collectives_benchmark_names_a_malformed_launch_variable(monkeypatch, environ, message):
+    from benchmarks.collectives import distributed_env
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        distributed_env()
