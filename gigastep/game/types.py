@@ -426,9 +426,9 @@ class EnvConfig:
 
     def _check_speed_bound(self) -> None:
         """Refuse dynamics constants whose speed update (`gigastep.game.dynamics`) leaves
-        float32: the explicit drag step v2 = v1 - dt drag v1^2 overshoots (and then grows
-        each step) unless dt drag v1 <= 1, where v1 is at most the speed at which throttle
-        and drag balance (plus a full dive); without drag the speed grows by
+        float32: the explicit drag step v2 = v1 - dt drag v1^2 keeps |v2| <= v1 only while
+        dt drag v1 <= 2 (beyond, |v2| grows each step), where v1 is at most the speed at
+        which throttle and drag balance (plus a full dive); without drag the speed grows by
         dt throttle_rate thrust each step for max_episode_length steps, and its square must
         stay finite."""
         gain = self.dt * self.throttle_rate * max(self.thrust)  # speed gained per step
@@ -437,12 +437,12 @@ class EnvConfig:
         if self.drag > 0:
             balance = math.sqrt(self.throttle_rate * max(self.thrust) / self.drag)
             v1 = max(start, balance + dive) + gain
-            if self.dt * self.drag * v1 > 1.0:
+            if self.dt * self.drag * v1 > 2.0:
                 raise ValueError(
                     f"dt ({self.dt:g}) x drag ({self.drag:g}) x the top speed ({v1:.3g}: "
                     f"throttle_rate, thrust, drag, dive_speed_exchange x gravity x z_max) is "
-                    f"{self.dt * self.drag * v1:.3g}; it must be <= 1, or the speed update "
-                    f"overshoots and overflows float32 within a few steps (lower dt or drag)"
+                    f"{self.dt * self.drag * v1:.3g}; it must be <= 2, or the speed update "
+                    f"overshoots, grows every step and overflows float32 (lower dt or drag)"
                 )
         else:
             steps = self.max_episode_length or INT32_MAX
