@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -339,6 +340,10 @@ def validate(config: PPOConfig) -> None:
         "eval_games",
         "seeds",
     )
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", str(config.device)):
+        raise ValueError(
+            f"--device must be cpu, cuda or cuda:K (K a GPU index), got {config.device!r}"
+        )
     if config.framework not in ("torch", "jax"):
         raise ValueError(f"--framework must be torch or jax, got {config.framework!r}")
     if isinstance(config.eval_every, bool) or not isinstance(config.eval_every, int):
@@ -360,15 +365,24 @@ def validate(config: PPOConfig) -> None:
         if not lo <= value <= hi:
             raise ValueError(f"--{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
     for name in ("clip", "lr"):
-        if not getattr(config, name) > 0:
-            raise ValueError(f"--{name} must be > 0, got {getattr(config, name)}")
+        if not 0 < getattr(config, name) < math.inf:
+            raise ValueError(f"--{name} must be > 0 and finite, got {getattr(config, name)}")
     for name in ("vf_coef", "ent_coef", "max_grad_norm"):
-        if not getattr(config, name) >= 0:
+        if not 0 <= getattr(config, name) < math.inf:
             raise ValueError(
-                f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}"
+                f"--{name.replace('_', '-')} must be >= 0 and finite, got {getattr(config, name)}"
             )
-    if config.target_kl is not None and not config.target_kl > 0:
-        raise ValueError(f"--target-kl must be > 0 or None, got {config.target_kl}")
+    if config.target_kl is not None and not 0 < config.target_kl < math.inf:
+        raise ValueError(f"--target-kl must be > 0 and finite, or None, got {config.target_kl}")
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int):
+        raise ValueError(f"--seed must be an integer, got {config.seed!r}")
+    last = config.seed + config.seeds - 1
+    if config.seed < 0 or last > 2**32 - 1:
+        raise ValueError(
+            f"--seed {config.seed} with --seeds {config.seeds} runs seeds {config.seed}..{last}; "
+            f"seeds must lie in 0..2**32 - 1 = {2**32 - 1} (a PRNG key keeps 32 bits, so others "
+            f"repeat the games of a seed in that range)"
+        )
     if config.separate_critic and config.algo != "ippo":
         raise ValueError(
             f"--separate-critic gives the ippo value head its own network; --algo "
@@ -376,10 +390,15 @@ def validate(config: PPOConfig) -> None:
         )
     if config.team not in (0, 1):
         raise ValueError(f"--team must be 0 or 1, got {config.team}")
+    for name in ("keep_checkpoints", "threads"):
+        if isinstance(getattr(config, name), bool) or not isinstance(getattr(config, name), int):
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be an integer >= 0, got {getattr(config, name)!r}"
+            )
     if config.keep_checkpoints < 0 or config.threads < 0:
         raise ValueError("--keep-checkpoints and --threads must be >= 0")
-    if not config.time_budget_s >= 0:
-        raise ValueError(f"--time-budget-s must be >= 0, got {config.time_budget_s}")
+    if not 0 <= config.time_budget_s < math.inf:
+        raise ValueError(f"--time-budget-s must be >= 0 and finite, got {config.time_budget_s}")
 
 
 def to_dict(config: PPOConfig) -> dict:

@@ -15,11 +15,55 @@ With one process (no `torchrun`) every collective is the identity.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Dist", "init_from_env"]
+__all__ = ["Dist", "env_int", "init_from_env", "read_env"]
+
+
+def env_int(environ: Mapping[str, str], name: str, default: str | None, lo: int) -> int:
+    """The integer value of the variable `name` in `environ` (`default` when unset; None:
+    it must be set), at least `lo`: a ValueError naming the variable and its value."""
+    raw = environ.get(name, default)
+    if raw is None:
+        raise ValueError(
+            f"{name} is not set, and WORLD_SIZE={environ.get('WORLD_SIZE')!r} says this is one "
+            f"process of several: launch with torchrun, which sets RANK, LOCAL_RANK, "
+            f"MASTER_ADDR and MASTER_PORT"
+        )
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"the environment variable {name}={raw!r} is not an integer") from None
+    if value < lo:
+        raise ValueError(f"the environment variable {name}={raw!r} must be >= {lo}")
+    return value
+
+
+def read_env(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) of a `torchrun` job from `environ`, None for one
+    process (WORLD_SIZE unset or 1). Checked before anything starts: each an integer,
+    WORLD_SIZE >= 1, 0 <= RANK < WORLD_SIZE, LOCAL_RANK >= 0, and MASTER_ADDR set and
+    MASTER_PORT a port 1..65535 when there are several processes.
+
+    Raises:
+        ValueError: naming the variable, its value and what is expected.
+    """
+    world = env_int(environ, "WORLD_SIZE", "1", 1)
+    if world == 1:
+        return None
+    rank = env_int(environ, "RANK", None, 0)
+    if rank >= world:
+        raise ValueError(f"RANK={rank} but WORLD_SIZE={world}: ranks are 0..{world - 1}")
+    local = env_int(environ, "LOCAL_RANK", "0", 0)
+    if not environ.get("MASTER_ADDR"):
+        env_int(environ, "MASTER_ADDR", None, 0)  # the "not set" error
+    port = env_int(environ, "MASTER_PORT", None, 1)
+    if port > 65535:
+        raise ValueError(f"the environment variable MASTER_PORT={port} must be a port 1..65535")
+    return rank, world, local
 
 
 @dataclass
@@ -87,17 +131,23 @@ class Dist:
 def init_from_env(device: str) -> tuple[Dist, str]:
     """Join the job `torchrun` (or SLURM with the same variables) describes, if any.
 
-    Reads WORLD_SIZE, RANK and LOCAL_RANK; initialises the default process group (NCCL for a
+    Reads WORLD_SIZE, RANK and LOCAL_RANK (`read_env`: refused with a clear ValueError before
+    anything starts when malformed); initialises the default process group (NCCL for a
     CUDA device, else gloo) once. Returns (Dist, this rank's device: cuda:LOCAL_RANK when
     `device` is cuda).
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    place = read_env(os.environ)
+    if place is None:
         return Dist(), device
     import torch.distributed as dist
 
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world, local = place
     cuda = device.startswith("cuda")
+    if cuda and local >= torch.cuda.device_count():
+        raise ValueError(
+            f"LOCAL_RANK={local} but this machine has {torch.cuda.device_count()} CUDA devices "
+            f"(LOCAL_RANK must be 0..{torch.cuda.device_count() - 1}: one process per GPU)"
+        )
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if cuda else "gloo")
     if cuda:

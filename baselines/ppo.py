@@ -233,12 +233,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = parse_args(argv)
+        keep_freed_memory()  # reads GIGASTEP_MALLOC_TUNING: a bad value is one line too
     except SystemExit as exit_:  # tyro/argparse: --help or a usage error
         return int(exit_.code or 0)
     except ValueError as err:
         print(f"ppo: error: {err}", file=sys.stderr)
         return 2
-    keep_freed_memory()
     try:
         if config.framework == "jax":
             dist, device = Dist(), None

@@ -1082,13 +1082,16 @@ def keep_freed_memory() -> bool:
     above its mmap threshold back to the OS when they are freed, so each step page-faults
     them in again (about a quarter of an update's CPU time here). Raising the mmap and trim
     thresholds (`mallopt`) keeps them. Returns whether it was applied: glibc on Linux only,
-    and not when GIGASTEP_MALLOC_TUNING=0.
+    and not when GIGASTEP_MALLOC_TUNING is off (an on/off variable,
+    `gigastep._util.environ.flag`: any other value is a ValueError naming it).
     """
     import ctypes
-    import os
     import sys
 
-    if not sys.platform.startswith("linux") or os.environ.get("GIGASTEP_MALLOC_TUNING") == "0":
+    from gigastep._util.environ import flag
+
+    wanted = flag("GIGASTEP_MALLOC_TUNING", True)  # checked on every platform
+    if not sys.platform.startswith("linux") or not wanted:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -515,15 +515,20 @@ def distributed_env() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) when this process is one of several started by
     torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or srun (SLURM_PROCID, SLURM_NTASKS,
     SLURM_LOCALID), else None. Under srun the torch variables are set from SLURM's."""
+    from baselines.distributed import env_int
+
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
-        rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
-    elif "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
-        local = int(env.get("SLURM_LOCALID", 0))
+        rank, world = env_int(env, "RANK", None, 0), env_int(env, "WORLD_SIZE", None, 1)
+        local = env_int(env, "LOCAL_RANK", "0", 0)
+    elif "SLURM_PROCID" in env and env_int(env, "SLURM_NTASKS", "1", 1) > 1:
+        rank, world = env_int(env, "SLURM_PROCID", None, 0), env_int(env, "SLURM_NTASKS", None, 1)
+        local = env_int(env, "SLURM_LOCALID", "0", 0)
         env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     else:
         return None
+    if rank >= world:
+        raise ValueError(f"RANK={rank} but WORLD_SIZE={world}: ranks are 0..{world - 1}")
     return (rank, world, local) if world > 1 else None
 
 

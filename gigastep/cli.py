@@ -27,6 +27,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -116,13 +117,44 @@ def _positive(text: str) -> int:
     return value
 
 
+FPS_RANGE = (0.01, 1000.0)
+"""Frames per second a video or window takes: a frame lasts between 1 ms and 100 s (GIF frame
+times are whole milliseconds; an infinite or tiny rate has no frame time)."""
+
+
 def _fps(text: str) -> float:
+    lo, hi = FPS_RANGE
+    expected = f"expected frames per second in [{lo:g}, {hi:g}], got {text!r}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected frames per second > 0, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected frames per second > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(expected) from None
+    if not lo <= value <= hi:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(expected)
+    return value
+
+
+def _device(text: str) -> str:
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"expected a torch device: cpu, cuda or cuda:K (K a GPU index), got {text!r}"
+        )
+    return text
+
+
+def _seed(text: str) -> int:
+    from gigastep._util.checks import SEED_MAX
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer seed in 0..{SEED_MAX}, got {text!r}"
+        ) from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer seed in 0..{SEED_MAX} (a PRNG key keeps 32 bits), got {text!r}"
+        )
     return value
 
 
@@ -657,14 +689,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_game_options(p: argparse.ArgumentParser, steps: bool = False) -> None:
-    p.add_argument("--seed", type=int, default=0, help="the game's seed (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="the game's seed (default 0)")
     p.add_argument(
         "--set",
         action="append",
         metavar="FIELD=VALUE",
         help="override an EnvConfig field (repeatable), e.g. max_episode_length=100",
     )
-    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    p.add_argument(
+        "--device", type=_device, default="cpu", help="torch device for checkpoint players"
+    )
     if steps:
         p.add_argument(
             "--steps",
@@ -683,7 +717,7 @@ def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
         help="scenario name (default: the checkpoint's game, else "
         "identical_5_vs_5_fobs_vec_void_disc)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the start positions (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the start positions (default 0)")
     p.add_argument(
         "--max-steps",
         type=_positive,
@@ -691,7 +725,9 @@ def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
         "this many steps (default: the scenario's time limit)",
     )
     p.add_argument("--batch", type=_positive, default=4096, help="games played at once")
-    p.add_argument("--device", default="cpu", help="torch device for checkpoint players")
+    p.add_argument(
+        "--device", type=_device, default="cpu", help="torch device for checkpoint players"
+    )
     p.add_argument(
         "--set",
         action="append",

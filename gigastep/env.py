@@ -59,6 +59,7 @@ __all__ = [
     "batched_reset",
     "batched_step",
     "batched_step_autoreset",
+    "check_batched_state",
     "episode_winner",
     "observe",
     "reset",
@@ -133,6 +134,16 @@ def check_batch(
             raise ValueError(f"states hold {b} games but {what} hold {got}")
     _checks.check_keys(keys)
     return b
+
+
+def check_batched_state(config: EnvConfig, states: object, single_form: str) -> int:
+    """The batch size B of `states` after checking that they are a batch of games of
+    `config` with one leading axis (shapes only); `single_form` names the one-game form."""
+    batch = _state_batch(config, states, "states")
+    if len(batch) != 1:
+        hint = f"; use {single_form} for one game" if not batch else ""
+        raise ValueError(f"states must have one batch axis, got batch shape {batch}{hint}")
+    return batch[0]
 
 
 # ------------------------------------------------------------------------------------------
@@ -659,20 +670,21 @@ class GigastepEnv:
         return _reset(self.config, key)
 
     def step(self, state: EnvState, actions: ArrayLike, key: jax.Array) -> StepResult:
-        return _step(self.config, state, actions, key)
+        return _step(self.config, state, _checks.as_actions(actions), key)
 
     def sample_noise(self, key: jax.Array) -> StepNoise:
         return sample_noise(self.config, key)
 
     def transition(self, state: EnvState, actions: ArrayLike, noise: StepNoise) -> StepResult:
-        return _transition(self.config, state, actions, noise)
+        return _transition(self.config, state, _checks.as_actions(actions), noise)
 
     def step_autoreset(
         self, state: EnvState, actions: ArrayLike, key: jax.Array, final_obs: bool = True
     ) -> AutoresetResult:
-        return _step_autoreset(self.config, state, actions, key, final_obs)
+        return _step_autoreset(self.config, state, _checks.as_actions(actions), key, final_obs)
 
     def global_view(self, state: EnvState) -> jax.Array:
+        check_single_state(self.config, state, "v_global_view")
         return _global_view(self.config, state)
 
     # --- compiled batched forms ---------------------------------------------------------
@@ -681,12 +693,14 @@ class GigastepEnv:
         return _v_reset(self.config, keys)
 
     def v_step(self, states: EnvState, actions: ArrayLike, keys: jax.Array) -> StepResult:
+        actions = _checks.as_actions(actions)
         check_batch(self.config, states, actions, keys, "step")
         return _v_step(self.config, states, actions, keys)
 
     def v_step_autoreset(
         self, states: EnvState, actions: ArrayLike, keys: jax.Array, final_obs: bool = True
     ) -> AutoresetResult:
+        actions = _checks.as_actions(actions)
         check_batch(self.config, states, actions, keys, "step_autoreset")
         return _v_step_autoreset(self.config, states, actions, keys, final_obs)
 
@@ -695,9 +709,11 @@ class GigastepEnv:
     ) -> tuple[Observation, EnvState]:
         """Reset only the finished games of a batch, inside one compiled call."""
         _checks.check_key(key)
+        check_batched_state(self.config, states, "reset")
         return _reset_done_episodes(self.config, obs, states, jnp.asarray(ep_dones), key)
 
     def v_global_view(self, states: EnvState) -> jax.Array:
+        check_batched_state(self.config, states, "global_view")
         return _v_global_view(self.config, states)
 
     @property
@@ -710,11 +726,13 @@ class GigastepEnv:
         agents first), for centralised critics; layout in
         `gigastep.game.observations.global_state`."""
         _checks.check_team(team)
+        check_single_state(self.config, state, "v_state_vector")
         return _state_vector(self.config, state, team)
 
     def v_state_vector(self, states: EnvState, team: int = 0) -> jax.Array:
         """`state_vector` of every game of a batch: (B, S) float32."""
         _checks.check_team(team)
+        check_batched_state(self.config, states, "state_vector")
         return _v_state_vector(self.config, states, team)
 
     @staticmethod

@@ -18,10 +18,12 @@ import numpy as np
 
 __all__ = [
     "NotAnIntegerError",
+    "as_actions",
     "check_actions",
     "check_key",
     "check_keys",
     "check_positive_int",
+    "check_seed",
     "check_team",
     "closest",
     "float_tuple",
@@ -60,6 +62,28 @@ def check_positive_int(value: Any, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value}")
     return value
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed: `jax.random.PRNGKey` keeps a seed's low 32 bits only, so seeds 0 and
+2**32 (or -1 and 2**32 - 1) would play the same games."""
+
+
+def check_seed(seed: Any, what: str = "seed") -> int:
+    """`seed` as an int after checking that it is an integer in 0..2**32 - 1 (a bool is
+    refused): a `NotAnIntegerError` for a non-integer, a ValueError outside the range, whose
+    seeds would alias seeds inside it."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise NotAnIntegerError(
+            f"{what} must be an integer in 0..{SEED_MAX}, got {type(seed).__name__} {seed!r}"
+        )
+    seed = operator.index(seed)
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(
+            f"{what} must be in 0..2**32 - 1 = {SEED_MAX} (a PRNG key keeps 32 bits, so "
+            f"{seed} would play the games of seed {seed % 2**32}), got {seed}"
+        )
+    return seed
 
 
 def float_tuple(values: Any, size: int, what: str) -> tuple[float, ...]:
@@ -120,3 +144,27 @@ def check_actions(actions: Any, n: int, discrete: bool, who: str = "") -> None:
             f"{who}continuous actions must be floats of shape ({n}, 3) (heading, dive, "
             f"throttle in [-1, 1] per agent); got {dtype} of shape {shape}"
         )
+
+
+def as_actions(actions: Any, what: str = "actions") -> Any:
+    """`actions` as one array when given as a Python list or tuple (numbers, or rows of
+    numbers), else unchanged: a list crossing `jax.jit` would be a pytree of scalars, not the
+    array the step expects. A ragged or non-numeric list is a ValueError naming `what`."""
+    if not isinstance(actions, (list, tuple)):
+        return actions
+    try:
+        out = np.asarray(actions)
+    except ValueError:
+        raise ValueError(
+            f"{what} given as a Python {type(actions).__name__} must be rectangular (one number "
+            f"per agent, or one row of 3 numbers per agent); got {actions!r}"
+        ) from None
+    if out.dtype.kind not in "iufb":
+        raise ValueError(
+            f"{what} given as a Python {type(actions).__name__} must hold numbers, got {actions!r}"
+        )
+    if out.dtype.kind == "i":
+        out = out.astype(np.int32)
+    elif out.dtype.kind == "f":
+        out = out.astype(np.float32)
+    return jnp.asarray(out)

@@ -42,7 +42,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from gigastep import env as _env
-from gigastep._util.checks import check_positive_int, check_team
+from gigastep._util.checks import check_positive_int, check_seed, check_team
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvState, Observation
@@ -84,9 +84,7 @@ def _numpy(tree: Any) -> Any:
 def _seed_key(seed: int | None, rng: np.random.Generator | None = None) -> jax.Array:
     if seed is None:
         seed = int((rng or np.random.default_rng()).integers(0, 2**31 - 1))
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
-    return jax.random.PRNGKey(int(seed))
+    return jax.random.PRNGKey(check_seed(seed))
 
 
 def _frame(view: npt.ArrayLike) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from gigastep import env as _env
+from gigastep._util.checks import check_seed
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvConfig, EnvState, Observation, check_finite_state, closest
 from gigastep.opponents import EnvLike, observe_state, resolve_env, team_outcome
@@ -165,9 +166,7 @@ class GigastepParallelEnv(ParallelEnv):
         if seed is not None or self._key is None:
             if seed is None:
                 seed = int(np.random.default_rng().integers(0, 2**31 - 1))
-            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-                raise TypeError(f"seed must be an int or None, got {seed!r}")
-            self._key = jax.random.PRNGKey(int(seed))
+            self._key = jax.random.PRNGKey(check_seed(seed))
         start = (options or {}).get("state")
         if start is None:
             self._key, obs, self._state = _reset(self.config, self._key)

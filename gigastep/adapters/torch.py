@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from gigastep import env as _env
-from gigastep._util.checks import check_positive_int, check_team
+from gigastep._util.checks import check_positive_int, check_seed, check_team
 from gigastep.env import AutoresetResult
 from gigastep.game.observations.global_state import state_vector
 from gigastep.game.types import EnvConfig, EnvState, Observation, check_finite_state
@@ -529,7 +529,7 @@ class TorchVecEnv:
         self.state_vectors = bool(state_vectors)
         self.jax_device = _jax_device(device)
         self.device = _torch_device(self.jax_device)
-        self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
+        self._key = jax.device_put(jax.random.PRNGKey(check_seed(seed)), self.jax_device)
         # the batched states as a flat list (see _compiled_step)
         self._leaves: list[jax.Array] | None = None
         self._treedef = _state_treedef(self.game)
@@ -589,7 +589,7 @@ class TorchVecEnv:
     def reset(self, seed: int | None = None) -> TorchObservation:
         """Start `num_envs` fresh games; returns their observations (torch)."""
         if seed is not None:
-            self._key = jax.device_put(jax.random.PRNGKey(seed), self.jax_device)
+            self._key = jax.device_put(jax.random.PRNGKey(check_seed(seed)), self.jax_device)
         self._key, obs, states = _reset(self.game, self.num_envs, self._key, self.window)
         self._leaves = jax.tree_util.tree_leaves(states)
         self.last_obs = jax_to_torch(obs)
@@ -669,15 +669,30 @@ class TorchVecEnv:
             raise ValueError(f"not a TorchVecEnv snapshot: missing {sorted(missing)}")
         shapes = jax.eval_shape(lambda: _reset(self.game, self.num_envs, self._key, self.window)[2])
         want = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(shapes)]
-        got = [(tuple(t.shape), _numpy_dtype(t)) for t in snapshot["states"]]
+        leaves, key = snapshot["states"], snapshot["key"]
+        if not isinstance(leaves, list) or not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise TypeError(
+                f"the snapshot's states must be a list of torch tensors (from snapshot()), got "
+                f"{type(leaves).__name__}"
+            )
+        if not isinstance(key, torch.Tensor) or tuple(key.shape) != (2,):
+            raise ValueError(
+                f"the snapshot's key must be a torch tensor of shape (2,) (from snapshot()), got "
+                f"{getattr(key, 'shape', type(key).__name__)}"
+            )
+        got = [(tuple(t.shape), _numpy_dtype(t)) for t in leaves]
         if got != want:
             raise ValueError(
                 f"the snapshot's states do not fit this TorchVecEnv ({self.num_envs} games of "
                 f"{self.config.n_agents} agents): got leaves {got[:3]}..., expected {want[:3]}..."
             )
+        arrays = [t.cpu().numpy() for t in leaves]
+        check_finite_state(
+            jax.tree_util.tree_unflatten(self._treedef, arrays), "TorchVecEnv.restore"
+        )
         put = partial(jax.device_put, device=self.jax_device)
-        self._key = put(jnp.asarray(np.asarray(snapshot["key"].cpu()).astype(np.uint32)))
-        self._leaves = [put(jnp.array(t.cpu().numpy())) for t in snapshot["states"]]
+        self._key = put(jnp.asarray(np.asarray(key.cpu()).astype(np.uint32)))
+        self._leaves = [put(jnp.array(a)) for a in arrays]
         self.last_obs = jax.tree_util.tree_map(
             lambda t: t.to(self.device).clone(), snapshot["last_obs"]
         )

@@ -53,6 +53,13 @@ class MapSpec:
                 raise ValueError(
                     f"map {self.name!r}: start region {region} must have x1 < x2 and y1 < y2"
                 )
+            if not (
+                0.0 <= region[0] and 0.0 <= region[1] and region[2] <= 10.0 and region[3] <= 10.0
+            ):
+                raise ValueError(
+                    f"map {self.name!r}: start region {region} lies outside the world; in the "
+                    f"10 x 10 reference coordinates of a map it must lie within [0, 10] x [0, 10]"
+                )
         if not 0.0 <= self.height[0] <= self.height[1] <= 10.0:
             raise ValueError(
                 f"map {self.name!r}: height {self.height} must satisfy 0 <= lo <= hi <= 10"

@@ -110,6 +110,23 @@ _PER_AGENT_DEFAULT = {
     "thrust": 1.0,
     "idle_reward": 0.0,
 }
+MAX_MAGNITUDE = 1e6
+"""The largest magnitude of a float field (and of a per-agent number): squares, products and
+sums of several such values over an episode stay far inside float32 (about 3.4e38)."""
+INT32_MAX = 2**31 - 1
+"""The largest step count (`max_episode_length`, the tracking steps, `reset_max_rounds`): the
+counters they are compared with are int32."""
+RESOLUTION_MAX = 4096
+"""The largest RGB image side (`resolution_x`, `resolution_y`)."""
+NON_NEGATIVE_DYNAMICS = (
+    "heading_rate",
+    "dive_rate",
+    "dive_speed_exchange",
+    "throttle_rate",
+    "gravity",
+)
+"""Dynamics constants that must be >= 0 (a negative one reverses a control or makes the speed
+exchange produce a negative squared speed)."""
 REWARD_FIELDS = (
     "reward_game_won",
     "reward_defeat_one_opponent",
@@ -278,13 +295,24 @@ class EnvConfig:
                 raise ValueError(
                     f"{name} has {len(values)} entries but there are {n} agents (len(teams))"
                 )
+            if name == "sprites" and any(
+                isinstance(v, bool) or not float(v).is_integer()
+                for v in values
+                if isinstance(v, (int, float))
+            ):
+                raise TypeError(f"sprites must hold integer bit masks 0..7, got {values!r}")
             cast = int if name == "sprites" else float
             try:
                 values = tuple(cast(v) for v in values)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise TypeError(f"{name} must hold numbers, got {values!r}") from None
             if not all(math.isfinite(v) for v in values):
                 raise ValueError(f"{name} must be finite, got {values!r}")
+            if any(abs(v) > MAX_MAGNITUDE for v in values):
+                raise ValueError(
+                    f"{name} must be within [-{MAX_MAGNITUDE:g}, {MAX_MAGNITUDE:g}] (float32 "
+                    f"arithmetic on larger values overflows), got {values!r}"
+                )
             _set(self, name, values)
         if any(h <= 0 for h in self.max_health):
             raise ValueError(f"max_health must be > 0 for every agent, got {self.max_health}")
@@ -309,7 +337,19 @@ class EnvConfig:
             if not all(isinstance(m, MapSpec) for m in maps):
                 raise TypeError("maps must be a tuple of gigastep.MapSpec")
             _set(self, "maps", maps)
-        _set(self, "waypoint_lifetime", float_tuple(self.waypoint_lifetime, 2, "waypoint_lifetime"))
+        high = [m for m in self.maps if m.height[1] > self.z_max]
+        if high:
+            raise ValueError(
+                f"map {high[0].name!r} starts agents at heights {high[0].height}, above "
+                f"z_max={self.z_max}; lower the map's height or raise z_max"
+            )
+        lifetime = float_tuple(self.waypoint_lifetime, 2, "waypoint_lifetime")
+        if not 0.0 <= lifetime[0] <= lifetime[1] <= MAX_MAGNITUDE:
+            raise ValueError(
+                f"waypoint_lifetime (lo, hi) must satisfy 0 <= lo <= hi <= {MAX_MAGNITUDE:g} "
+                f"seconds, got {self.waypoint_lifetime!r}"
+            )
+        _set(self, "waypoint_lifetime", lifetime)
 
     def _check_numbers(self) -> None:
         for f in dataclasses.fields(self):
@@ -317,12 +357,22 @@ class EnvConfig:
             if f.type in ("float", "float | None") and isinstance(value, (int, float)):
                 if isinstance(value, bool) or not math.isfinite(value):
                     raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+                if abs(value) > MAX_MAGNITUDE:
+                    raise ValueError(
+                        f"{f.name} must be within [-{MAX_MAGNITUDE:g}, {MAX_MAGNITUDE:g}] (float32 "
+                        f"arithmetic on larger values overflows), got {value!r}"
+                    )
                 _set(self, f.name, float(value))
             elif f.type == "bool" and not isinstance(value, bool):
                 raise TypeError(f"{f.name} must be True or False, got {value!r}")
             elif f.type in ("int", "int | None") and value is not None:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise TypeError(f"{f.name} must be an integer, got {value!r}")
+                if value > INT32_MAX:
+                    raise ValueError(
+                        f"{f.name} must be at most 2**31 - 1 = {INT32_MAX} (an int32 count), "
+                        f"got {value}"
+                    )
             elif f.type == "float" and not isinstance(value, (int, float)):
                 raise TypeError(f"{f.name} must be a number, got {value!r}")
         positive = ("limit_x", "limit_y", "z_max", "dt", "cone_depth", "waypoint_size")
@@ -343,7 +393,7 @@ class EnvConfig:
             "drag",
             "min_tracking_steps",
         )
-        for name in non_negative:
+        for name in (*non_negative, *NON_NEGATIVE_DYNAMICS):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_tracking_steps < self.min_tracking_steps:
@@ -351,9 +401,12 @@ class EnvConfig:
                 f"max_tracking_steps ({self.max_tracking_steps}) must be >= "
                 f"min_tracking_steps ({self.min_tracking_steps})"
             )
-        if self.resolution_x < 8 or self.resolution_y < 8:
+        if not (
+            8 <= self.resolution_x <= RESOLUTION_MAX and 8 <= self.resolution_y <= RESOLUTION_MAX
+        ):
             raise ValueError(
-                f"resolution must be at least 8 x 8, got {self.resolution_x} x {self.resolution_y}"
+                f"resolution must be at least 8 x 8 and at most {RESOLUTION_MAX} x "
+                f"{RESOLUTION_MAX}, got {self.resolution_x} x {self.resolution_y}"
             )
         if self.max_agents_in_vec_obs < 1:
             raise ValueError(
@@ -363,12 +416,43 @@ class EnvConfig:
             raise ValueError(
                 f"max_episode_length must be >= 1 or None, got {self.max_episode_length}"
             )
+        self._check_speed_bound()
         if not 0.0 <= self.waypoint_spawn_prob <= 1.0:
             raise ValueError(
                 f"waypoint_spawn_prob must be in [0, 1], got {self.waypoint_spawn_prob}"
             )
         if self.reset_max_rounds < 0:
             raise ValueError(f"reset_max_rounds must be >= 0, got {self.reset_max_rounds}")
+
+    def _check_speed_bound(self) -> None:
+        """Refuse dynamics constants whose speed update (`gigastep.game.dynamics`) leaves
+        float32: the explicit drag step v2 = v1 - dt drag v1^2 keeps |v2| <= v1 only while
+        dt drag v1 <= 2 (beyond, |v2| grows each step), where v1 is at most the speed at
+        which throttle and drag balance (plus a full dive); without drag the speed grows by
+        dt throttle_rate thrust each step for max_episode_length steps, and its square must
+        stay finite."""
+        gain = self.dt * self.throttle_rate * max(self.thrust)  # speed gained per step
+        dive = math.sqrt(self.dive_speed_exchange * self.gravity * self.z_max)
+        start = max(self.min_speed, 1.0) + dive  # reset speed (1) or the floor, plus a dive
+        if self.drag > 0:
+            balance = math.sqrt(self.throttle_rate * max(self.thrust) / self.drag)
+            v1 = max(start, balance + dive) + gain
+            if self.dt * self.drag * v1 > 2.0:
+                raise ValueError(
+                    f"dt ({self.dt:g}) x drag ({self.drag:g}) x the top speed ({v1:.3g}: "
+                    f"throttle_rate, thrust, drag, dive_speed_exchange x gravity x z_max) is "
+                    f"{self.dt * self.drag * v1:.3g}; it must be <= 2, or the speed update "
+                    f"overshoots, grows every step and overflows float32 (lower dt or drag)"
+                )
+        else:
+            steps = self.max_episode_length or INT32_MAX
+            if start + steps * gain > 1e15:
+                raise ValueError(
+                    f"without drag the speed grows by dt x throttle_rate x thrust = {gain:.3g} "
+                    f"per step, reaching {start + steps * gain:.3g} in max_episode_length "
+                    f"({self.max_episode_length}) steps; it must stay below 1e15 (its square "
+                    f"overflows float32): set drag > 0 or a shorter max_episode_length"
+                )
 
     # --- derived quantities ---------------------------------------------------------------
     @property

@@ -419,9 +419,16 @@ def _apply(config: EnvConfig, changes: dict[str, Any], where: str) -> EnvConfig:
         if all(isinstance(m, MapSpec) for m in maps):
             changes["map_set"] = "+".join(m.name for m in maps)
     try:
-        return config.replace(**changes)
+        new = config.replace(**changes)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{where}: {err}") from None
+    if min(config.team_sizes) >= 1 and min(new.team_sizes) < 1:
+        empty = new.team_sizes.index(0)
+        raise ValueError(
+            f"{where}: the overrides leave team {empty} with no agents (teams={new.teams}); "
+            f"a game of two teams needs at least one agent in each, or no one can win it"
+        )
+    return new
 
 
 # ------------------------------------------------------------------------------------------
