@@ -41,6 +41,7 @@ import numpy as np
 from baselines import runfolder
 from baselines.checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
 from baselines.config import PPOConfig, dumps, validate
+from baselines.distributed import env_int
 from baselines.evaluator import Evaluator
 from baselines.jax_ppo import convert, frozen, policy
 from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_update
@@ -56,7 +57,7 @@ RUNS = "runs"
 
 def unsupported(config: PPOConfig) -> str | None:
     """Why `--framework jax` cannot run `config` (None: it can)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if env_int(os.environ, "WORLD_SIZE", "1", 1) > 1:
         return "several processes (torchrun) are not supported by --framework jax"
     if config.encoder in ("cnn", "both"):
         return f"--encoder {config.encoder} is not supported by --framework jax (vector only)"

@@ -84,8 +84,8 @@ def run_cases(strict: bool) -> dict[str, dict]:
     import numpy as np
 
     from gigastep import env as genv
-    from gigastep.game.batching import autoreset_capacity
     from gigastep.game.arena import map_arrays
+    from gigastep.game.batching import autoreset_capacity
     from gigastep.game.reset import placement_conflicts, reset_state_streamed
     from gigastep.game.xla import _force_form
     from gigastep.scenarios import make_config
