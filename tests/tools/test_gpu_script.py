@@ -284,3 +284,14 @@ def test_a_run_stopped_from_outside_ends_its_step_and_still_reports(tmp_path):
     assert not _alive(child), "the step's child outlived the stopped run"
     summary = (out / "summary.txt").read_text()
     assert re.search(r"^hang\s+failed .*interrupted", summary, re.MULTILINE), summary
+
+
+@pytest.mark.parametrize("value", ["gpu", "1", "CPU "])
+def test_an_unknown_rehearsal_mode_is_a_usage_error_naming_it(value, monkeypatch, capsys):
+    monkeypatch.setenv("GIGASTEP_GPU_REHEARSAL", value)
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_run.main([])
+    assert exit_info.value.code == 2
+    assert (
+        f"GIGASTEP_GPU_REHEARSAL must be 'cpu' or unset, got {value!r}" in capsys.readouterr().err
+    )
