@@ -113,6 +113,10 @@ _PER_AGENT_DEFAULT = {
 MAX_MAGNITUDE = 1e6
 """The largest magnitude of a float field (and of a per-agent number): squares, products and
 sums of several such values over an episode stay far inside float32 (about 3.4e38)."""
+MIN_POSITIVE = 1e-6
+"""The smallest value of a field that must be positive (world size, time step, cone depth,
+waypoint size): quotients such as limit / dt stay inside float32, and no such value rounds to
+zero in float32 (1e-300 does)."""
 INT32_MAX = 2**31 - 1
 """The largest step count (`max_episode_length`, the tracking steps, `reset_max_rounds`): the
 counters they are compared with are int32."""
@@ -379,6 +383,11 @@ class EnvConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            if getattr(self, name) < MIN_POSITIVE:
+                raise ValueError(
+                    f"{name} must be at least {MIN_POSITIVE:g} (smaller positive values round "
+                    f"to zero or overflow a quotient in float32), got {getattr(self, name)}"
+                )
         non_negative = (
             "very_close_depth",
             "damage_cone_depth",

@@ -35,6 +35,14 @@ def test_a_float_field_at_the_bound_is_accepted():
     assert EnvConfig(teams=TEAMS, limit_x=MAX_MAGNITUDE).limit_x == 1e6
 
 
+@pytest.mark.parametrize(("field", "value"), [("limit_x", 1e-300), ("dt", 1e-9), ("z_max", 5e-7)])
+def test_a_positive_field_too_small_for_float32_is_refused(field, value):
+    # 1e-300 is 0 in float32; 1e-9 as a time step makes limit / dt exceed 1e9 steps per world
+    with pytest.raises(ValueError, match=f"{field} must be at least 1e-06"):
+        EnvConfig(teams=TEAMS, **{field: value})
+    assert getattr(EnvConfig(teams=TEAMS, **{field: 1e-6}), field) == 1e-6
+
+
 @pytest.mark.parametrize("field", ["max_health", "detection_range", "thrust", "idle_reward"])
 def test_a_per_agent_number_beyond_the_float32_safe_range_is_refused(field):
     with pytest.raises(ValueError, match=f"{field} must be within"):
