@@ -41,5 +41,9 @@ class PPOPlayer:
 def load(checkpoint: dict, device="cpu") -> PPOPlayer:
     """The `gigastep.players` entry point: a checkpoint dict (already loaded without
     unpickling code) -> a `PPOPlayer`."""
-    path = checkpoint.get("path") or "the checkpoint"
-    return PPOPlayer(policy_from_checkpoint(checkpoint, device, path))
+    # errors name "the checkpoint" (gigastep.eval.players adds the file's path); the player's
+    # name keeps the path only when the checkpoint records one
+    path = checkpoint.get("path", "")
+    policy = policy_from_checkpoint(checkpoint, device, path or "the checkpoint")
+    policy.path = path
+    return PPOPlayer(policy)
