@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import sys
 from functools import partial
 
 import pytest
+
+from tests.exact_runs import leaf_mismatches, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BATCH = 40
@@ -39,29 +39,6 @@ BATCH = 40
 # ------------------------------------------------------------------------------------------
 # The comparisons (run in the subprocess)
 # ------------------------------------------------------------------------------------------
-
-
-def _mismatches(got, want, strict: bool) -> list[str]:
-    """Paths of the output leaves where `got` differs from `want`."""
-    import jax
-    import numpy as np
-
-    if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):
-        return ["<tree structure>"]
-    bad = []
-    for (path, w), g in zip(
-        jax.tree_util.tree_leaves_with_path(want), jax.tree_util.tree_leaves(got), strict=True
-    ):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.dtype != w.dtype or g.shape != w.shape:
-            same = False
-        elif strict or not np.issubdtype(w.dtype, np.floating):
-            same = np.array_equal(g, w, equal_nan=np.issubdtype(w.dtype, np.floating))
-        else:
-            same = np.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
-        if not same:
-            bad.append(jax.tree_util.keystr(path))
-    return bad
 
 
 def run_cases(strict: bool) -> dict[str, dict]:
@@ -135,7 +112,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
                 "done": int(np.sum(np.asarray(want[4]))),
                 "expected": len(set(truncate) | set(eliminate)),
                 "terminated": int(np.sum(np.asarray(want[5].terminated))),
-                "mismatches": _mismatches(got, want, strict),
+                "mismatches": leaf_mismatches(got, want, strict),
             }
             if vs:
                 team = actions[:, np.asarray(vs.team_indices)]
@@ -144,7 +121,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
                 results[f"{name}/versus"] = {
                     "done": int(np.sum(np.asarray(want[4]))),
                     "expected": len(set(truncate) | set(eliminate)),
-                    "mismatches": _mismatches(got, want, strict),
+                    "mismatches": leaf_mismatches(got, want, strict),
                 }
 
     few = [int(g) for g in np.linspace(0, BATCH - 1, cap)]
@@ -179,15 +156,7 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def results():
-    strict = platform.machine().lower() in ("x86_64", "amd64")
-    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path)
-    if strict:
-        env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa=AVX".strip()
-    cmd = [sys.executable, os.path.abspath(__file__), "strict" if strict else "loose"]
-    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-5000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_script(__file__)
 
 
 def assert_case(results, name):

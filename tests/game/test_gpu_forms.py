@@ -21,39 +21,16 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import sys
 from functools import partial
 
 import pytest
 
+from tests.exact_runs import TINY_JAX_PPO, leaf_mismatches, run_script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BATCH = 40
 RESET_KEYS = 256
-
-
-def _mismatches(got, want, strict: bool) -> list[str]:
-    """Paths of the leaves where `got` differs from `want`."""
-    import jax
-    import numpy as np
-
-    if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):
-        return ["<tree structure>"]
-    bad = []
-    for (path, w), g in zip(
-        jax.tree_util.tree_leaves_with_path(want), jax.tree_util.tree_leaves(got), strict=True
-    ):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.dtype != w.dtype or g.shape != w.shape:
-            same = False
-        elif strict or not np.issubdtype(w.dtype, np.floating):
-            same = np.array_equal(g, w, equal_nan=np.issubdtype(w.dtype, np.floating))
-        else:
-            same = np.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
-        if not same:
-            bad.append(jax.tree_util.keystr(path))
-    return bad
 
 
 def _configs():
@@ -116,13 +93,13 @@ def run_cases(strict: bool) -> dict[str, dict]:
             agents, boxes, valid, 0.1
         )
         results[f"reset/{name}"] = {
-            "mismatches": _mismatches(got, want, strict),
+            "mismatches": leaf_mismatches(got, want, strict),
             "redrawn": int(np.sum(np.any(first[0].agents.x != agents.x, axis=1))),
             "in_conflict": int(np.sum(np.any(np.asarray(conflicts), axis=1))),
         }
         if name in ("crowded", "boxes"):  # the public batched reset (observations too)
             got, want = both(partial(genv.batched_reset, config), keys)
-            results[f"v_reset/{name}"] = {"mismatches": _mismatches(got, want, strict)}
+            results[f"v_reset/{name}"] = {"mismatches": leaf_mismatches(got, want, strict)}
 
     # --- auto-resetting steps ----------------------------------------------------------------
     cap = autoreset_capacity(BATCH)
@@ -164,7 +141,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
         step = partial(genv.batched_step_autoreset, config, final_obs=final_obs)
         got, want = play(step, config, seed=5)
         results[f"autoreset/{name}"] = {
-            "mismatches": _mismatches(got, want, strict),
+            "mismatches": leaf_mismatches(got, want, strict),
             "done": [int(np.sum(o[4])) for o in want],
         }
     # the vmapped form (TorchVecEnv's step on a GPU device)
@@ -172,7 +149,7 @@ def run_cases(strict: bool) -> dict[str, dict]:
     step = jax.vmap(partial(genv.step_autoreset, config, final_obs=True))
     got, want = play(step, config, seed=6)
     results["vmapped_autoreset/crowded"] = {
-        "mismatches": _mismatches(got, want, strict),
+        "mismatches": leaf_mismatches(got, want, strict),
         "done": [int(np.sum(o[4])) for o in want],
     }
     return results
@@ -192,19 +169,7 @@ def run_ppo(strict: bool) -> dict[str, dict]:
     from baselines.jax_ppo.update import initial_state, make_update
     from gigastep.game.xla import _force_form
 
-    config = PPOConfig(
-        scenario="identical_2_vs_2_fobs_vec_void_disc",
-        framework="jax",
-        num_envs=8,
-        rollout_steps=4,
-        hidden=8,
-        s5_state_dim=4,
-        epochs=1,
-        minibatches=1,
-        progress=False,
-        tensorboard=False,
-        plots=False,
-    )
+    config = PPOConfig(**TINY_JAX_PPO)
     setup = make_setup(config)
     assert setup.uses_pool
     length = gigastep.make(config.scenario).config.max_episode_length
@@ -225,7 +190,7 @@ def run_ppo(strict: bool) -> dict[str, dict]:
                 results.append(jax.device_get((state, stats)))
             out[form] = results
     return {
-        "mismatches": _mismatches(out["gpu"], out["cpu"], strict),
+        "mismatches": leaf_mismatches(out["gpu"], out["cpu"], strict),
         "truncated": int(np.sum(np.asarray(step) == length - 2)),
     }
 
@@ -240,21 +205,9 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------------------------------
 
 
-def _subprocess(*extra: str) -> dict:
-    strict = platform.machine().lower() in ("x86_64", "amd64")
-    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path)
-    if strict:
-        env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa=AVX".strip()
-    cmd = [sys.executable, os.path.abspath(__file__), "strict" if strict else "loose", *extra]
-    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert out.returncode == 0, out.stderr[-5000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def results():
-    return _subprocess()
+    return run_script(__file__, timeout=1200)
 
 
 RESETS = ["crowded", "crowded_3_rounds", "boxes", "first_draw"]
@@ -352,6 +305,6 @@ def test_force_form_rejects_an_unknown_form():
 def test_jax_ppo_update_gpu_form_equals_cpu_form():
     """The PPO update's selects (final values of truncated games, every frozen seat run)
     give the CPU form's branches' values: two updates, every state leaf and statistic."""
-    r = _subprocess("ppo")
+    r = run_script(__file__, "ppo", timeout=1200)
     assert r["truncated"] > 0
     assert not r["mismatches"], f"the GPU form differs in {r['mismatches']}"

@@ -36,6 +36,7 @@ from jax.extend.mlir import ir
 import gigastep
 from gigastep import env as genv
 from gigastep import rollout as grollout
+from tests.exact_runs import TINY_JAX_PPO
 
 B = 4
 # vector / RGB / both, void / maps / map sets, discrete / continuous, with and without noise
@@ -260,19 +261,7 @@ def test_jax_ppo_update_has_no_data_dependent_control_flow_on_gpu():
     from baselines.jax_ppo.trainer import make_setup
     from baselines.jax_ppo.update import initial_state, make_update
 
-    config = PPOConfig(
-        scenario="identical_2_vs_2_fobs_vec_void_disc",
-        framework="jax",
-        num_envs=8,
-        rollout_steps=4,
-        hidden=8,
-        s5_state_dim=4,
-        epochs=1,
-        minibatches=1,
-        progress=False,
-        tensorboard=False,
-        plots=False,
-    )
+    config = PPOConfig(**TINY_JAX_PPO)
     setup = make_setup(config)
     state = initial_state(setup, 0)
     control = lower(jax.jit(make_update(setup)), state, np.float32(1e-3))
