@@ -525,6 +525,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if args.json:
         _check_output(args.json, "--json")
+    if args.split is not None:
+        return _cmd_eval_split(args)
+    if args.b is None:
+        raise CommandError("give two players A and B (or --split NAME and one policy)")
+    if args.marl_eval:
+        raise CommandError("--marl-eval goes with --split (use --json for a match)")
+    args.games = 256 if args.games is None else args.games
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
     _check_name(scenario)
@@ -539,6 +546,52 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_eval_split(args: argparse.Namespace) -> int:
+    """`gigastep eval --split NAME POLICY`: the split's zero-shot table."""
+    from gigastep._util.files import write_text
+    from gigastep.eval.splits import evaluate_split, load_split
+
+    if args.b is not None:
+        raise CommandError(
+            f"--split takes one player (the policy), got two: {args.a!r} and "
+            f"{args.b!r}; the opponents are the split's"
+        )
+    fixed = {
+        "--scenario": args.scenario,
+        "--a-team": args.a_team,
+        "--set": args.set,
+        "--max-steps": args.max_steps,
+    }
+    given = [k for k, v in fixed.items() if v is not None]
+    if given or args.seed != 0:
+        given += ["--seed"] if args.seed != 0 else []
+        raise CommandError(
+            f"with --split, {', '.join(given)} cannot be given; the split fixes each "
+            f"item's scenario, settings, opponents and seed"
+        )
+    if args.marl_eval:
+        _check_output(args.marl_eval, "--marl-eval")
+    split = load_split(args.split)
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    result = evaluate_split(
+        split,
+        args.a,
+        roles=roles,
+        games=args.games,
+        batch_size=args.batch,
+        device=args.device,
+        progress=lambda what: print(f"playing {what}", file=sys.stderr),
+    )
+    print(result.table())
+    if args.json:
+        write_text(args.json, json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.marl_eval:
+        write_text(args.marl_eval, json.dumps(result.marl_eval(), indent=2) + "\n")
+        print(f"wrote {args.marl_eval}")
     return 0
 
 
@@ -708,9 +761,10 @@ def _add_game_options(p: argparse.ArgumentParser, steps: bool = False) -> None:
         )
 
 
-def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
+def _add_match_options(p: argparse.ArgumentParser, games: int | None) -> None:
+    default = "256; with --split, the split's" if games is None else str(games)
     p.add_argument(
-        "--games", type=_positive, default=games, help=f"games to count (default {games})"
+        "--games", type=_positive, default=games, help=f"games to count (default {default})"
     )
     p.add_argument(
         "--scenario",
@@ -796,17 +850,33 @@ def _add_videos(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
-    p = commands.add_parser("eval", help="play A against B and report win rates")
+    p = commands.add_parser(
+        "eval", help="play A against B and report win rates, or a policy on a split"
+    )
     p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
-    p.add_argument("b", help="player B (the same kinds)")
+    p.add_argument("b", nargs="?", help="player B (the same kinds); not with --split")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    p.add_argument(
+        "--split",
+        metavar="NAME",
+        help="play A on a generalisation split (a shipped name or a .toml file): every "
+        "item against its opponents, beside the split's reference players",
+    )
+    p.add_argument(
+        "--roles",
+        default="train,test",
+        help="with --split: the items to play, comma-separated (default train,test)",
+    )
+    p.add_argument(
+        "--marl-eval", metavar="PATH", help="with --split: also write marl-eval's JSON layout"
+    )
     p.add_argument(
         "--a-team",
         type=int,
         choices=(0, 1),
         help="A plays only this team (default: both, half the games each, in symmetric scenarios)",
     )
-    _add_match_options(p, 256)
+    _add_match_options(p, None)
     p.set_defaults(run=_cmd_eval)
     p = commands.add_parser("league", help="every pair of players: matrix, ratings, heat map")
     p.add_argument("players", nargs="+", help="two or more players (names or checkpoints)")
