@@ -122,6 +122,16 @@ FPS_RANGE = (0.01, 1000.0)
 times are whole milliseconds; an infinite or tiny rate has no frame time)."""
 
 
+def _budgets(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers (agent-steps), e.g. 100000,1000000."""
+    parts = [p.strip().replace("_", "") for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers (agent-steps), got {text!r}"
+        )
+    return tuple(int(p) for p in parts)
+
+
 def _fps(text: str) -> float:
     lo, hi = FPS_RANGE
     expected = f"expected frames per second in [{lo:g}, {hi:g}], got {text!r}"
@@ -529,8 +539,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         return _cmd_eval_split(args)
     if args.b is None:
         raise CommandError("give two players A and B (or --split NAME and one policy)")
-    if args.marl_eval:
-        raise CommandError("--marl-eval goes with --split (use --json for a match)")
+    if args.marl_eval or args.few_shot:
+        raise CommandError("--marl-eval and --few-shot go with --split")
     args.games = 256 if args.games is None else args.games
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
@@ -581,6 +591,7 @@ def _cmd_eval_split(args: argparse.Namespace) -> int:
         args.a,
         roles=roles,
         games=args.games,
+        few_shot=args.few_shot,
         batch_size=args.batch,
         device=args.device,
         progress=lambda what: print(f"playing {what}", file=sys.stderr),
@@ -869,6 +880,14 @@ def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     p.add_argument(
         "--marl-eval", metavar="PATH", help="with --split: also write marl-eval's JSON layout"
+    )
+    p.add_argument(
+        "--few-shot",
+        type=_budgets,
+        default=(),
+        metavar="K1,K2",
+        help="with --split: also fine-tune the policy K agent-steps on each test item and "
+        "play it again on fresh games (a checkpoint of a trainer that can fine-tune)",
     )
     p.add_argument(
         "--a-team",

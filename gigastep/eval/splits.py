@@ -35,9 +35,8 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -52,7 +51,10 @@ from gigastep.opponents import POLICIES
 
 __all__ = [
     "FAMILIES",
+    "FEW_SHOT_SEED_OFFSET",
+    "FineTunable",
     "ItemResult",
+    "Scored",
     "Split",
     "SplitItem",
     "SplitResult",
@@ -378,25 +380,23 @@ def _points(result: MatchResult) -> float:
 
 
 @dataclass
-class ItemResult:
-    """The policy against one opponent on one item, beside the two reference players."""
+class Scored:
+    """A player's games against one opponent, beside the two reference players' games
+    against the same opponent on the same games."""
 
-    item: str
-    role: str
-    opponent: str
-    result: MatchResult | None  # None when the policy cannot play the item (see `error`)
-    low: MatchResult  # the weaker reference player against the same opponent, same games
+    result: MatchResult | None  # None when the player cannot play (see `error`)
+    low: MatchResult  # the weaker reference player
     high: MatchResult  # the stronger one
     error: str = ""
 
     @property
     def points(self) -> float:
-        """(wins + draws / 2) / games of the policy; NaN when it could not play."""
+        """(wins + draws / 2) / games of the player; NaN when it could not play."""
         return _points(self.result) if self.result is not None else math.nan
 
     @property
     def normalised(self) -> float | None:
-        """(points - low) / (high - low); None when the references score alike or the policy
+        """(points - low) / (high - low); None when the references score alike or the player
         could not play."""
         low, high = _points(self.low), _points(self.high)
         if self.result is None or not high != low:
@@ -404,11 +404,21 @@ class ItemResult:
         return (self.points - low) / (high - low)
 
     def outcomes(self) -> np.ndarray:
-        """The policy's points game by game (1, 1/2 or 0), for bootstrap intervals."""
+        """The player's points game by game (1, 1/2 or 0), for bootstrap intervals."""
         r = self.result
         if r is None:
             return np.zeros(0)
         return np.repeat([1.0, 0.5, 0.0], [r.wins, r.draws, r.losses])
+
+
+@dataclass
+class ItemResult(Scored):
+    """The policy against one opponent on one item (zero-shot), and after fine-tuning."""
+
+    item: str = ""
+    role: str = ""
+    opponent: str = ""
+    few_shot: dict[int, Scored] = field(default_factory=dict)  # by fine-tuning agent-steps
 
 
 @dataclass
@@ -422,9 +432,19 @@ class SplitResult:
     games: int
     rows: list[ItemResult]
     confidence: float = 0.95
+    few_shot: tuple[int, ...] = ()  # fine-tuning budgets in agent-steps
 
     def _normalised(self, role: str) -> list[float]:
         return [v for r in self.rows if r.role == role and (v := r.normalised) is not None]
+
+    def mean_few_shot(self, agent_steps: int) -> float | None:
+        """The mean normalised score of the test rows after fine-tuning for `agent_steps`."""
+        values = [
+            v
+            for r in self.rows
+            if agent_steps in r.few_shot and (v := r.few_shot[agent_steps].normalised) is not None
+        ]
+        return sum(values) / len(values) if values else None
 
     def mean_normalised(self, role: str) -> float | None:
         """The mean normalised score of a role's rows (None if none is defined)."""
@@ -470,8 +490,9 @@ class SplitResult:
             f"0 = {low_name}, 1 = {high_name} against the same opponent on the same games",
             "",
             "| role | item | opponent | games | win rate [95% CI] | points | "
-            f"{low_name} | {high_name} | normalised |",
-            "|---|---|---|---:|---|---:|---:|---:|---:|",
+            f"{low_name} | {high_name} | normalised |"
+            + "".join(f" {k:,} steps |" for k in self.few_shot),
+            "|---|---|---|---:|---|---:|---:|---:|---:|" + "---:|" * len(self.few_shot),
         ]
         for r in self.rows:
             if r.result is None:
@@ -481,10 +502,18 @@ class SplitResult:
                 lo, hi = wilson_interval(r.result.wins, r.result.games, self.confidence)
                 win = f"{r.result.win_rate:.3f} [{lo:.3f}, {hi:.3f}]"
                 n, points = str(r.result.games), f"{r.points:.3f}"
-            norm = "" if r.normalised is None else f"{r.normalised:.3f}"
+            few = ""
+            for k in self.few_shot:
+                shot = r.few_shot.get(k)
+                if shot is None:
+                    few += " |"
+                elif shot.result is None:
+                    few += f" {shot.error} |"
+                else:
+                    few += f" {_fmt(shot.normalised)} |"
             lines.append(
                 f"| {r.role} | {r.item} | {r.opponent} | {n} | {win} | {points} | "
-                f"{_points(r.low):.3f} | {_points(r.high):.3f} | {norm} |"
+                f"{_points(r.low):.3f} | {_points(r.high):.3f} | {_fmt(r.normalised, '')} |" + few
             )
         lines.append("")
         train, test, gap = self.mean_normalised("train"), self.mean_normalised("test"), self.gap
@@ -496,6 +525,12 @@ class SplitResult:
             lines.append(
                 f"test IQM of normalised scores: {iqm[0]:.3f} [{iqm[1]:.3f}, {iqm[2]:.3f}] "
                 f"({self.confidence:.0%} stratified bootstrap over games)"
+            )
+        for k in self.few_shot:
+            lines.append(
+                f"mean normalised test score after {k:,} agent-steps of fine-tuning: "
+                f"{_fmt(self.mean_few_shot(k))} (games from the item's seed + "
+                f"{FEW_SHOT_SEED_OFFSET:,})"
             )
         return "\n".join(lines)
 
@@ -533,6 +568,16 @@ class SplitResult:
                     "reference_high": match(r.high),
                     "normalised": r.normalised,
                     "error": r.error,
+                    "few_shot": {
+                        str(k): {
+                            "policy": match(shot.result),
+                            "reference_low": match(shot.low),
+                            "reference_high": match(shot.high),
+                            "normalised": shot.normalised,
+                            "error": shot.error,
+                        }
+                        for k, shot in r.few_shot.items()
+                    },
                 }
                 for r in self.rows
             ],
@@ -540,6 +585,8 @@ class SplitResult:
                 role: self.mean_normalised(role) for role in ROLES if self._rows_of(role)
             },
             "gap": self.gap,
+            "few_shot_agent_steps": list(self.few_shot),
+            "mean_few_shot": {str(k): self.mean_few_shot(k) for k in self.few_shot},
             "test_iqm": None if iqm is None else {"iqm": iqm[0], "low": iqm[1], "high": iqm[2]},
         }
 
@@ -570,8 +617,29 @@ class SplitResult:
         return {"gigastep": tasks}
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+def _fmt(value: float | None, missing: str = "n/a") -> str:
+    return missing if value is None else f"{value:.3f}"
+
+
+FEW_SHOT_SEED_OFFSET = 1_000_000
+"""A few-shot row plays its games from the item's seed plus this offset: fresh games, neither
+the zero-shot row's nor (for a trainer that seeds its games from small integers) the
+fine-tuning's."""
+
+
+@runtime_checkable
+class FineTunable(Protocol):
+    """A player that can be fine-tuned for the few-shot protocol (the PPO checkpoint player
+    of the baselines is one)."""
+
+    name: str
+
+    def finetune(
+        self, config: EnvConfig, opponents: tuple[str, ...], agent_steps: int, seed: int
+    ) -> PlayerLike:
+        """A new player: this one trained further for `agent_steps` agent-steps on `config`
+        against `opponents`, from training seed `seed`."""
+        ...
 
 
 def evaluate_split(
@@ -580,14 +648,21 @@ def evaluate_split(
     *,
     roles: Iterable[str] = ("train", "test"),
     games: int | None = None,
+    few_shot: Sequence[int] = (),
+    few_shot_seed: int = 0,
     batch_size: int = 4096,
     device: Device = "cpu",
     confidence: float = 0.95,
     progress: Callable[[str], object] | None = None,
 ) -> SplitResult:
-    """The zero-shot protocol: the frozen `policy` and the split's two reference players
-    each play `games` (default the split's) fresh games against every opponent of every
-    item of `roles`.
+    """The zero-shot protocol, and optionally the few-shot one.
+
+    Zero-shot: the frozen `policy` and the split's two reference players each play `games`
+    (default the split's) fresh games against every opponent of every item of `roles`.
+    Few-shot (test items only): for each budget K in `few_shot`, the policy is fine-tuned
+    for K agent-steps on the item against its opponents (`policy.finetune`, see
+    `FineTunable`; training seed `few_shot_seed`), then it and the references play `games`
+    games from the item's seed plus `FEW_SHOT_SEED_OFFSET`.
 
     A policy that cannot play an item (its `check` refuses the item's observation or action
     layout) gets a row saying why instead of a result; the others still run.
@@ -600,37 +675,50 @@ def evaluate_split(
             raise ValueError(f"roles must be among {list(ROLES)}, got {role!r}")
     n = split.games if games is None else games
     check_positive_int(n, "games")
+    budgets = tuple(few_shot)
+    for k in budgets:
+        check_positive_int(k, "few_shot budget (agent-steps)")
     player = resolve_player(policy, device)
+    if budgets and not isinstance(player, FineTunable):
+        raise ValueError(
+            f"few-shot evaluation fine-tunes the policy, but {player.name!r} "
+            f"({type(player).__name__}) has no finetune method; give a trained checkpoint "
+            f"of a trainer that provides one (the PPO baselines do), or no few-shot budgets"
+        )
     low, high = (resolve_player(p, device) for p in split.reference)
+    options = dict(games=n, batch_size=batch_size, device=device, confidence=confidence)
     rows = []
     for item in split.items:
         if item.role not in roles:
             continue
         config = split.config(item)
+        tuned: dict[int, PlayerLike | str] = {}
+        if item.role == "test":
+            for k in budgets:
+                if progress is not None:
+                    progress(f"{item.id}: fine-tuning for {k} agent-steps")
+                assert isinstance(player, FineTunable)
+                try:
+                    tuned[k] = player.finetune(config, item.opponents, k, few_shot_seed)
+                except ValueError as err:
+                    tuned[k] = f"cannot fine-tune: {err}"
         for opponent in item.opponents:
             if progress is not None:
                 progress(f"{item.id} vs {opponent}")
-
-            play = partial(
-                evaluate,
-                player_b=opponent,
-                scenario=config,
-                games=n,
-                seed=item.seed,
-                batch_size=batch_size,
-                device=device,
-                confidence=confidence,
-            )
-            low_result, high_result = play(low), play(high)
-            try:
-                result: MatchResult | None = play(player)
-                error = ""
-            except ValueError as err:
-                result, error = None, str(err)
+            row = _scored(player, low, high, opponent, config, item.seed, options)
+            fresh = item.seed + FEW_SHOT_SEED_OFFSET
+            refs: tuple[MatchResult, MatchResult] | None = None
+            few: dict[int, Scored] = {}
+            for k, p in tuned.items():
+                if isinstance(p, str):
+                    if refs is None:
+                        refs = _scored(low, low, high, opponent, config, fresh, options)[1:3]
+                    few[k] = Scored(None, *refs, error=p)
+                    continue
+                few[k] = Scored(*_scored(p, low, high, opponent, config, fresh, options, refs))
+                refs = (few[k].low, few[k].high)
             rows.append(
-                ItemResult(
-                    item.id, item.role, opponent, result, low_result, high_result, error=error
-                )
+                ItemResult(*row, item=item.id, role=item.role, opponent=opponent, few_shot=few)
             )
     return SplitResult(
         split=split.label,
@@ -640,4 +728,28 @@ def evaluate_split(
         games=n,
         rows=rows,
         confidence=confidence,
+        few_shot=budgets,
     )
+
+
+def _scored(
+    player: PlayerLike,
+    low: PlayerLike,
+    high: PlayerLike,
+    opponent: str,
+    config: EnvConfig,
+    seed: int,
+    options: dict[str, Any],
+    refs: tuple[MatchResult, MatchResult] | None = None,
+) -> tuple[MatchResult | None, MatchResult, MatchResult, str]:
+    """(player's result or None, low's, high's, error): the three against `opponent` on the
+    same games (`refs`: the references' results of these games, already played)."""
+
+    def play(a: PlayerLike) -> MatchResult:
+        return evaluate(a, opponent, config, seed=seed, **options)
+
+    low_result, high_result = refs if refs is not None else (play(low), play(high))
+    try:
+        return play(player), low_result, high_result, ""
+    except ValueError as err:
+        return None, low_result, high_result, str(err)

@@ -11,7 +11,9 @@ import pytest
 
 from gigastep.cli import main as cli
 from gigastep.eval.matches import evaluate
+from gigastep.eval.players import ScriptedPlayer
 from gigastep.eval.splits import (
+    FEW_SHOT_SEED_OFFSET,
     ItemResult,
     SplitResult,
     evaluate_split,
@@ -20,6 +22,7 @@ from gigastep.eval.splits import (
 )
 from gigastep.eval.statistics import MatchResult, SeatResult
 from gigastep.game.maps import builtin_maps
+from gigastep.opponents import POLICIES
 
 # The shipped splits are frozen: editing one changes its hash and fails here. A changed split
 # is a new file with a new version (and a new row here).
@@ -151,18 +154,18 @@ def _match(wins: int, draws: int, losses: int) -> MatchResult:
 
 def test_the_normalised_score_is_hand_computed():
     # points: policy (2 + 1/2) / 4 = 0.625, low 1/4 = 0.25, high 4/4 = 1 -> 0.375 / 0.75 = 0.5
-    row = ItemResult("i", "test", "o", _match(2, 1, 1), _match(1, 0, 3), _match(4, 0, 0))
+    row = ItemResult(_match(2, 1, 1), _match(1, 0, 3), _match(4, 0, 0), item="i", role="test")
     assert row.points == 0.625 and row.normalised == pytest.approx(0.5)
     assert list(row.outcomes()) == [1.0, 1.0, 0.5, 0.0]
-    same = ItemResult("i", "test", "o", _match(2, 1, 1), _match(1, 0, 3), _match(1, 0, 3))
+    same = ItemResult(_match(2, 1, 1), _match(1, 0, 3), _match(1, 0, 3), item="i", role="test")
     assert same.normalised is None  # the references cannot tell 0 from 1
 
 
 def test_gap_and_test_iqm_are_hand_computed():
     low, high = _match(0, 0, 4), _match(4, 0, 0)  # points 0 and 1: normalised = points
-    rows = [ItemResult("tr", "train", "o", _match(3, 0, 1), low, high)]  # 0.75
+    rows = [ItemResult(_match(3, 0, 1), low, high, item="tr", role="train")]  # 0.75
     rows += [  # test normalised 0, 0.25, 0.5, 1 -> mean 0.4375; IQM = mean(0.25, 0.5) = 0.375
-        ItemResult(f"t{k}", "test", "o", _match(w, 0, 4 - w), low, high)
+        ItemResult(_match(w, 0, 4 - w), low, high, item=f"t{k}", role="test")
         for k, w in enumerate((0, 1, 2, 4))
     ]
     result = SplitResult("t@x", "maps", "p", ("random", "pursuit"), 4, rows)
@@ -245,5 +248,42 @@ def test_the_command_line_refuses_what_the_split_fixes(tiny_split, capsys, extra
 
 
 def test_the_outcomes_bootstrap_sample_is_a_float_array():
-    row = ItemResult("i", "test", "o", None, _match(0, 0, 1), _match(1, 0, 0), error="x")
+    row = ItemResult(None, _match(0, 0, 1), _match(1, 0, 0), error="x", item="i", role="test")
     assert isinstance(row.outcomes(), np.ndarray) and row.outcomes().size == 0
+
+
+class _Tunable(ScriptedPlayer):
+    """Plays `random`; fine-tuning turns it into `pursuit` (and records the call)."""
+
+    calls: list = []
+
+    def finetune(self, config, opponents, agent_steps, seed):
+        self.calls.append((config.team_sizes, opponents, agent_steps, seed))
+        return ScriptedPlayer("pursuit", POLICIES["pursuit"])
+
+
+def test_few_shot_fine_tunes_each_test_item_once_per_budget_and_plays_fresh_games(tiny_split):
+    split = load_split(tiny_split)
+    _Tunable.calls.clear()
+    policy = _Tunable("learner", POLICIES["random"])
+    result = evaluate_split(split, policy, games=8, few_shot=(100, 1000), few_shot_seed=7)
+    assert _Tunable.calls == [((1, 1), ("random",), 100, 7), ((1, 1), ("random",), 1000, 7)]
+    train_row, test_row = result.rows
+    assert train_row.few_shot == {} and set(test_row.few_shot) == {100, 1000}
+    fresh = split.role("test")[0].seed + FEW_SHOT_SEED_OFFSET
+    direct = evaluate("pursuit", "random", split.config(split.role("test")[0]), games=8, seed=fresh)
+    shot = test_row.few_shot[1000].result
+    assert (shot.wins, shot.draws, shot.losses, shot.seed) == (
+        direct.wins,
+        direct.draws,
+        direct.losses,
+        fresh,
+    )
+    assert test_row.few_shot[100].normalised in (None, 1.0)  # it now plays like `pursuit`
+    assert " 1,000 steps |" in result.table()
+    assert set(result.to_json()["rows"][1]["few_shot"]) == {"100", "1000"}
+
+
+def test_few_shot_needs_a_policy_that_can_be_fine_tuned(tiny_split):
+    with pytest.raises(ValueError, match="'pursuit' .* has no finetune method"):
+        evaluate_split(tiny_split, "pursuit", games=4, few_shot=(10,))
