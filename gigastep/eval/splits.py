@@ -207,6 +207,13 @@ class Split:
         base = Path(self.source).parent if self.source else catalog_dir() / "splits"
         return item.config(base)
 
+    def opponent(self, name: str) -> str:
+        """An opponent as `evaluate` takes it: a scripted name as is, a checkpoint file
+        relative to the split's file."""
+        if name in POLICIES or os.path.isabs(name) or not self.source:
+            return name
+        return str(Path(self.source).parent / name)
+
     def check(self) -> None:
         """Every item resolves, and no test item shares a value of the family's axis with a
         training or validation item. Raises ValueError naming the items and the values."""
@@ -218,6 +225,12 @@ class Split:
             except (TypeError, ValueError, FileNotFoundError) as err:
                 raise ValueError(f"split {self.name!r}, item {item.id!r}: {err}") from None
             values[item.id] = family.values(config, item)
+            for o in item.opponents:
+                if o not in POLICIES and not os.path.isfile(self.opponent(o)):
+                    raise ValueError(
+                        f"split {self.name!r}, item {item.id!r}: opponent checkpoint {o!r} "
+                        f"not found (looked for {self.opponent(o)})"
+                    )
         for test in self.role("test"):
             for other in (*self.role("train"), *self.role("validation")):
                 shared = values[test.id] & values[other.id]
@@ -705,17 +718,18 @@ def evaluate_split(
         for opponent in item.opponents:
             if progress is not None:
                 progress(f"{item.id} vs {opponent}")
-            row = _scored(player, low, high, opponent, config, item.seed, options)
+            rival = split.opponent(opponent)
+            row = _scored(player, low, high, rival, config, item.seed, options)
             fresh = item.seed + FEW_SHOT_SEED_OFFSET
             refs: tuple[MatchResult, MatchResult] | None = None
             few: dict[int, Scored] = {}
             for k, p in tuned.items():
                 if isinstance(p, str):
                     if refs is None:
-                        refs = _scored(low, low, high, opponent, config, fresh, options)[1:3]
+                        refs = _scored(low, low, high, rival, config, fresh, options)[1:3]
                     few[k] = Scored(None, *refs, error=p)
                     continue
-                few[k] = Scored(*_scored(p, low, high, opponent, config, fresh, options, refs))
+                few[k] = Scored(*_scored(p, low, high, rival, config, fresh, options, refs))
                 refs = (few[k].low, few[k].high)
             rows.append(
                 ItemResult(*row, item=item.id, role=item.role, opponent=opponent, few_shot=few)

@@ -287,3 +287,18 @@ def test_few_shot_fine_tunes_each_test_item_once_per_budget_and_plays_fresh_game
 def test_few_shot_needs_a_policy_that_can_be_fine_tuned(tiny_split):
     with pytest.raises(ValueError, match="'pursuit' .* has no finetune method"):
         evaluate_split(tiny_split, "pursuit", games=4, few_shot=(10,))
+
+
+def test_checkpoint_opponents_resolve_next_to_the_split_file(tmp_path):
+    body = _split_text('["empty"]', '["center_block"]').replace(
+        'opponents = ["random"]\n        seed = 1',
+        'opponents = ["pool/seed3.pt"]\n        seed = 1',
+    )
+    path = _write(tmp_path, body)
+    with pytest.raises(ValueError, match="opponent checkpoint 'pool/seed3.pt' not found"):
+        load_split(path)
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "seed3.pt").write_bytes(b"")
+    split = load_split(path)
+    assert split.opponent("pool/seed3.pt") == str(tmp_path / "pool" / "seed3.pt")
+    assert split.opponent("random") == "random"
