@@ -12,9 +12,9 @@ library never imports `baselines`: it only looks the entry point up.
 
 from __future__ import annotations
 
-from baselines.actor import PolicyActor, pick_team
-from baselines.checkpoint import LoadedPolicy, policy_from_checkpoint
-from baselines.envs import game_spec_from_config
+from .actor import PolicyActor, pick_team
+from .checkpoint import LoadedPolicy, policy_from_checkpoint
+from .envs import game_spec_from_config
 
 __all__ = ["PPOPlayer", "PolicyActor", "load"]
 
