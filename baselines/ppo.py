@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
         PPOConfig,
         default=default,
         args=rest,
-        prog="python -m baselines.ppo",
+        prog=f"python -m {__package__}.ppo",  # gigastep_baselines.ppo where installed
         description=description,
     )
     if known.resume:
