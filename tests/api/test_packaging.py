@@ -286,32 +286,46 @@ print(type(player).__module__, player.name)
 """
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(wheel, tmp_path):
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
     pytest.importorskip("torch")
     from baselines.config import PPOConfig
     from baselines.train import Trainer
 
-    run = Trainer(PPOConfig(out=str(tmp_path / "run"), **TINY_RUN)).run()
-    checkpoint = Path(run) / "checkpoint.pt"
-    venv = tmp_path / "venv"
-    # --system-site-packages: torch, jax, ... come from this environment (no downloads); the
-    # venv's own site-packages, which holds the wheel, comes first on its path
+    out = tmp_path_factory.mktemp("run") / "run"
+    return Path(Trainer(PPOConfig(out=str(out), **TINY_RUN)).run()) / "checkpoint.pt"
+
+
+def _venv(path: Path) -> Path:
+    """A fresh venv that sees this environment's packages (torch, jax, ...: no downloads);
+    its own site-packages, where the install goes, comes first on its path. Its python."""
     subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+        [sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True, timeout=300
     )
-    python = venv / "bin" / "python"
-    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
-    subprocess.run(install, check=True, timeout=300, capture_output=True)
-    out = subprocess.run(
-        [python, "-c", LOAD, str(checkpoint)],
-        cwd=tmp_path,
+    return path / "bin" / "python"
+
+
+def _run(*command, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(map(str, command)),
+        cwd=cwd,
         env=_clean_env(),
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(
+    wheel, checkpoint, tmp_path
+):
+    venv = tmp_path / "venv"
+    python = _venv(venv)
+    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    subprocess.run(install, check=True, timeout=300, capture_output=True)
+    out = _run(python, "-c", LOAD, checkpoint, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     gigastep_file, baselines_file, other, player = out.stdout.strip().splitlines()[-4:]
     site = venv / "lib"
@@ -321,14 +335,36 @@ def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(wheel, t
     assert other == "None" or not Path(other).is_relative_to(venv), other
     assert player == "gigastep_baselines.players ppo:1"  # the PPO loader, update 1
     # the command runs the installed trainer
-    train = subprocess.run(
-        [venv / "bin" / "gigastep", "train", "--help"],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    train = _run(venv / "bin" / "gigastep", "train", "--help", cwd=tmp_path)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "forwards its arguments to `python -m gigastep_baselines.ppo`" in train.stdout
     assert "usage: python -m gigastep_baselines.ppo" in train.stdout
+
+
+# The checkout's loader, found through the editable install's entry point.
+LOAD_EDITABLE = """
+import sys, gigastep, baselines, gigastep.eval.matches as ev
+player = ev.resolve_player(sys.argv[1])
+print(gigastep.__file__)
+print(baselines.__file__)
+print(type(player).__module__, player.name)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_editable_install_trains_and_loads_with_the_checkouts_baseline(checkpoint, tmp_path):
+    pytest.importorskip("hatchling")  # built without isolation: no downloads
+    python = _venv(tmp_path / "venv")
+    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    result = _run(*install, "-e", ROOT, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = _run(python, "-c", LOAD_EDITABLE, checkpoint, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    gigastep_file, baselines_file, player = out.stdout.strip().splitlines()[-3:]
+    assert Path(gigastep_file) == ROOT / "gigastep" / "__init__.py"
+    assert Path(baselines_file) == ROOT / "baselines" / "__init__.py"
+    assert player == "baselines.players ppo:1"
+    train = _run(tmp_path / "venv" / "bin" / "gigastep", "train", "--help", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "forwards its arguments to `python -m baselines.ppo`" in train.stdout
