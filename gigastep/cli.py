@@ -645,6 +645,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
 def _forward(command: str, argv: list[str]) -> int:
     """Run `python -m <module> argv` with this Python; its exit status is ours."""
     import importlib.util
+    import site
     import subprocess
     import sysconfig
 
@@ -673,16 +674,17 @@ def _forward(command: str, argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(f"gigastep {command}: forwards its arguments to `python -m {module}`:\n")
         sys.stdout.flush()
-    # the folder that holds the package goes on the child's path, unless it is on every
-    # Python's path already (an installed package: site-packages stays after the stdlib)
+    # The folder that holds the package (a checkout) goes on the child's path; an installed
+    # package's site-packages does not (the child has it already, after the standard library,
+    # which site-packages on PYTHONPATH would come before).
     spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None  # locate found it
-    root = os.path.abspath(spec.origin)
-    for _ in range(module.count(".") + 1):
+    root = os.path.abspath(spec.origin) if spec is not None and spec.origin else ""
+    for _ in range(module.count(".") + 1 if root else 0):
         root = os.path.dirname(root)
     installed = {os.path.abspath(sysconfig.get_path(key)) for key in ("purelib", "platlib")}
+    installed.add(os.path.abspath(site.getusersitepackages()))
     env = dict(os.environ)
-    if root not in installed:
+    if root and root not in installed:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return subprocess.call([sys.executable, "-m", module, *argv], env=env)
 
