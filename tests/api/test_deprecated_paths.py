@@ -87,6 +87,7 @@ def test_calling_the_rollout_module_warns_and_plays_as_the_function():
     # 0.1.0 documented `gigastep.rollout(...)`, the module called; the function is
     # `gigastep.rollout.rollout`, and calling the module goes in 0.3
     import types
+    import warnings
 
     import jax
 
@@ -97,12 +98,16 @@ def test_calling_the_rollout_module_warns_and_plays_as_the_function():
     assert isinstance(gigastep.rollout, types.ModuleType)
     assert isinstance(rollout, types.FunctionType) and gigastep.rollout.rollout is rollout
     args = ("identical_2_vs_2_fobs_vec_void_disc", 2, 3, jax.random.key(0))
-    with pytest.warns(DeprecationWarning) as caught:
+    with pytest.warns(DeprecationWarning, match=r"gigastep\.rollout\(\.\.\.\), is deprecated"):
         old = gigastep.rollout(*args, policy="circle")
-    message = str(caught[0].message)
-    assert "gigastep.rollout(...), is deprecated" in message and "gigastep 0.3" in message
-    assert "gigastep.rollout.rollout(...)" in message
-    assert caught[0].filename == __file__  # it points at the caller's line
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gigastep.rollout(*args, policy="circle")
+    (warning,) = [w for w in caught if "gigastep.rollout(...)" in str(w.message)]
+    assert warning.category is DeprecationWarning
+    assert "gigastep 0.3" in str(warning.message)
+    assert "call the function gigastep.rollout.rollout(...)" in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller's line
     new = rollout(*args, policy="circle")
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), old, new)
 
