@@ -8,8 +8,9 @@ gigastep eval A B --games N           play A against B (scripted names or checkp
 gigastep league A B C ... --out DIR   every pair: matrix, ratings, JSON, heat map
 gigastep play NAME                    fly one agent yourself (pygame window)
 gigastep view NAME|R                  watch a game or a replay (pygame window)
-gigastep bench ...                    python -m benchmarks.report ...
-gigastep train ...                    python -m baselines.ppo ...
+gigastep bench ...                    python -m benchmarks.report ... (in a checkout only)
+gigastep train ...                    python -m gigastep_baselines.ppo ... (installed), or
+                                      python -m baselines.ppo ... (in a checkout)
 
 Every command validates its arguments before any compute and fails with one line that names
 the bad value and the closest valid ones (exit status 2), never a traceback (set
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gigastep._util.environ import flag
+from gigastep._util.repository import BASELINE_PACKAGES, locate
 from gigastep.game.types import PER_AGENT_FIELDS
 
 if TYPE_CHECKING:
@@ -51,8 +53,14 @@ DEFAULT_STEPS = 200
 MIN_FREE = 1 << 20
 """Bytes an output folder must have free: with less, the disk is called full before any
 compute (a write that fails later for want of space is still one line)."""
-FORWARD = {"bench": "benchmarks.report", "train": "baselines.ppo"}
-"""Commands that run another module of the repository, and the module they run."""
+FORWARD = {
+    "bench": ("benchmarks.report",),
+    "train": tuple(f"{package}.ppo" for package in BASELINE_PACKAGES),
+}
+"""Commands that run another module of the repository, and the modules they may run, in the
+order they are tried: the PPO trainer is `gigastep_baselines.ppo` in the installed wheel and
+`baselines.ppo` in a checkout; the benchmarks are in a checkout only
+(`gigastep._util.repository`)."""
 
 
 class CommandError(Exception):
@@ -701,37 +709,47 @@ def _cmd_view(args: argparse.Namespace) -> int:
 def _forward(command: str, argv: list[str]) -> int:
     """Run `python -m <module> argv` with this Python; its exit status is ours."""
     import importlib.util
+    import site
     import subprocess
+    import sysconfig
 
-    module = FORWARD[command]
-    package, _, name = module.rpartition(".")
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # the package itself is missing
+    module, reasons = locate(FORWARD[command])
+    if module is None:
+        if command == "bench":
+            what = (
+                "the benchmarks (benchmarks/) are part of the Gigastep repository, not of the "
+                "installed package: run `gigastep bench` from a checkout after `pip install -e "
+                "'.[bench]'` there, or `python -m benchmarks.report` in its root folder"
+            )
+        else:
+            what = (
+                "the PPO trainer is shipped in the gigastep wheel as gigastep_baselines and is "
+                "the folder baselines/ of a checkout: reinstall gigastep (pip install "
+                "'gigastep[train]'), or run it from a checkout after `pip install -e '.[train]'`"
+            )
+        tried = " or ".join(f"`python -m {m}`" for m in FORWARD[command])
+        none = "neither can" if len(reasons) > 1 else "it cannot"
         print(
-            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
-            f"{package!r} cannot be imported: it is part of the Gigastep repository, not of the "
-            "installed package. Run it from a checkout (pip install -e . there)",
-            file=sys.stderr,
-        )
-        return 2
-    if spec is None or spec.origin is None:
-        found = importlib.util.find_spec(package)
-        where = found.submodule_search_locations if found is not None else None
-        print(
-            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
-            f"{package!r} ({', '.join(where or [])}) has no module {name!r}",
+            f"gigastep: error: `gigastep {command}` runs {tried}, but {none} be imported "
+            f"({'; '.join(reasons)}): {what}",
             file=sys.stderr,
         )
         return 2
     if argv[:1] in (["-h"], ["--help"]):
         print(f"gigastep {command}: forwards its arguments to `python -m {module}`:\n")
         sys.stdout.flush()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
-    if module.count(".") > 1:
+    # The folder that holds the package (a checkout) goes on the child's path; an installed
+    # package's site-packages does not (the child has it already, after the standard library,
+    # which site-packages on PYTHONPATH would come before).
+    spec = importlib.util.find_spec(module)
+    root = os.path.abspath(spec.origin) if spec is not None and spec.origin else ""
+    for _ in range(module.count(".") + 1 if root else 0):
         root = os.path.dirname(root)
+    installed = {os.path.abspath(sysconfig.get_path(key)) for key in ("purelib", "platlib")}
+    installed.add(os.path.abspath(site.getusersitepackages()))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if root and root not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return subprocess.call([sys.executable, "-m", module, *argv], env=env)
 
 
@@ -936,7 +954,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_catalogue, _add_videos, _add_matches, _add_windows):
         add(commands)
-    for name, module in FORWARD.items():  # parsed by main: listed here for --help
+    for name, modules in FORWARD.items():  # parsed by main: listed here for --help
+        module = " or ".join(modules)
         p = commands.add_parser(
             name, help=f"run python -m {module} (arguments passed on)", add_help=False
         )
