@@ -192,7 +192,7 @@ def _type_columns(config: EnvConfig, idx: jax.Array | slice = slice(None)) -> di
     return {name: jnp.asarray(np.asarray(v, np.float32))[idx] for name, v in table.items()}
 
 
-def _rows(columns: dict[str, jax.Array], shape: tuple[int, ...]) -> jax.Array:
+def _rows(columns: dict[str, jax.Array | float], shape: tuple[int, ...]) -> jax.Array:
     """(*shape, F) float32 with the named columns filled (broadcast), zeros elsewhere."""
     zero = jnp.zeros(shape, jnp.float32)
     return jnp.stack(
