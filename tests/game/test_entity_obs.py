@@ -377,3 +377,13 @@ def test_entity_groups_refuses_a_wrong_length():
 def test_slot_counts_outside_0_to_1024_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         _config(**{field: value})
+
+
+def test_a_batch_of_games_observes_what_each_game_observes_alone():
+    env = gigastep.make("identical_2_vs_2_pobs_ent_maps_disc")
+    keys = jax.random.split(jax.random.key(7), 3)
+    batched, _ = env.v_reset(keys)
+    assert batched.shape == (3, 4, env.config.entity_size)
+    for i in range(3):
+        alone, _ = env.reset(keys[i])
+        np.testing.assert_allclose(batched[i], alone, atol=1e-6)
