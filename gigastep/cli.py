@@ -1,6 +1,6 @@
 """The `gigastep` command.
 
-gigastep list [--all]                 base scenarios with their teams (--all: all 288 names)
+gigastep list [--all]                 base scenarios with their teams (--all: all 432 names)
 gigastep info NAME                    one scenario in detail (NAME may be a .toml file)
 gigastep render NAME --out F.gif|mp4  play one episode and write a video (--save-replay R)
 gigastep replay R --out F.gif|mp4     re-simulate a replay and write its video
@@ -320,7 +320,7 @@ def _default_agents(env: GigastepEnv, agents: Iterable[int] | None) -> tuple[int
     """The ego views to show: those asked for, or one agent per team in RGB games."""
     if agents is not None:
         return tuple(agents)
-    if env.obs_type == "vector":
+    if env.obs_type not in ("rgb", "rgb_vector"):  # no images to show
         return ()
     teams = list(env.config.teams)
     return tuple(teams.index(t) for t in (0, 1) if t in teams)
@@ -364,7 +364,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     print(
         f"\n{len(bases)} base scenarios, {len(names)} named variants "
-        "<base>_<fobs|pobs>_<rgb|vec>_<maps|void>_<cont|disc> (gigastep list --all)"
+        "<base>_<fobs|pobs>_<rgb|vec|ent>_<maps|void>_<cont|disc> (gigastep list --all)"
     )
     return 0
 
@@ -664,7 +664,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     env = _env(args.name, args.set)
     if not 0 <= args.agent < env.n_agents:
         raise CommandError(f"--agent {args.agent}: this game has agents 0..{env.n_agents - 1}")
-    _check_window(env, (args.agent,) if env.obs_type != "vector" else (), args.scale)
+    _check_window(env, (args.agent,) if env.obs_type in ("rgb", "rgb_vector") else (), args.scale)
     team = env.config.teams[args.agent]
     players = [args.teammates, args.opponent] if team == 0 else [args.opponent, args.teammates]
     game = GameRunner(args.name, players, args.seed, _overrides(args.set), args.device)
@@ -847,7 +847,7 @@ def _version() -> str:
 
 def _add_catalogue(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("list", help="list the base scenarios (--all: every name)")
-    p.add_argument("--all", action="store_true", help="print all 288 scenario names")
+    p.add_argument("--all", action="store_true", help="print all 432 scenario names")
     p.set_defaults(run=_cmd_list)
     p = commands.add_parser("info", help="describe one scenario")
     p.add_argument("name", help="a scenario name, a .toml file, or file.toml#name")

@@ -635,10 +635,12 @@ def _all_names() -> tuple[str, ...]:
 
 
 def list_scenarios() -> list[str]:
-    """Every suffixed scenario name (18 bases x 16 suffix combinations = 288), in order.
+    """Every suffixed scenario name (18 bases x 24 suffix combinations = 432), in order: the
+    288 names of the 2023 library and, with the suffix `ent`, 144 with the entity observation.
 
     Bases in catalogue order; within a base, suffix combinations in the order of the
-    `[suffixes]` tables (fobs before pobs, rgb before vec, maps before void, cont before disc).
+    `[suffixes]` tables (fobs before pobs, rgb before vec before ent, maps before void, cont before
+    disc).
     """
     return list(_all_names())
 

@@ -24,10 +24,10 @@ def test_list_prints_every_base_with_its_teams_and_the_count(capsys):
     row = next(line for line in out.splitlines() if line.startswith("special_5_vs_1 "))
     assert row.split()[1] == "6"  # agents
     assert "more_health, more_range, faster, default x2" in row and "super" in row
-    assert "18 base scenarios, 288 named variants" in out
+    assert "18 base scenarios, 432 named variants" in out
 
 
-def test_list_all_prints_the_288_names_in_order(capsys):
+def test_list_all_prints_the_432_names_in_order(capsys):
     assert main(["list", "--all"]) == 0
     assert capsys.readouterr().out.splitlines() == list_scenarios()
 
@@ -356,7 +356,7 @@ def test_version_prints_the_package_version(capsys):
 
 BAD = [
     (["rendr", "x"], "closest: render"),
-    (["render", "identical_5_vs_4", "--out", "g.gif"], "`gigastep list --all` lists all 288"),
+    (["render", "identical_5_vs_4", "--out", "g.gif"], "`gigastep list --all` lists all 432"),
     (["render", VEC, "--out", "g.avi"], "ends in .gif or .mp4"),
     (["render", VEC, "--out", "no/such/folder/g.gif"], "does not exist"),
     (

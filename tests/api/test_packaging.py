@@ -144,7 +144,7 @@ def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
     module, catalog, listing = out.stdout.strip().splitlines()
     assert Path(module).is_relative_to(site)
     assert Path(catalog) == site / "gigastep" / "_envs"
-    assert listing == f"288 {scenario_hash(make_config('identical_5_vs_1'))}"
+    assert listing == f"432 {scenario_hash(make_config('identical_5_vs_1'))}"
 
 
 @pytest.mark.subprocess
