@@ -859,3 +859,24 @@ def test_scenario_hash_needs_a_config():
 def test_scenarios_module_exports_its_public_names():
     for name in scenarios.__all__:
         assert hasattr(scenarios, name), name
+
+
+# Hashes of 0.1.0 (computed with the code of commit 90a97b0): a field added since enters the
+# hash only away from its default, so recorded replays and checkpoints keep matching.
+HASHES_OF_0_1_0 = {
+    "identical_5_vs_1": "da89044e7e4e",
+    "identical_5_vs_5_fobs_vec_void_disc": "d9ff9cc6ddbf",
+    "special_20_vs_5_pobs_rgb_maps_cont": "62a6cb9e23ce",
+    "hide_and_seek_10_vs_5": "977612d2df56",
+    "waypoint_5_vs_3_fobs_rgb_void_disc": "6bbc0b0b6a11",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HASHES_OF_0_1_0))
+def test_games_of_0_1_0_keep_their_0_1_0_hash(name):
+    assert scenario_hash(make_config(name)) == HASHES_OF_0_1_0[name]
+
+
+def test_an_added_field_away_from_its_default_changes_the_hash():
+    config = make_config("identical_5_vs_1")
+    assert scenario_hash(config.replace(entity_max_allies=3)) != scenario_hash(config)
