@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from baselines import noise, runfolder
-from baselines.buffer import RolloutBuffer
+from baselines.buffer import RolloutBuffer, signal_rewards, trajectory_flags
 from baselines.checkpoint import (
     FORMAT,
     holds_checkpoint,
@@ -365,7 +365,7 @@ class Trainer:
         self.config = config
         self.dist = dist or Dist()
         if game is None:
-            game, factory = gigastep_game(config.scenario, config.env)
+            game, factory = gigastep_game(config.scenario, config.env, config.shooter_credit)
         elif config.eval_every:
             raise ValueError(
                 f"--eval-every {config.eval_every} plays Gigastep scenarios; this run trains "
@@ -419,6 +419,7 @@ class Trainer:
             config.lr, config.anneal_lr, config.updates, config.time_budget_s
         )
         b, n = hi - lo, game.n_agents
+        self._teams = torch.as_tensor(game.teams, dtype=torch.int64, device=self.device)
         shape = (b * n,) if game.discrete else (b * n, 3)
         dtype = torch.int32 if game.discrete else torch.float32
         self.actions = torch.zeros(shape, dtype=dtype, device=self.device)
@@ -574,16 +575,22 @@ class Trainer:
         truncated = info["truncated"]
         b, n = self.games[1] - self.games[0], self.game.n_agents
         final = _flat(info["final_obs"], b * n)
+        signal = self.config.signal
+        if signal != "individual":
+            teams = self._teams
+            flat_rewards = signal_rewards(signal, rewards, info.get("score"), teams).reshape(-1)
         for learner, slot in zip(self.learners, self._finals, strict=True):
             rows, buf = learner.rows, learner.buffer
             alive = buf.alive[t]
             alive_after = ~rows.take(flat_dones)
-            cont = alive_after & ~ended[rows.game]
-            buf.cont[t] = cont
-            boot = alive_after & truncated[rows.game]
-            buf.boot[t] = boot
-            r = torch.where(alive, rows.take(flat_rewards), 0.0)
-            buf.rewards[t] = learner.rewards(r, alive, cont)
+            cont, boot = trajectory_flags(
+                signal, alive_after, ended[rows.game], truncated[rows.game]
+            )
+            buf.cont[t], buf.boot[t] = cont, boot
+            valued = alive if signal == "individual" else torch.ones_like(alive)
+            buf.valued[t] = valued
+            r = torch.where(valued, rows.take(flat_rewards), 0.0)
+            buf.rewards[t] = learner.rewards(r, valued, cont)
             critic_in = None
             if self.spec.central_critic:
                 critic_in = learner.critic_input(info["final_state_vector"])
@@ -626,7 +633,7 @@ class Trainer:
         cfg, buf, net = self.config, learner.buffer, learner.net
         with torch.no_grad():
             advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
-            update_value_norm(net, returns, buf.alive, self.dist.sum_)
+            update_value_norm(net, returns, buf.valued, self.dist.sum_)
         total = learner.rows.total
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
@@ -670,7 +677,7 @@ class Trainer:
 
     def _explained_variance(self, returns, buf) -> float | None:
         """1 - Var(R - V) / Var(R) over the masked entries of every process."""
-        m = buf.alive.to(torch.float64)
+        m = buf.valued.to(torch.float64)
         r, d = returns.to(torch.float64), (returns - buf.values).to(torch.float64)
         sums = torch.stack(
             [m.sum(), (m * r).sum(), (m * r * r).sum(), (m * d).sum(), (m * d * d).sum()]
@@ -691,15 +698,15 @@ class Trainer:
         def cols(x):  # the minibatch's columns of a [T, N, ...] tensor
             return x.index_select(1, idx)
 
-        mask = cols(buf.alive)
+        mask, valued = cols(buf.alive), cols(buf.valued)
         adv = cols(advantages)
         with torch.no_grad():
             a = torch.where(mask, adv, 0.0).to(torch.float64)
-            moments = self.dist.sum_(
-                torch.stack([mask.sum().to(torch.float64), a.sum(), (a * a).sum()])
-            )
+            counts = [mask.sum().to(torch.float64), a.sum(), (a * a).sum()]
+            moments = self.dist.sum_(torch.stack([*counts, valued.sum().to(torch.float64)]))
             count, mean = moments[0].clamp(min=1), moments[1] / moments[0].clamp(min=1)
             std = torch.sqrt((moments[2] / count - mean * mean).clamp(min=0))
+            value_count = moments[3].clamp(min=1)
         batch = (
             buf.obs_rows(idx),
             learner.types[idx],
@@ -727,6 +734,8 @@ class Trainer:
             norm_adv=cfg.norm_adv,
             count=count.float(),
             adv_moments=(mean.float(), std.float()),
+            value_mask=valued,
+            value_count=value_count.float(),
         )
         learner.opt.zero_grad(set_to_none=True)
         # DistributedDataParallel averages gradients over processes; the parts are sums over

@@ -75,8 +75,7 @@ def make_setup(config: PPOConfig) -> Setup:
     Raises:
         ValueError: a bad config, or an option the JAX side does not support (named).
     """
-    import gigastep
-    from baselines.envs import game_spec_from_config, parse_overrides, unshaped_config
+    from baselines.envs import game_spec_from_config, training_env, unshaped_config
     from baselines.matchmaking import Rows, make_plan
     from baselines.train import policy_spec
 
@@ -84,7 +83,7 @@ def make_setup(config: PPOConfig) -> Setup:
     reason = unsupported(config)
     if reason:
         raise ValueError(reason)
-    env = gigastep.make(config.scenario, **parse_overrides(config.env))
+    env = training_env(config.scenario, config.env, config.shooter_credit)
     game = game_spec_from_config(env.config, env.spec.name if env.spec else config.scenario)
     spec = policy_spec(config, game)
     policy.check_spec(spec)
