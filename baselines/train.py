@@ -79,6 +79,12 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
             f"{game.obs_type} observations (use --encoder auto, or a scenario with the "
             f"{'_vec' if needs[encoder] == 'vector' else '_rgb'} suffix)"
         )
+    if config.action_head == "factored" and not game.discrete:
+        raise ValueError(
+            f"--action-head factored splits the 27 discrete actions into turn, dive and "
+            f"throttle; {game.name} has continuous actions (use --action-head joint, or a "
+            f"scenario with the _disc suffix)"
+        )
     central = config.algo == "mappo"
     if central and game.state_size < 1:
         raise ValueError(f"--algo mappo needs a global state vector; {game.name} has none")
@@ -98,6 +104,7 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
         critic_hidden=config.critic_hidden,
         separate_critic=config.separate_critic,
         value_norm=config.value_norm,
+        action_head=config.action_head,
     )
 
 
