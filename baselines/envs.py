@@ -152,7 +152,7 @@ def shooter_credit_weights(config: EnvConfig, credit: float) -> dict[str, float]
     * ``reward_damage = credit * K * damage_per_second / H``: the damage term pays
       (dealt - 0.5 taken) * dt (rules §4.10), and an agent of max health H dies after
       H / damage_per_second damage units, so the shooter of a whole kill earns credit * K
-      (its victim is charged half of that on the way);
+      (the target pays half the rate for the hits it survives);
     * ``reward_agent_disabled = credit * K``: the agent that dies is charged credit * K.
 
     H is the mean of the agents' max health (every agent's in the scenarios with one type).
