@@ -116,6 +116,13 @@ class PPOConfig:
     shooter C x the kill reward for a kill's worth of damage dealt (reward_damage) and charges
     an agent C x the kill reward when it dies (reward_agent_disabled); 0: off."""
 
+    warm_start: str = ""
+    """Clone a scripted player (random, circle, pursuit, evade) before PPO starts: its actions
+    on 64 steps of the run's games, learned by cross-entropy (baselines.warmstart); the result
+    is written to warm_start.json. "": off (PPO starts from a fresh policy)."""
+    warm_start_updates: int = 100
+    """Adam steps of the warm start's cross-entropy (256 whole sequences each)."""
+
     # --- opponents -------------------------------------------------------------------------
     team: int = 0
     """The trained team (ignored with --train-both)."""
@@ -352,6 +359,7 @@ def validate(config: PPOConfig) -> None:
         "checkpoint_every",
         "eval_games",
         "seeds",
+        "warm_start_updates",
     )
     if not re.fullmatch(r"cpu|cuda(:\d+)?", str(config.device)):
         raise ValueError(
@@ -421,6 +429,13 @@ def validate(config: PPOConfig) -> None:
                 f"--shooter-credit {credit} sets {' and '.join(clash)} of the training game; "
                 f"--env {config.env!r} sets them too (drop one of the two)"
             )
+    if config.warm_start and config.warm_start not in SCRIPTED:
+        from gigastep.game.types import closest
+
+        raise ValueError(
+            f"--warm-start must be a scripted player {list(SCRIPTED)} or '' (off), got "
+            f"{config.warm_start!r} (closest: {closest(config.warm_start, SCRIPTED)})"
+        )
     if config.team not in (0, 1):
         raise ValueError(f"--team must be 0 or 1, got {config.team}")
     for name in ("keep_checkpoints", "threads"):

@@ -371,6 +371,12 @@ class Trainer:
         validate(config)
         self.config = config
         self.dist = dist or Dist()
+        if config.warm_start and self.dist.enabled:
+            raise ValueError(
+                "--warm-start clones on one process's games and is not supported under "
+                "torchrun (several processes would clone different policies); run it in one "
+                "process"
+            )
         if game is None:
             game, factory = gigastep_game(config.scenario, config.env, config.shooter_credit)
         elif config.eval_every:
@@ -462,12 +468,47 @@ class Trainer:
         return player
 
     def start(self) -> None:
-        """Fresh games and, when the pool is used, the initial policy as its first member."""
+        """Fresh games and, when the pool is used, the initial policy as its first member
+        (with `--warm-start`, the cloned policy: `warm_up` runs first)."""
+        if self.config.warm_start:
+            self.warm_up()
         self.obs = self.venv.reset()
         if self.spec.central_critic:
             self.state_vectors = self.venv.state_vector()
         if self._uses_pool:
             self.pool.add(0, self.learners[0].net, self.learners[0].obs_norm)
+
+    def warm_up(self) -> None:
+        """`--warm-start`: every learner clones the scripted player on its rows of the run's
+        games (`baselines.warmstart`); the results are kept in `warm_started` (written to
+        warm_start.json and logged on stderr by `run`)."""
+        from baselines import warmstart
+
+        cfg = self.config
+        demos = warmstart.demonstrations(self.venv, cfg.warm_start, 64, cfg.seed)
+        b = self.games[1] - self.games[0]
+        held_out = b - max(b // 8, 1)  # the last eighth of the games
+        flat = {k: v.flatten(1, 2) if v.dim() > 2 else v for k, v in demos.items()}
+        self.warm_started = []
+        for learner in self.learners:
+            rows = learner.rows
+            mine = {
+                "obs": flat["obs"].index_select(1, rows.index),
+                "actions": flat["actions"].index_select(1, rows.index),
+                "alive": flat["alive"].index_select(1, rows.index),
+                "first": flat["first"].index_select(1, rows.game),
+            }
+            result = warmstart.clone(
+                learner.net,
+                learner.obs_norm,
+                mine,
+                learner.types,
+                rows.game >= held_out,
+                cfg.warm_start,
+                seed=cfg.seed,
+                updates=cfg.warm_start_updates,
+            )
+            self.warm_started.append({"learner": learner.name, **result.to_dict()})
 
     @property
     def _uses_pool(self) -> bool:
@@ -988,6 +1029,12 @@ class Trainer:
                 scenario_hash=self.game.scenario_hash,
             )
             _files.write_text(out / "config.json", info)
+            if getattr(self, "warm_started", None):
+                import json
+
+                text = json.dumps(self.warm_started, indent=2)
+                _files.write_text(out / "warm_start.json", text)
+                print(f"ppo: warm start from {cfg.warm_start}: {text}", file=sys.stderr)
         resumed = (self.update, self.agent_steps) if resuming else (None, None)
         log = _Log(out, self.columns(), resumed, cfg, main)
         if main:
