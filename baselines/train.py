@@ -482,33 +482,13 @@ class Trainer:
         """`--warm-start`: every learner clones the scripted player on its rows of the run's
         games (`baselines.warmstart`); the results are kept in `warm_started` (written to
         warm_start.json and logged on stderr by `run`)."""
-        from baselines import warmstart
+        from baselines.warmstart import warm_start
 
         cfg = self.config
-        demos = warmstart.demonstrations(self.venv, cfg.warm_start, 64, cfg.seed)
-        b = self.games[1] - self.games[0]
-        held_out = b - max(b // 8, 1)  # the last eighth of the games
-        flat = {k: v.flatten(1, 2) if v.dim() > 2 else v for k, v in demos.items()}
-        self.warm_started = []
-        for learner in self.learners:
-            rows = learner.rows
-            mine = {
-                "obs": flat["obs"].index_select(1, rows.index),
-                "actions": flat["actions"].index_select(1, rows.index),
-                "alive": flat["alive"].index_select(1, rows.index),
-                "first": flat["first"].index_select(1, rows.game),
-            }
-            result = warmstart.clone(
-                learner.net,
-                learner.obs_norm,
-                mine,
-                learner.types,
-                rows.game >= held_out,
-                cfg.warm_start,
-                seed=cfg.seed,
-                updates=cfg.warm_start_updates,
-            )
-            self.warm_started.append({"learner": learner.name, **result.to_dict()})
+        learners = [(x.name, x.net, x.obs_norm, x.rows, x.types) for x in self.learners]
+        self.warm_started = warm_start(
+            self.venv, learners, cfg.warm_start, cfg.seed, cfg.warm_start_updates
+        )
 
     @property
     def _uses_pool(self) -> bool:

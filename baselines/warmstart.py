@@ -21,7 +21,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["WarmStart", "clone", "demonstrations"]
+__all__ = ["DEMONSTRATION_STEPS", "WarmStart", "clone", "demonstrations", "warm_start"]
+
+DEMONSTRATION_STEPS = 64
+"""Steps of the run's games the teacher plays for the demonstrations."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,38 @@ def clone(
         accuracy_before=before,
         accuracy=accuracy(),
     )
+
+
+def warm_start(venv, learners, teacher: str, seed: int, updates: int) -> list[dict]:
+    """Clone `teacher` into every learner on its rows of `venv`'s games (both trainers).
+
+    Args:
+        venv: the run's `TorchVecEnv` (reset here; reset it again before training).
+        learners: (name, net, obs_norm, rows, types) per learner: its `ActorCritic`,
+            `ObsNormalizer`, `baselines.matchmaking.Rows` in `venv`'s batch and type one-hots
+            [N, K].
+        teacher: a scripted player's name. seed: the demonstrations' and minibatches' seed.
+        updates: Adam steps per learner.
+
+    Returns:
+        One `WarmStart.to_dict()` per learner, with its ``learner`` name.
+    """
+    demos = demonstrations(venv, teacher, DEMONSTRATION_STEPS, seed)
+    b = demos["first"].shape[1]
+    held_out = b - max(b // 8, 1)  # the last eighth of the games
+    flat = {k: v.flatten(1, 2) if v.dim() > 2 else v for k, v in demos.items()}
+    out = []
+    for name, net, obs_norm, rows, types in learners:
+        mine = {
+            "obs": flat["obs"].index_select(1, rows.index),
+            "actions": flat["actions"].index_select(1, rows.index),
+            "alive": flat["alive"].index_select(1, rows.index),
+            "first": flat["first"].index_select(1, rows.game),
+        }
+        test = rows.game >= held_out
+        result = clone(net, obs_norm, mine, types, test, teacher, seed=seed, updates=updates)
+        out.append({"learner": name, **result.to_dict()})
+    return out
 
 
 def _central_zeros(net, t: int, n: int, device):
