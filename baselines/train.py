@@ -11,7 +11,8 @@ Each update:
     3. `epochs` passes; each pass cuts the learner's agents into `minibatches` random groups
        and replays their whole sequences from the state at the rollout's start
        (`ActorCritic.evaluate`, the S5 parallel scan), then takes one clipped-PPO step.
-       Agents dead before a step are masked out of every term.
+       Agents dead before a step are masked out of every term (with `--signal team`, out of
+       the policy's terms only: their rows keep their team's reward and their value).
     4. metrics row, pool snapshot, checkpoint.
 
 Determinism: torch, numpy and JAX randomness come from seeded generators whose states are in
@@ -604,9 +605,9 @@ class Trainer:
         b, n = self.games[1] - self.games[0], self.game.n_agents
         final = _flat(info["final_obs"], b * n)
         signal = self.config.signal
-        if signal != "individual":
-            teams = self._teams
-            flat_rewards = signal_rewards(signal, rewards, info.get("score"), teams).reshape(-1)
+        if signal != "individual":  # every agent's reward of the signal (`baselines.buffer`)
+            score = info.get("score")
+            flat_rewards = signal_rewards(signal, rewards, score, self._teams).reshape(-1)
         for learner, slot in zip(self.learners, self._finals, strict=True):
             rows, buf = learner.rows, learner.buffer
             alive = buf.alive[t]
