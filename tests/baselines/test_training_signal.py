@@ -163,3 +163,37 @@ def test_a_dead_agents_action_contributes_nothing_to_the_policy_loss_but_its_val
     assert (g_logp[alive] != 0).all()
     # the value of every row of the episode is trained, dead rows included (mean over all 6)
     np.testing.assert_allclose(g_v, 0.5 * (values - ret) / 6, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_in_a_real_rollout_dead_agents_keep_their_teams_reward_until_the_episode_ends(tmp_path):
+    from baselines.config import PPOConfig
+    from baselines.train import Trainer
+
+    config = PPOConfig(
+        scenario="identical_2_vs_2_fobs_vec_void_disc",
+        num_envs=16,
+        rollout_steps=48,
+        updates=1,
+        policy="mlp",
+        hidden=16,
+        opponent="pursuit",
+        signal="team",
+        shooter_credit=0.2,
+        action_head="factored",
+        out=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        plots=False,
+    )
+    trainer = Trainer(config)
+    trainer.start()
+    trainer.collect()
+    buf = trainer.learners[0].buffer
+    assert buf.valued.all()  # every row's value is trained, dead or alive
+    dead = ~buf.alive
+    assert dead.any(), "no agent died in the rollout: the test needs a death"
+    # a dead agent's trajectory goes on while its game goes on
+    assert (buf.cont & dead).any()
+    stats = trainer.learn(0)
+    assert all(np.isfinite(v) for v in stats.values() if v is not None)
