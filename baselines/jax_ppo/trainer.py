@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -48,7 +49,14 @@ from ..evaluator import Evaluator
 from ..metrics import current_rss_mb, peak_rss_mb
 from ..schedule import LRSchedule
 from . import convert, frozen, policy
-from .update import Setup, initial_state, learner_state, make_update
+from .update import (
+    Setup,
+    initial_state,
+    learner_state,
+    make_optimizer,
+    make_update,
+    with_learner,
+)
 
 __all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
 
@@ -76,9 +84,7 @@ def make_setup(config: PPOConfig) -> Setup:
     Raises:
         ValueError: a bad config, or an option the JAX side does not support (named).
     """
-    import gigastep
-
-    from ..envs import game_spec_from_config, parse_overrides, unshaped_config
+    from ..envs import game_spec_from_config, training_env, unshaped_config
     from ..matchmaking import Rows, make_plan
     from ..train import policy_spec
 
@@ -86,7 +92,7 @@ def make_setup(config: PPOConfig) -> Setup:
     reason = unsupported(config)
     if reason:
         raise ValueError(reason)
-    env = gigastep.make(config.scenario, **parse_overrides(config.env))
+    env = training_env(config.scenario, config.env, config.shooter_credit)
     game = game_spec_from_config(env.config, env.spec.name if env.spec else config.scenario)
     spec = policy_spec(config, game)
     policy.check_spec(spec)
@@ -205,9 +211,58 @@ class JaxTrainer:
         )
 
     def _fresh(self) -> dict:
-        with jax.default_device(self.device):
-            states = [initial_state(self.setup, s) for s in self.seeds]
+        self.warm_started: list[list[dict]] = []
+        states = []
+        for s in self.seeds:
+            if self.config.warm_start:
+                states.append(self._warm_state(s))
+            else:
+                with jax.default_device(self.device):
+                    states.append(initial_state(self.setup, s))
         return self._stack(states)
+
+    def _warm_state(self, seed: int) -> dict:
+        """`--warm-start`: run `seed`'s fresh state with every learner cloned from the scripted
+        player by the PyTorch trainer's `baselines.warmstart.warm_start` (on a `TorchVecEnv`
+        of the run's batch and opponents, from the same initial networks as `initial_state`);
+        the results go to `warm_started`."""
+        import torch
+
+        from ..envs import gigastep_game
+        from ..normalize import ObsNormalizer
+        from ..policies import ActorCritic
+        from ..warmstart import warm_start
+
+        cfg, setup, spec = self.config, self.setup, self.setup.spec
+        _, factory = gigastep_game(cfg.scenario, cfg.env, cfg.shooter_credit)
+        venv = factory(cfg.num_envs, seed, "cpu", setup.scripted, False)
+        learners = []
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)  # the networks `policy.init_params` draws
+            for i, view in enumerate(setup.learners):
+                rows = SimpleNamespace(
+                    index=torch.as_tensor(view.rows), game=torch.as_tensor(view.row_game)
+                )
+                types = torch.nn.functional.one_hot(
+                    torch.as_tensor(view.row_type), spec.n_types
+                ).float()
+                net, norm = ActorCritic(spec), ObsNormalizer(spec.vector_size, "cpu", cfg.norm_obs)
+                learners.append((f"learner{i}", net, norm, rows, types))
+            self.warm_started.append(
+                warm_start(venv, learners, cfg.warm_start, seed, cfg.warm_start_updates)
+            )
+        with jax.default_device(self.device):
+            state = initial_state(setup, seed)
+            for i, (_, net, norm, _, _) in enumerate(learners):
+                params = policy.params_from_torch(net.state_dict())
+                part = dict(
+                    learner_state(state, i),
+                    params=params,
+                    opt=make_optimizer(cfg).init(params),
+                    obs_norm=convert.moments_from_torch(norm.state_dict()),
+                )
+                state = with_learner(state, i, part)
+        return state
 
     def _stack(self, states: list[dict]) -> dict:
         if len(states) == 1:
@@ -428,6 +483,10 @@ class JaxTrainer:
             folder.mkdir(parents=True, exist_ok=True)
             if len(dirs) > 1:
                 _files.write_text(folder / "config.json", dumps(self.run_config(i), **extra))
+            if getattr(self, "warm_started", None):
+                text = json.dumps(self.warm_started[i], indent=2)
+                _files.write_text(folder / "warm_start.json", text)
+                print(f"ppo: warm start from {cfg.warm_start}: {text}", file=sys.stderr)
             resumed = (self.update, self.agent_steps) if resuming else (None, None)
             logs.append(_Log(folder, self.columns(), resumed, cfg, True))
             self.evaluators[i].open(folder, resumed)
