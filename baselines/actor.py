@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .envs import GameSpec
+from .policies import ENTITY_FEATURES
 
 if TYPE_CHECKING:
     from .policies import PolicySpec
@@ -67,14 +68,26 @@ def _team_types(game: GameSpec, team: int) -> tuple[str, ...]:
 def pick_team(policy: LoadedPolicy, target: GameSpec, team: int) -> int:
     """The trained team whose agents have the types of `team` in `target` (same team first).
 
+    A policy of entity observations plays a team of any size and any entity layout (slot
+    counts, boxes, waypoint): its encoder reads a set of rows, so it only needs every agent's
+    type to be one of the trained team's.
+
     Raises:
         ValueError: the observations or actions differ, or no trained team has these types.
     """
     trained, spec = policy.game, policy.spec
     mismatches = []
+    entity = spec.obs_type == "entity"
     if target.obs_type != spec.obs_type:
         mismatches.append(f"observations {target.obs_type} (trained on {spec.obs_type})")
-    elif target.vector_size != spec.vector_size or target.image_shape != spec.image_shape:
+    elif entity and (target.vector_size < ENTITY_FEATURES or target.vector_size % ENTITY_FEATURES):
+        mismatches.append(
+            f"entity observations of {target.vector_size} values, not rows of "
+            f"{ENTITY_FEATURES} features (trained on rows of {ENTITY_FEATURES})"
+        )
+    elif not entity and (
+        target.vector_size != spec.vector_size or target.image_shape != spec.image_shape
+    ):
         mismatches.append(
             f"observation shape vector {target.vector_size}/image "
             f"{target.image_shape} (trained on {spec.vector_size}/"
@@ -91,9 +104,15 @@ def pick_team(policy: LoadedPolicy, target: GameSpec, team: int) -> int:
     roles = policy.teams
     if policy.config.get("opponent") == "self" or trained.symmetric:
         roles = (0, 1)  # a symmetric game's learner plays either side
-    candidates = [
-        t for t in sorted(roles, key=lambda t: t != team) if _team_types(trained, t) == want
-    ]
+
+    def fits(t: int) -> bool:
+        # the entity encoder reads any number of agents: each agent's type must be one the
+        # trained team had; the other encoders read the trained team's agents exactly
+        if entity:
+            return set(want) <= set(_team_types(trained, t))
+        return _team_types(trained, t) == want
+
+    candidates = [t for t in sorted(roles, key=lambda t: t != team) if fits(t)]
     if not candidates:
         have = {t: _team_types(trained, t) for t in roles}
         raise ValueError(

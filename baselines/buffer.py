@@ -127,7 +127,7 @@ def _empty_obs(spec, t: int, n: int, device):
     parts = []
     if "rgb" in spec.obs_type:
         parts.append(torch.zeros((t, n, *spec.image_shape), dtype=torch.uint8, device=device))
-    if "vector" in spec.obs_type:
+    if "vector" in spec.obs_type or spec.obs_type == "entity":
         parts.append(torch.zeros((t, n, spec.vector_size), dtype=torch.float32, device=device))
     return parts[0] if len(parts) == 1 else tuple(parts)
 

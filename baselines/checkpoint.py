@@ -322,7 +322,7 @@ def policy_from_checkpoint(
                 f"architecture {ckpt['policy_spec']} ({first})"
             ) from None
         net.eval().requires_grad_(False)
-        norm = ObsNormalizer(spec.vector_size, device, norm_obs)
+        norm = ObsNormalizer(spec.obs_norm_size, device, norm_obs)
         try:
             norm.load_state_dict(learner["obs_norm"])
         except (KeyError, RuntimeError, TypeError) as err:

@@ -88,8 +88,10 @@ class PPOConfig:
     """ippo: value head on the policy's core; mappo: a centralised critic on the state vector."""
     policy: PolicyName = "s5"
     """Recurrent core: s5 (S5 block, parallel scan in the update), gru, or mlp (no memory)."""
-    encoder: Literal["auto", "mlp", "cnn", "both"] = "auto"
-    """Observation encoder: mlp (vector obs), cnn (rgb obs), both (rgb_vector), auto: by obs."""
+    encoder: Literal["auto", "mlp", "cnn", "both", "entity"] = "auto"
+    """Observation encoder: mlp (vector obs), cnn (rgb obs), both (rgb_vector), entity
+    (entity obs: shared row embedding, masked attention and pooling over the slots; one policy
+    for every team size), auto: by obs."""
     hidden: int = 64
     """Width of the encoder, the core and the heads."""
     s5_state_dim: int = 32

@@ -47,7 +47,9 @@ class GameSpec:
     type_keys: tuple[str, ...]
     """Agent type of each agent (its name, or its attributes when unnamed)."""
     obs_type: str
+    """vector, rgb, rgb_vector or entity."""
     vector_size: int
+    """Length of the vector observation, or of the entity observation (its `entity_size`)."""
     image_shape: tuple[int, int, int] | None
     discrete: bool
     state_size: int = 0
@@ -91,6 +93,14 @@ def _type_key(config, i: int) -> str:
     return "sprite={}/health={:g}/range={:g}/damage={:g}/thrust={:g}/idle={:g}".format(*values)
 
 
+def _vector_size(config) -> int:
+    """The flat observation's length: the vector part's, the entity observation's
+    (`entity_size`), or 0 (images only)."""
+    if config.obs_type == "entity":
+        return int(config.entity_size)
+    return int(config.vector_size) if "vector" in config.obs_type else 0
+
+
 def game_spec_from_config(config, name: str) -> GameSpec:
     """The `GameSpec` of a Gigastep `EnvConfig`."""
     from gigastep.game.observations.global_state import state_vector_size
@@ -105,7 +115,7 @@ def game_spec_from_config(config, name: str) -> GameSpec:
         teams=tuple(config.teams),
         type_keys=tuple(_type_key(config, i) for i in range(config.n_agents)),
         obs_type=config.obs_type,
-        vector_size=config.vector_size if "vector" in config.obs_type else 0,
+        vector_size=_vector_size(config),
         image_shape=image,
         discrete=config.discrete_actions,
         state_size=state_vector_size(config),

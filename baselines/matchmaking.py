@@ -278,7 +278,7 @@ class FrozenPlayer:
         self.name = name
         self.net = ActorCritic(spec).to(device)
         self.net.requires_grad_(False)
-        self.normalizer = ObsNormalizer(spec.vector_size, device, norm_obs)
+        self.normalizer = ObsNormalizer(spec.obs_norm_size, device, norm_obs)
         self.rows = rows
         self.types = types
         self.h = self.net.initial_state(len(rows), device)

@@ -3,7 +3,8 @@ r"""Actor-critic policies: encoders, recurrent cores, action heads, critics.
 One `ActorCritic` serves every agent of a team (parameter sharing); the agent type is a
 one-hot input, so heterogeneous teams share weights. A policy is
 
-    encoder (MLP on vectors, small CNN on RGB, both for rgb_vector; + type one-hot)
+    encoder (MLP on vectors, small CNN on RGB, both for rgb_vector, the entity encoder on
+             entity observations (`EntityEncoder`); + type one-hot)
       -> core (S5 block, GRU, or an MLP layer without memory)
       -> actor head (27-way categorical, three 3-way categoricals (turn, dive, throttle)
          with `action_head="factored"`, or a 3-d Gaussian) and value head,
@@ -45,11 +46,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gigastep.game.types import ENTITY_FEATURES
+
 from . import noise
 from .s5 import S5Block
 from .valuenorm import ValueNorm
 
-__all__ = ["FACTOR_INDEX", "ActorCritic", "Core", "PolicySpec", "build_policy", "joint_log_probs"]
+__all__ = [
+    "ENTITY_FEATURES",
+    "FACTOR_INDEX",
+    "OBS_TYPES",
+    "ActorCritic",
+    "Core",
+    "EntityEncoder",
+    "PolicySpec",
+    "build_policy",
+    "joint_log_probs",
+]
+
+OBS_TYPES = ("vector", "rgb", "rgb_vector", "entity")
+"""The observation kinds a policy reads."""
+
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -61,9 +78,10 @@ class PolicySpec:
     """Everything that decides a policy's architecture (saved in checkpoints)."""
 
     obs_type: str
-    """vector, rgb or rgb_vector."""
+    """vector, rgb, rgb_vector or entity."""
     vector_size: int
-    """Length L of the vector observation (0 without one)."""
+    """Length L of the vector observation (0 without one); with entity observations the
+    training game's `entity_size` (the encoder's weights do not depend on it)."""
     image_shape: tuple[int, int, int] | None
     """(res_x, res_y, 3) of the RGB observation (None without one)."""
     n_types: int
@@ -98,8 +116,8 @@ class PolicySpec:
                 "the factored action head is for discrete actions (turn, dive, throttle "
                 "levels); continuous actions take the joint 3-d Gaussian"
             )
-        if self.obs_type not in ("vector", "rgb", "rgb_vector"):
-            raise ValueError(f"obs_type must be vector, rgb or rgb_vector, got {self.obs_type!r}")
+        if self.obs_type not in OBS_TYPES:
+            raise ValueError(f"obs_type must be one of {list(OBS_TYPES)}, got {self.obs_type!r}")
         if self.core not in ("s5", "gru", "mlp"):
             raise ValueError(f"core must be s5, gru or mlp, got {self.core!r}")
         if self.image_shape is not None:
@@ -113,10 +131,24 @@ class PolicySpec:
             )
         if "vector" in self.obs_type and self.vector_size < 1:
             raise ValueError(f"obs_type {self.obs_type!r} needs vector_size >= 1")
+        if self.obs_type == "entity" and (
+            self.vector_size < ENTITY_FEATURES or self.vector_size % ENTITY_FEATURES
+        ):
+            raise ValueError(
+                f"entity observations are rows of {ENTITY_FEATURES} features; vector_size "
+                f"{self.vector_size} is not a positive multiple of {ENTITY_FEATURES}"
+            )
         if self.central_critic and self.state_size < 1:
             raise ValueError("a central critic needs state_size >= 1")
         if self.central_critic and self.separate_critic:
             raise ValueError("separate_critic is for a value head on the observation (ippo)")
+
+    @property
+    def obs_norm_size(self) -> int:
+        """Length of the running observation normaliser: the vector part's, 0 (none) for rgb
+        and entity observations (entity rows are scaled by the game, and their presence
+        column must stay 0/1 for the encoder's mask)."""
+        return self.vector_size if "vector" in self.obs_type else 0
 
     @property
     def n_action_outputs(self) -> int:
@@ -214,6 +246,58 @@ class Encoder(nn.Module):
             parts.append(self.vector(obs[1]))
         parts.append(types)
         return self.fuse(torch.cat(parts, dim=-1))
+
+
+class EntityEncoder(nn.Module):
+    """Entity observation (+ type one-hot) -> features [N, hidden], for any number of rows.
+
+    The flat observation [N, G * F] is read as G rows of F = 25 features (`gigastep.game.
+    observations.entity`): row 0 is the ego, the others its allies, enemies, boxes (and
+    waypoint), each row carrying its group's one-hot and, in column 0, its presence flag.
+    Every row passes one shared embedding (linear + ReLU, F -> H); the ego's embedding
+    (with the type one-hot) is the query of one masked attention head over the other rows
+    (keys and values from their embeddings, scaled dot products), and the other rows'
+    embeddings are also mean-pooled over the present ones. [ego, attention, mean pool,
+    type one-hot] pass a linear + ReLU layer to H features.
+
+    Absent rows (presence 0: empty slots, padding) take no part: their scores are the lowest
+    float and their pooling weight 0; where no row is present (a dead ego, nobody in sight)
+    the attention and the pool give zeros, never NaN. No weight depends on G, so one policy
+    reads the observations of any slot counts and team sizes.
+    """
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        h, k = spec.hidden, spec.n_types
+        self.embed = nn.Sequential(_layer(nn.Linear(ENTITY_FEATURES, h)), nn.ReLU(inplace=True))
+        self.query = _layer(nn.Linear(h + k, h), std=1.0)
+        self.key = _layer(nn.Linear(h, h), std=1.0)
+        self.value = _layer(nn.Linear(h, h), std=1.0)
+        self.fuse = nn.Sequential(_layer(nn.Linear(3 * h + k, h)), nn.ReLU(inplace=True))
+        self.scale = 1.0 / math.sqrt(h)
+
+    def forward(self, obs: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """obs [N, G * F] float32 (G >= 1), types [N, K]."""
+        n = obs.shape[0]
+        rows = obs.reshape(n, -1, ENTITY_FEATURES)
+        e = self.embed(rows)  # [N, G, H]
+        ego, others = e[:, 0], e[:, 1:]
+        present = rows[:, 1:, 0] > 0.5  # [N, G - 1]
+        weight = present.to(e.dtype)
+        count = weight.sum(-1, keepdim=True)
+        any_present = (count > 0).to(e.dtype)
+        pooled = (others * weight.unsqueeze(-1)).sum(1) / count.clamp(min=1.0)
+        q = self.query(torch.cat([ego, types], dim=-1))  # [N, H]
+        scores = torch.einsum("nh,ngh->ng", q, self.key(others)) * self.scale
+        scores = scores.masked_fill(~present, torch.finfo(scores.dtype).min)
+        # with no row present the softmax is uniform over absent rows: zeroed below
+        attn = torch.einsum("ng,ngh->nh", torch.softmax(scores, dim=-1), self.value(others))
+        attn = attn * any_present
+        return self.fuse(torch.cat([ego, attn, pooled, types], dim=-1))
+
+
+def _encoder(spec: PolicySpec) -> nn.Module:
+    return EntityEncoder(spec) if spec.obs_type == "entity" else Encoder(spec)
 
 
 # ------------------------------------------------------------------------------------------
@@ -348,7 +432,7 @@ class ActorCritic(nn.Module):
     def __init__(self, spec: PolicySpec):
         super().__init__()
         self.spec = spec
-        self.encoder = Encoder(spec)
+        self.encoder = _encoder(spec)
         self.core = _CORES[spec.core](spec)
         a = spec.n_action_outputs
         # One layer for the action outputs and, without a central critic, the value: rows
@@ -361,7 +445,7 @@ class ActorCritic(nn.Module):
             nn.init.orthogonal_(self.heads.weight[a:], 1.0)
         self.value_norm = ValueNorm() if spec.value_norm else None
         if spec.separate_critic:
-            self.critic_encoder = Encoder(spec)
+            self.critic_encoder = _encoder(spec)
             self.critic_core = _CORES[spec.core](spec)
             self.critic_head = _layer(nn.Linear(spec.hidden, 1), std=1.0)
         if not spec.discrete:

@@ -74,12 +74,13 @@ class TrainingDiverged(RuntimeError):
 def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
     """The architecture a config gives on a game (checked against the observations)."""
     encoder = config.encoder
-    needs = {"mlp": "vector", "cnn": "rgb", "both": "rgb_vector"}
+    needs = {"mlp": "vector", "cnn": "rgb", "both": "rgb_vector", "entity": "entity"}
+    suffix = {"vector": "_vec", "rgb": "_rgb", "rgb_vector": "_rgb_vec", "entity": "_ent"}
     if encoder != "auto" and needs[encoder] != game.obs_type:
         raise ValueError(
             f"--encoder {encoder} needs {needs[encoder]} observations, but {game.name} has "
             f"{game.obs_type} observations (use --encoder auto, or a scenario with the "
-            f"{'_vec' if needs[encoder] == 'vector' else '_rgb'} suffix)"
+            f"{suffix[needs[encoder]]} suffix)"
         )
     if config.action_head == "factored" and not game.discrete:
         raise ValueError(
@@ -134,7 +135,7 @@ class Learner:
         n = len(rows)
         self.net = ActorCritic(spec).to(device)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.lr, eps=1e-5)
-        self.obs_norm = ObsNormalizer(spec.vector_size, device, config.norm_obs)
+        self.obs_norm = ObsNormalizer(spec.obs_norm_size, device, config.norm_obs)
         self.state_norm = ObsNormalizer(spec.state_size, device, config.norm_obs)
         self.rewards = RewardScaler(n, config.gamma, device, config.scale_rewards)
         self.types = _one_hot(rows.type_id, spec.n_types)

@@ -68,8 +68,11 @@ def unsupported(config: PPOConfig) -> str | None:
     """Why `--framework jax` cannot run `config` (None: it can)."""
     if env_int(os.environ, "WORLD_SIZE", "1", 1) > 1:
         return "several processes (torchrun) are not supported by --framework jax"
-    if config.encoder in ("cnn", "both"):
-        return f"--encoder {config.encoder} is not supported by --framework jax (vector only)"
+    if config.encoder in ("cnn", "both", "entity"):
+        return (
+            f"--encoder {config.encoder} is not supported by --framework jax (vector "
+            "observations and the mlp encoder only; train it with --framework torch)"
+        )
     if config.compile:
         return (
             "--compile compiles the PyTorch trainer's acting step; --framework jax compiles "
