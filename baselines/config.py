@@ -64,6 +64,15 @@ class PPOConfig:
     > 1 (jax: vectorised over runs in one program; torch: one run after the other)."""
     updates: int = 200
     """Number of PPO updates (each: one rollout, then `epochs` passes over it)."""
+    agent_steps: int = 0
+    """Training budget in agent-steps (the log's `agent_steps`: every agent of every game, at
+    every step); > 0 replaces --updates by the fewest updates that reach it,
+    ceil(agent_steps / (rollout_steps x num_envs x agents of the game)). 0: --updates."""
+    init_from: str = ""
+    """Start from the policy of this checkpoint (fine-tuning): its weights and observation
+    statistics, with a fresh optimiser, reward scaling and opponent pool, on this run's own
+    scenario and opponents. The run's architecture flags must give the checkpoint's policy
+    (an entity policy fits every team size). "": a fresh policy."""
     resume: bool = False
     """Continue the run in `out` from its latest checkpoint (the other flags must match)."""
     threads: int = 0
@@ -438,6 +447,14 @@ def validate(config: PPOConfig) -> None:
             f"--warm-start must be a scripted player {list(SCRIPTED)} or '' (off), got "
             f"{config.warm_start!r} (closest: {closest(config.warm_start, SCRIPTED)})"
         )
+    steps = config.agent_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"--agent-steps must be an integer >= 0 (0: --updates), got {steps!r}")
+    if config.init_from and config.warm_start:
+        raise ValueError(
+            f"--init-from {config.init_from!r} starts from a trained policy and --warm-start "
+            f"{config.warm_start!r} from a cloned one (drop one of the two)"
+        )
     if config.team not in (0, 1):
         raise ValueError(f"--team must be 0 or 1, got {config.team}")
     for name in ("keep_checkpoints", "threads"):
@@ -449,6 +466,15 @@ def validate(config: PPOConfig) -> None:
         raise ValueError("--keep-checkpoints and --threads must be >= 0")
     if not 0 <= config.time_budget_s < math.inf:
         raise ValueError(f"--time-budget-s must be >= 0 and finite, got {config.time_budget_s}")
+
+
+def budget_updates(config: PPOConfig, n_agents: int) -> int:
+    """The number of updates a run trains: --updates, or with --agent-steps N the fewest
+    updates of rollout_steps x num_envs x n_agents agent-steps each that reach N."""
+    if not config.agent_steps:
+        return config.updates
+    per_update = config.rollout_steps * config.num_envs * n_agents
+    return max(1, -(-config.agent_steps // per_update))
 
 
 def to_dict(config: PPOConfig) -> dict:

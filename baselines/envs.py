@@ -54,6 +54,10 @@ class GameSpec:
     discrete: bool
     state_size: int = 0
     """Length of the global state vector (0: the game has none)."""
+    vocab: tuple[str, ...] = ()
+    """The agent types of the type one-hot, in order, where a run fixed them: a run started
+    from a trained policy (`--init-from`) keeps that policy's. Empty: the game's own types,
+    sorted (`type_vocab`)."""
 
     @property
     def n_agents(self) -> int:
@@ -75,8 +79,8 @@ class GameSpec:
 
     @property
     def type_vocab(self) -> tuple[str, ...]:
-        """The distinct agent types, sorted: the one-hot positions."""
-        return tuple(sorted(set(self.type_keys)))
+        """The one-hot positions: `vocab` where set, else the distinct agent types, sorted."""
+        return tuple(self.vocab) or tuple(sorted(set(self.type_keys)))
 
 
 def _type_key(config, i: int) -> str:

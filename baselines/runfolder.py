@@ -42,6 +42,7 @@ LOCK_NAME = "run.lock"
 
 RESUMABLE = (
     "updates",
+    "agent_steps",
     "time_budget_s",
     "checkpoint_every",
     "keep_checkpoints",

@@ -23,6 +23,7 @@ checkpoint continues exactly as the uninterrupted run would have (bit for bit on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -37,6 +38,7 @@ import torch
 from gigastep._util import files as _files
 
 from . import noise, runfolder
+from .actor import LoadedPolicy
 from .buffer import RolloutBuffer, signal_rewards, trajectory_flags
 from .checkpoint import (
     FORMAT,
@@ -45,7 +47,7 @@ from .checkpoint import (
     load_policy,
     save_checkpoint,
 )
-from .config import PPOConfig, dumps, validate
+from .config import PPOConfig, budget_updates, dumps, validate
 from .distributed import Dist
 from .envs import GameSpec, gigastep_game
 from .evaluator import Evaluator
@@ -64,7 +66,7 @@ from .policies import ActorCritic, PolicySpec
 from .schedule import LRSchedule
 from .valuenorm import normalized_value_terms, update_value_norm
 
-__all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
+__all__ = ["Learner", "Trainer", "TrainingDiverged", "check_init", "policy_spec"]
 
 
 class TrainingDiverged(RuntimeError):
@@ -109,6 +111,57 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
         value_norm=config.value_norm,
         action_head=config.action_head,
     )
+
+
+def check_init(
+    policy: LoadedPolicy, spec: PolicySpec, game: GameSpec, teams: tuple[int, ...]
+) -> None:
+    """Raise unless a run of policy `spec` on `game` can start from `policy` (`--init-from`):
+    the same architecture and observation layout, except what an entity policy reads at
+    any size (the observation's length, the team size of the agent-slot one-hot without a
+    central critic); every agent that a policy of the run plays (`teams`) must have one of
+    the checkpoint's agent types (its one-hot positions, which the run keeps: `game.vocab`).
+
+    Raises:
+        ValueError: naming each differing field, with the checkpoint's and the run's values.
+    """
+    mine, theirs = spec.to_dict(), policy.spec.to_dict()
+    ignored = set()
+    if spec.obs_type == "entity" and policy.spec.obs_type == "entity":
+        ignored.add("vector_size")
+    if not (spec.central_critic or policy.spec.central_critic):
+        ignored.add("n_slots")
+    diff = {
+        k: (theirs.get(k), v) for k, v in mine.items() if k not in ignored and theirs.get(k) != v
+    }
+    where = policy.path or "the checkpoint"
+    if diff:
+        raise ValueError(
+            f"--init-from {where} (trained on {policy.game.name}) does not fit {game.name}: "
+            f"its policy differs in {diff} (checkpoint vs run; pass the checkpoint's "
+            "architecture flags, and for another team size train an entity policy, "
+            "scenarios with the _ent suffix)"
+        )
+    vocab = policy.game.type_vocab
+    played = sorted({game.type_keys[a] for t in teams for a in game.team_agents(t)})
+    unknown = [k for k in played if k not in vocab]
+    if unknown:
+        raise ValueError(
+            f"--init-from {where} (trained on {policy.game.name}) does not fit {game.name}: "
+            f"the run's policies play agents of types {unknown}, which the checkpoint's "
+            f"policy never saw (it knows {list(vocab)})"
+        )
+
+
+def _policy_teams(config: PPOConfig, game: GameSpec) -> tuple[int, ...]:
+    """The teams a policy of the run plays: the learners', and the other team where a
+    network opponent (self, pool, checkpoint) plays it."""
+    from .config import parse_opponents
+
+    if config.train_both:
+        return (0, 1)
+    kinds = {o.kind for o in parse_opponents(config.opponent, game.symmetric)}
+    return (0, 1) if kinds & {"self", "pool", "file"} else (config.team,)
 
 
 def _one_hot(index: torch.Tensor, size: int) -> torch.Tensor:
@@ -370,9 +423,11 @@ class Trainer:
         factory=None,
         dist: Dist | None = None,
         device=None,
+        init: LoadedPolicy | None = None,
     ):
         validate(config)
         self.config = config
+        self._init = init  # the policy to start from (else --init-from's file, if any)
         self.dist = dist or Dist()
         if config.warm_start and self.dist.enabled:
             raise ValueError(
@@ -388,6 +443,9 @@ class Trainer:
                 f"{game.name}, a game of its own (use --eval-every 0)"
             )
         self.game = game
+        if config.agent_steps:  # the budget in agent-steps, as a number of updates
+            config = dataclasses.replace(config, updates=budget_updates(config, game.n_agents))
+            self.config = config
         self.device = torch.device(device or config.device)
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -398,7 +456,15 @@ class Trainer:
             # read, so exact resumption does not need the fill.
             torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
         torch.manual_seed(config.seed)
+        if init is None and config.init_from:  # checked before any game is built
+            init = load_policy(config.init_from, self.device)
+        if init is not None:
+            # the run keeps the checkpoint's type one-hot (its positions and its length)
+            game = self.game = dataclasses.replace(game, vocab=init.game.type_vocab)
         self.spec = policy_spec(config, game)
+        if init is not None:
+            check_init(init, self.spec, game, _policy_teams(config, game))
+        self._init = init
         self.plan = make_plan(config, game)
         self.games = self.dist.games(config.num_envs)
         lo, hi = self.games
@@ -473,6 +539,8 @@ class Trainer:
     def start(self) -> None:
         """Fresh games and, when the pool is used, the initial policy as its first member
         (with `--warm-start`, the cloned policy: `warm_up` runs first)."""
+        if self._init is not None:
+            self.init_from(self._init)
         if self.config.warm_start:
             self.warm_up()
         self.obs = self.venv.reset()
@@ -480,6 +548,14 @@ class Trainer:
             self.state_vectors = self.venv.state_vector()
         if self._uses_pool:
             self.pool.add(0, self.learners[0].net, self.learners[0].obs_norm)
+
+    def init_from(self, policy: LoadedPolicy) -> None:
+        """`--init-from`: every learner takes the weights and observation statistics of the
+        policy's net for its team (else its first), keeping its fresh optimiser."""
+        for learner in self.learners:
+            team = learner.team if learner.team in policy.nets else policy.teams[0]
+            learner.net.load_state_dict(policy.nets[team].state_dict())
+            learner.obs_norm.load_state_dict(policy.normalizers[team].state_dict())
 
     def warm_up(self) -> None:
         """`--warm-start`: every learner clones the scripted player on its rows of the run's

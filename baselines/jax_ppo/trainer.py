@@ -73,6 +73,11 @@ def unsupported(config: PPOConfig) -> str | None:
             f"--encoder {config.encoder} is not supported by --framework jax (vector "
             "observations and the mlp encoder only; train it with --framework torch)"
         )
+    if config.init_from or config.agent_steps:
+        flag = "--init-from" if config.init_from else "--agent-steps"
+        return (
+            f"{flag} is an option of --framework torch (the fine-tuning of the few-shot protocol)"
+        )
     if config.compile:
         return (
             "--compile compiles the PyTorch trainer's acting step; --framework jax compiles "
