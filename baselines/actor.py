@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .envs import GameSpec
+from .envs import GameSpec, game_spec_from_config
 from .policies import ENTITY_FEATURES
 
 if TYPE_CHECKING:
     from .policies import PolicySpec
 
-__all__ = ["LoadedPolicy", "PolicyActor", "pick_team"]
+__all__ = ["LoadedPolicy", "PolicyActor", "PolicyPlayer", "pick_team"]
 
 
 @dataclass
@@ -120,6 +120,26 @@ def pick_team(policy: LoadedPolicy, target: GameSpec, team: int) -> int:
             f"{list(want)}, the policy was trained for {have}"
         )
     return candidates[0] if candidates[0] in policy.nets else next(iter(policy.nets))
+
+
+class PolicyPlayer:
+    """A trained policy as a `gigastep.eval.matches` TorchPlayer (what the trainer's own
+    evaluations play; `baselines.players.PPOPlayer` adds fine-tuning)."""
+
+    def __init__(self, policy: LoadedPolicy, deterministic: bool = False):
+        self.policy = policy
+        self.deterministic = deterministic
+        where = f"{policy.path}@" if policy.path else ""
+        self.name = f"ppo:{where}{policy.update}"
+        self.scenario = policy.game.name
+        """The scenario it was trained on (the evaluation's default game)."""
+
+    def check(self, config, team: int) -> None:
+        pick_team(self.policy, game_spec_from_config(config, "this game"), team)
+
+    def actor(self, config, team: int, num_envs: int, device=None, seed: int = 0) -> PolicyActor:
+        game = game_spec_from_config(config, "this game")
+        return PolicyActor(self.policy, team, num_envs, device, self.deterministic, seed, game)
 
 
 class PolicyActor:

@@ -97,11 +97,11 @@ class Evaluator:
         """Play the evaluation games of `trainer`'s current policy; log; keep best.pt."""
         from gigastep.eval.matches import evaluate
 
-        from .players import PPOPlayer
+        from .actor import PolicyPlayer
 
         cfg = self.config
         payload = trainer.policy_payload()
-        player = PPOPlayer(
+        player = PolicyPlayer(
             policy_from_checkpoint(payload, trainer.device, "training", verify=False)
         )
         seed = 1_000_003 * (cfg.seed + 1) + trainer.update  # not a training game's seed

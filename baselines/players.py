@@ -21,30 +21,16 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 
-from .actor import PolicyActor, pick_team
-from .checkpoint import LoadedPolicy, load_policy, policy_from_checkpoint
+from .actor import PolicyActor, PolicyPlayer
+from .checkpoint import load_policy, policy_from_checkpoint
 from .envs import game_spec_from_config
 
-__all__ = ["PPOPlayer", "PolicyActor", "load"]
+__all__ = ["PPOPlayer", "PolicyActor", "PolicyPlayer", "load"]
 
 
-class PPOPlayer:
-    """A PPO checkpoint as a `gigastep.eval.matches` TorchPlayer."""
-
-    def __init__(self, policy: LoadedPolicy, deterministic: bool = False):
-        self.policy = policy
-        self.deterministic = deterministic
-        where = f"{policy.path}@" if policy.path else ""
-        self.name = f"ppo:{where}{policy.update}"
-        self.scenario = policy.game.name
-        """The scenario it was trained on (the evaluation's default game)."""
-
-    def check(self, config, team: int) -> None:
-        pick_team(self.policy, game_spec_from_config(config, "this game"), team)
-
-    def actor(self, config, team: int, num_envs: int, device=None, seed: int = 0) -> PolicyActor:
-        game = game_spec_from_config(config, "this game")
-        return PolicyActor(self.policy, team, num_envs, device, self.deterministic, seed, game)
+class PPOPlayer(PolicyPlayer):
+    """A PPO checkpoint as a `gigastep.eval.matches` TorchPlayer that can be fine-tuned
+    (`gigastep.eval.splits.FineTunable`)."""
 
     def finetune(self, config, opponents, agent_steps: int, seed: int, **overrides) -> PPOPlayer:
         """This policy trained further for `agent_steps` agent-steps (the trainer's count:
