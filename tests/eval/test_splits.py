@@ -31,6 +31,7 @@ FROZEN = {
     "opponents-v1": "23f614125b8c",
     "sensing-v1": "4fb6ca5ab22f",
     "sizes-v1": "d6ab374d9632",
+    "sizes-ent-v1": "6333a555f1de",
 }
 
 TINY = "identical_1_vs_1_fobs_vec_void_disc"
