@@ -390,6 +390,12 @@ def run_references(opts) -> list[dict[str, Any]]:
 
     cases = [Case("torch", "cpu", 0, 3), Case("jax-phases", "cpu", 0, 3)]
     rows = run_cases("benchmarks.frameworks", cases, 1800.0, lambda c: c.kind)
+    import gigastep
+    from baselines.config import preset
+
+    n = gigastep.make(preset("cpu").scenario).n_agents
+    for row in rows:
+        row["n_agents"] = n  # agents per game, for the env-steps/s column
     write_json(Path(opts.out) / "references.json", rows)
     return rows
 
@@ -463,7 +469,7 @@ def render_table(rows: list[dict[str, Any]], references: list[dict[str, Any]] = 
         if "error" in ref:
             continue
         rate = ref["rollout_agent_steps_per_s"]
-        n = ref["agent_steps"] / ref["num_envs"] / 32 if ref.get("agent_steps") else None
+        n = ref.get("n_agents")
         speed.append(
             {
                 "who": names.get(ref["kind"], ref["kind"]),
