@@ -148,8 +148,8 @@ def opponent_counts(opponents, num_envs: int) -> list[tuple[str, int]]:
     for name, share in opponents:
         if name not in POLICIES:
             raise ValueError(
-                f"unknown scripted opponent {name!r} (closest: {closest(name, POLICIES)}; all: "
-                f"{sorted(POLICIES)})"
+                f"unknown scripted opponent {name!r} (closest: "
+                f"{', '.join(closest(name, POLICIES))}; all: {sorted(POLICIES)})"
             )
         if not float(share) > 0:
             raise ValueError(f"the share of {name!r} must be positive, got {share!r}")

@@ -564,9 +564,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(parser: argparse.ArgumentParser, opts) -> list[str]:
+def _closest(name: str, names) -> str:
     from gigastep.game.types import closest
 
+    return ", ".join(closest(name, names))
+
+
+def _check(parser: argparse.ArgumentParser, opts) -> list[str]:
     if opts.table is not None:
         if opts.trainer:
             parser.error("--table prints rows already written; leave out --trainer")
@@ -577,7 +581,7 @@ def _check(parser: argparse.ArgumentParser, opts) -> list[str]:
     for t in trainers:
         if t not in TRAINERS:
             parser.error(
-                f"unknown trainer {t!r} (closest: {closest(t, TRAINERS)}; all: "
+                f"unknown trainer {t!r} (closest: {_closest(t, TRAINERS)}; all: "
                 f"{', '.join(TRAINERS)}, or all)"
             )
     if not opts.budget_s > 0:
@@ -592,7 +596,7 @@ def _check(parser: argparse.ArgumentParser, opts) -> list[str]:
     for o in opts.eval_opponents:
         if o not in POLICIES:
             parser.error(
-                f"unknown evaluation opponent {o!r} (closest: {closest(o, POLICIES)}; all: "
+                f"unknown evaluation opponent {o!r} (closest: {_closest(o, POLICIES)}; all: "
                 f"{sorted(POLICIES)})"
             )
     for t in trainers:
@@ -601,7 +605,7 @@ def _check(parser: argparse.ArgumentParser, opts) -> list[str]:
                 if name not in POLICIES:
                     raise ValueError(
                         f"--opponent: unknown scripted policy {name!r} (closest: "
-                        f"{closest(name, POLICIES)}; all: {sorted(POLICIES)})"
+                        f"{_closest(name, POLICIES)}; all: {sorted(POLICIES)})"
                     )
         except ValueError as err:
             parser.error(str(err))
