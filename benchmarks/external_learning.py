@@ -364,7 +364,8 @@ def _child_argv(trainer: str, opts) -> list[str]:
     return argv
 
 
-def _run_child(trainer: str, opts) -> None:
+def _run_child(trainer: str, opts) -> bool:
+    """Run one trainer in a fresh process (its output passes through); whether it succeeded."""
     python = sys.executable
     if trainer == "benchmarl-mappo" and opts.benchmarl_python:
         python = opts.benchmarl_python
@@ -377,9 +378,8 @@ def _run_child(trainer: str, opts) -> None:
     _log(f"{trainer}: {' '.join(cmd)}")
     proc = subprocess.run(cmd, cwd=root, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{trainer} failed (exit status {proc.returncode}); see its output above"
-        )
+        _log(f"{trainer} failed (exit status {proc.returncode}); going on with the others")
+    return proc.returncode == 0
 
 
 def run_references(opts) -> list[dict[str, Any]]:
@@ -640,14 +640,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(render_table(rows))
         return rows
     started = time.perf_counter()
-    for (
-        t
-    ) in trainers:  # each in a fresh process: one's compile caches and memory never help another
-        _run_child(t, opts)
-        rows.append(json.loads((out / f"{t}_seed{opts.seed}.json").read_text()))
+    failed = []
+    # each trainer in a fresh process: one's compile caches and memory never help another
+    for t in trainers:
+        if _run_child(t, opts):
+            rows.append(json.loads((out / f"{t}_seed{opts.seed}.json").read_text()))
+        else:
+            failed.append(t)
     refs = run_references(opts) if opts.references else []
     _log(f"done in {time.perf_counter() - started:.0f} s")
     print(render_table(rows, refs))
+    if failed:
+        parser.exit(1, f"python -m benchmarks.external_learning: failed: {', '.join(failed)}\n")
     return rows
 
 
