@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gigastep.game.dynamics import N_DISCRETE_ACTIONS
+
 __all__ = [
     "IPPO",
     "MAPPO",
@@ -188,8 +190,8 @@ class Networks(NamedTuple):
     init(key, obs_size, world_size): fresh parameters.
     """
 
-    logits: Callable[..., jax.Array]
-    value: Callable[..., jax.Array]
+    logits: Callable[..., Any]
+    value: Callable[..., Any]
     init: Callable[..., Any]
 
 
@@ -238,9 +240,14 @@ def make_networks(algorithm: str, hidden: int, activation: str, action_dim: int)
 
     return Networks(
         logits=lambda p, obs: actor.apply(p["actor"], obs),
-        value=lambda p, obs, world: jnp.squeeze(critic.apply(p["critic"], world), axis=-1),
+        value=lambda p, obs, world: _last_axis_out(critic.apply(p["critic"], world)),
         init=init,
     )
+
+
+def _last_axis_out(x: Any) -> Any:
+    """(..., 1) -> (...)."""
+    return jnp.squeeze(x, axis=-1)
 
 
 def sample_actions(logits: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -320,7 +327,7 @@ def _make_setup(config: JaxPPOConfig) -> _Setup:
             f"{config.scenario!r} has obs_type={env.config.obs_type!r}, discrete_actions="
             f"{env.config.discrete_actions}"
         )
-    action_dim = env.action_space(env.agents[0]).n
+    action_dim = N_DISCRETE_ACTIONS
     nets = make_networks(config.algorithm, config.hidden, config.activation, action_dim)
 
     def opt():
@@ -637,7 +644,8 @@ def save_params(path: str | os.PathLike, params: Any, meta: dict[str, Any]) -> N
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, __meta__=np.array(header), **flat)
+            arrays: dict[str, Any] = {"__meta__": np.array(header), **flat}
+            np.savez(f, **arrays)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -693,7 +701,9 @@ class JaxPolicyPlayer:
         self.scenario = config["scenario"]
         self.obs_size = int(meta["obs_size"])
         self.name = name or f"jaxmarl-{self.algorithm}"
-        nets = make_networks(self.algorithm, config["hidden"], config["activation"], 27)
+        nets = make_networks(
+            self.algorithm, config["hidden"], config["activation"], N_DISCRETE_ACTIONS
+        )
         self._act = jax.jit(_act_fn(nets.logits))
 
     @classmethod

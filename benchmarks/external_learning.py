@@ -57,6 +57,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +300,7 @@ def run_trainer(trainer: str, opts) -> dict[str, Any]:
 
     out = Path(opts.out)
     folder = out / f"{trainer}_seed{opts.seed}"
+    extra: tuple[str, ...]
     if trainer == "gigastep-ppo":
         body = _gigastep_ppo(opts, folder)
         extra = ("torch",)
@@ -418,7 +420,7 @@ def _opponents(x: Any) -> str:
     return ", ".join(f"{n} {w:g}" for n, w in x)
 
 
-def render_table(rows: list[dict[str, Any]], references: list[dict[str, Any]] = ()) -> str:
+def render_table(rows: Sequence[dict[str, Any]], references: Sequence[dict[str, Any]] = ()) -> str:
     """Two markdown tables: learning (win rate [Wilson 95%] (wins/draws/losses) per
     evaluation opponent) and throughput (the trainers' rollouts and training, and the
     references)."""
@@ -626,11 +628,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     trainers = _check(parser, opts)
     if opts.table is not None:
         try:
-            rows, refs = _read_rows(opts.table)
+            read, refs = _read_rows(opts.table)
         except (OSError, ValueError) as err:
             parser.exit(2, f"python -m benchmarks.external_learning: error: {err}\n")
-        print(render_table(rows, refs))
-        return rows
+        print(render_table(read, refs))
+        return read
     out = Path(opts.out)
     rows: list[dict[str, Any]] = []
     single = len(trainers) == 1 and not opts.references
