@@ -176,7 +176,8 @@ def train(
         "trained_s": wall_s,
         "compile_s": None,
         "warmup_s": budget.trained[0] - t_start,
-        "training_opponents": [[opponent, games]],
+        "training_opponents": [[opponent, 1.0]],
+        "training_games": [[opponent, games]],
         "hyperparameters": {
             "experiment": _plain(config),
             "algorithm": _plain(algorithm),

@@ -53,6 +53,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -125,8 +126,8 @@ def parse_opponents(text: str, trainer: str) -> tuple[tuple[str, float], ...]:
             weight = float(share) if share else 1.0
         except ValueError:
             raise ValueError(f"--opponent: {token!r} is not name or name:share") from None
-        if not weight > 0:
-            raise ValueError(f"--opponent: the share in {token!r} must be positive")
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"--opponent: the share in {token!r} must be a positive number")
         out.append((name, weight))
     if not out:
         raise ValueError(f"--opponent {text!r} names no opponent")
@@ -136,6 +137,11 @@ def parse_opponents(text: str, trainer: str) -> tuple[tuple[str, float], ...]:
             "(e.g. pursuit)"
         )
     return tuple(out)
+
+
+def _shares(mix) -> list[tuple[str, float]]:
+    total = sum(w for _, w in mix)
+    return [(n, w / total) for n, w in mix]
 
 
 def _throughput(env_steps: int, seconds: float, n_agents: int, games: int) -> dict[str, Any]:
@@ -205,7 +211,8 @@ def _jaxmarl(trainer: str, opts, folder: Path) -> dict[str, Any]:
         "trained_s": result.wall_s,
         "compile_s": result.compile_s,
         "warmup_s": result.curve[0]["wall_s"],
-        "training_opponents": [list(o) for o in result.opponents],
+        "training_opponents": [[o, n / config.num_envs] for o, n in result.opponents],
+        "training_games": [list(o) for o in result.opponents],
         "hyperparameters": jp.config_dict(config),
         "throughput": {
             "training": _throughput(result.timed_env_steps, timed, n, config.num_envs),
@@ -241,7 +248,7 @@ def _gigastep_ppo(opts, folder: Path) -> dict[str, Any]:
         seed=opts.seed,
     )
     _log(f"gigastep-ppo seed {opts.seed}: training for {opts.budget_s:.0f} s")
-    (row,) = run_learning([run], folder, opts.games)
+    (row,) = run_learning([run], folder.parent, opts.games)  # it trains in `folder`
     run_dir = Path(row["run_dir"])
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
     config = json.loads((run_dir / "config.json").read_text())
@@ -260,7 +267,9 @@ def _gigastep_ppo(opts, folder: Path) -> dict[str, Any]:
         "trained_s": row["trained_s"],
         "compile_s": None,
         "warmup_s": metrics[0]["wall_s"] if metrics else None,
-        "training_opponents": config.get("opponent"),
+        "training_opponents": [
+            [o, w] for o, w in _shares(parse_opponents(config["opponent"], "gigastep-ppo"))
+        ],
         "hyperparameters": {"recipe": [*RECIPE, *flags], "config": config},
         "throughput": {
             "training": _throughput(env_steps, rollout_s + update_s, n, games),
@@ -415,9 +424,7 @@ def _rate(f: dict[str, Any]) -> str:
 
 
 def _opponents(x: Any) -> str:
-    if isinstance(x, str):
-        return x
-    return ", ".join(f"{n} {w:g}" for n, w in x)
+    return ", ".join(f"{n} {w:.2f}" for n, w in x)
 
 
 def render_table(rows: Sequence[dict[str, Any]], references: Sequence[dict[str, Any]] = ()) -> str:
@@ -445,7 +452,7 @@ def render_table(rows: Sequence[dict[str, Any]], references: Sequence[dict[str, 
         Column("budget", "budget [s]"),
         Column("updates", "updates", str),
         Column("env_steps", "env-steps", format_number),
-        Column("trained_against", "trained against"),
+        Column("trained_against", "trained against (share of games)"),
         *[Column(f"vs_{o}", f"vs {o}: win rate [95% CI] (W/D/L)") for o in opponents],
         Column("games", "games per opponent", str),
     ]

@@ -57,6 +57,9 @@ def test_auto_opponents_are_the_cpu_presets_mix_and_benchmarl_takes_one():
     assert el.parse_opponents("random", "jaxmarl-mappo") == (("random", 1.0),)
     with pytest.raises(ValueError, match="a BenchMARL task plays one scripted opponent"):
         el.parse_opponents("pursuit:0.5,random:0.5", "benchmarl-mappo")
+    for bad in ("pursuit:0", "pursuit:inf", "pursuit:nan", "pursuit:x"):
+        with pytest.raises(ValueError, match="--opponent"):
+            el.parse_opponents(bad, "jaxmarl-ippo")
 
 
 def test_a_config_that_cannot_run_is_refused_before_any_compute():
@@ -128,7 +131,7 @@ def test_the_player_samples_what_the_network_samples_on_the_same_observation(tmp
     logits = nets.logits(params, obs)
     for t in range(2):  # the t-th call samples with fold_in(PRNGKey(seed), t)
         key = jax.random.fold_in(jax.random.PRNGKey(7), t)
-        expected, _ = jp.sample_actions(logits, key)
+        expected = jax.random.categorical(key, logits)  # how training samples (sample_actions)
         got = actor(torch.as_tensor(np.array(obs)), torch.zeros(3, dtype=torch.bool))
         assert got.dtype == torch.int64 and got.shape == (3, 5)
         np.testing.assert_array_equal(got.numpy(), np.asarray(expected))
@@ -189,7 +192,8 @@ def test_a_tiny_jaxmarl_ippo_run_writes_a_row_with_every_field(ippo_run):
     assert row["updates"] >= 1 and row["env_steps"] == row["updates"] * 4 * 8
     assert row["agent_steps"] == row["env_steps"] * 10
     assert 0 < row["compile_s"] <= row["trained_s"]
-    assert row["training_opponents"] == [["pursuit", 3], ["random", 1]]
+    assert row["training_opponents"] == [["pursuit", 0.75], ["random", 0.25]]
+    assert row["training_games"] == [["pursuit", 3], ["random", 1]]
     assert {v for v in row["versions"] if row["versions"][v]} >= {"jax", "jaxmarl", "flax"}
     assert [f["opponent"] for f in row["final"]] == ["random", "pursuit"]
     for f in row["final"]:
@@ -236,7 +240,8 @@ def test_a_tiny_benchmarl_mappo_run_writes_a_row_with_every_field(tmp_path):
     (row,) = el.main([*argv, "--games", "4", *TINY])
     assert all(f in row for f in el.FIELDS)
     assert row["updates"] >= 1 and row["env_steps"] == row["updates"] * 32
-    assert row["training_opponents"] == [["pursuit", 4]]
+    assert row["training_opponents"] == [["pursuit", 1.0]]
+    assert row["training_games"] == [["pursuit", 4]]
     assert row["versions"]["benchmarl"]
     for f in row["final"]:
         assert f["games"] == 4 and f["wins"] + f["draws"] + f["losses"] == 4
