@@ -35,7 +35,7 @@ batch (512 games x 32 steps).
 
     python -m benchmarks.external_learning --trainer jaxmarl-ippo --out results/external
     python -m benchmarks.external_learning --table results/external/*.json
-    # the whole table (about 50 min on 2 cores; BenchMARL from its own environment):
+    # the whole table (about an hour on 2 cores; BenchMARL from its own environment):
     python -m benchmarks.external_learning --trainer all --references --budget-s 600 \\
         --out results/external --benchmarl-python /tmp/gigastep-benchmarl/bin/python
 
@@ -44,7 +44,12 @@ updates and frames reached, compile / warm-up time, throughput, win/draw/loss ag
 opponent with Wilson 95% intervals and the number of games, the training curve), the
 trainer's files in DIR/<trainer>_seed<k>/ (JaxMARL: `params.npz`; BenchMARL: its experiment
 folder and `policy.pt`; PPO: its run folder), DIR/references.json with `--references`, and
-prints the markdown table of the rows written.
+prints the markdown table of the rows written. In a row, `trained_s` is the trainer's clock at
+its last update, `warmup_s` the same clock at the end of its first update (environment set-up
+and compilation), `compile_s` the JAX compilation of the rollout and the update (JaxMARL only:
+null for the others, whose compilation happens inside their first update),
+`training_opponents` [name, share of the games] and `training_games` [name, games] (JaxMARL
+and BenchMARL).
 """
 
 from __future__ import annotations
