@@ -245,3 +245,55 @@ def test_a_tiny_benchmarl_mappo_run_writes_a_row_with_every_field(tmp_path):
     assert row["versions"]["benchmarl"]
     for f in row["final"]:
         assert f["games"] == 4 and f["wins"] + f["draws"] + f["losses"] == 4
+
+
+# ------------------------------------------------------------------------------------------
+# The table (hand-made rows)
+# ------------------------------------------------------------------------------------------
+
+
+def _row(trainer: str) -> dict:
+    rate = {"env_steps_per_s": 100.0, "agent_steps_per_s": 1000.0, "games": 16}
+    final = [
+        {"opponent": o, "games": 10, "wins": w, "draws": 1, "losses": 9 - w, "win_rate": w / 10}
+        | {"ci_low": 0.1, "ci_high": 0.9}
+        for o, w in (("random", 7), ("pursuit", 2))
+    ]
+    return {
+        "trainer": trainer,
+        "seed": 3,
+        "budget_s": 600.0,
+        "updates": 12,
+        "env_steps": 24576,
+        "training_opponents": [["pursuit", 0.6875], ["random", 0.3125]],
+        "throughput": {"training": rate, "rollout": rate},
+        "warmup_s": 41.6,
+        "final": final,
+    }
+
+
+def test_the_table_has_a_row_per_run_and_the_references_in_env_steps():
+    ref = {
+        "kind": "jax-phases",
+        "num_envs": 512,
+        "n_agents": 10,
+        "rollout_agent_steps_per_s": 2.0e6,
+        "end_to_end_samples_per_s": 5.0e5,
+        "warmup_s": 30.0,
+    }
+    failed = {"kind": "torch", "error": "timed out"}
+    learning, speed = el.render_table([_row("jaxmarl-ippo")], [ref, failed]).split("\n\n")
+    lines = learning.splitlines()
+    assert "vs random: win rate [95% CI] (W/D/L)" in lines[0]
+    assert lines[0].index("vs random") < lines[0].index("vs pursuit")  # the order evaluated
+    assert lines[2] == (
+        "| jaxmarl-ippo | 3 | 600 | 12 | 24.6 k | pursuit 0.69, random 0.31 | "
+        "0.700 [0.100, 0.900] (7/1/2) | 0.200 [0.100, 0.900] (2/1/7) | 10 |"
+    )
+    rows = speed.splitlines()[2:]
+    assert rows[0] == "| jaxmarl-ippo | 16 | 100 | 1.00 k | 1.00 k | 42 |"
+    # 2e6 agent-steps/s over 10 agents a game: 2e5 env-steps/s; the failed reference is left out
+    assert (
+        rows[1] == "| reference: JAX scan (JAX PPO rollout) | 512 | 200 k | 2.00 M | 500 k | 30 |"
+    )
+    assert len(rows) == 2
