@@ -461,7 +461,7 @@ def render_table(rows: Sequence[dict[str, Any]], references: Sequence[dict[str, 
         *[Column(f"vs_{o}", f"vs {o}: win rate [95% CI] (W/D/L)") for o in opponents],
         Column("games", "games per opponent", str),
     ]
-    parts = [markdown_table(learning, columns)]
+    parts = [markdown_table(learning, columns)] if rows else []
     speed = []
     for r in rows:
         t = r["throughput"]

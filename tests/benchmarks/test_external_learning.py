@@ -297,3 +297,16 @@ def test_the_table_has_a_row_per_run_and_the_references_in_env_steps():
         rows[1] == "| reference: JAX scan (JAX PPO rollout) | 512 | 200 k | 2.00 M | 500 k | 30 |"
     )
     assert len(rows) == 2
+
+
+def test_a_child_process_gets_every_option_of_its_parent():
+    argv = ["--trainer", "all", "--budget-s", "30", "--seed", "2", "--out", "o", "--games", "6"]
+    argv += ["--opponent", "random", "--eval-opponents", "pursuit", *TINY]
+    opts = el._parser().parse_args(argv)
+    child = el._parser().parse_args(el._child_argv("jaxmarl-mappo", opts))
+    assert child.trainer == ["jaxmarl-mappo"]
+    for name in ("budget_s", "seed", "out", "games", "opponent", "eval_opponents", "scenario"):
+        assert getattr(child, name) == getattr(opts, name), name
+    for name in ("num_envs", "num_steps", "hidden", "num_minibatches"):
+        assert getattr(child, name) == getattr(opts, name) > 0, name
+    assert not child.references and child.table is None
