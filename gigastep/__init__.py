@@ -16,6 +16,7 @@ from gigastep.game.types import (
     MapSpec,
     StepInfo,
     StepNoise,
+    TeamDraw,
 )
 from gigastep.wrappers import FrameStack
 
@@ -68,6 +69,7 @@ __all__ = [
     "MapSpec",
     "StepInfo",
     "StepNoise",
+    "TeamDraw",
     "__version__",
     *_REGISTRY_API,
     *_SCENARIO_API,

@@ -657,7 +657,13 @@ def scenario_hash(config: EnvConfig) -> str:
 
 def _canonical(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # An optional feature left off (a field whose default and value are None, such as
+        # `team_draw`) is not written: the hashes of configs without it stay what they were.
+        fields = {
+            f.name: _canonical(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.default is None and getattr(value, f.name) is None)
+        }
         return {"__type__": type(value).__name__, **fields}
     if isinstance(value, (tuple, list)):
         return [_canonical(v) for v in value]
