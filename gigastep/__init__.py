@@ -29,6 +29,7 @@ _SCENARIO_API = (
     "ScenarioSpec",
     "agent_types",
     "base_scenarios",
+    "list_distributions",
     "list_scenarios",
     "make_config",
     "resolve",
