@@ -359,3 +359,26 @@ def test_a_drawn_reset_lowers_for_a_gpu_without_data_dependent_control_flow():
     )
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     assert_gpu_clean(lower(genv._v_reset, config, keys))
+
+
+@pytest.mark.slow
+def test_the_batched_auto_reset_draws_as_the_one_game_auto_reset():
+    """`batched_step_autoreset` (which resets only the finished games) gives, bit for bit, the
+    vmapped one-game `step_autoreset`, draws of the restarted games included."""
+    config = SMALL.replace(max_episode_length=2)
+    states = jax.tree.map(lambda v: v[:8], _resets(SMALL))
+    actions = jax.random.uniform(jax.random.key(5), (8, 6, 3), minval=-1, maxval=1)
+
+    def run(step):
+        s, out = states, []
+        for t in range(3):
+            result = step(s, actions, jax.random.split(jax.random.key(10 + t), 8))
+            s = result[1]
+            out.append(result)
+        return out
+
+    one = jax.jit(jax.vmap(partial(genv.step_autoreset, config)))
+    batched = jax.jit(partial(genv.batched_step_autoreset, config))
+    got, want = run(batched), run(one)
+    assert leaf_mismatches(got, want, strict=True) == []
+    assert bool(got[1][4].all())  # every game restarted at step 2 with a new draw
