@@ -43,9 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines import noise
-from baselines.s5 import S5Block
-from baselines.valuenorm import ValueNorm
+from . import noise
+from .s5 import S5Block
+from .valuenorm import ValueNorm
 
 __all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
 

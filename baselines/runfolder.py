@@ -208,7 +208,7 @@ def resume_mismatches(config: dict, scenario_hash: str, spec: dict, ckpt: dict) 
     `PPOConfig` as a dict) on a game of `scenario_hash` with policy spec `spec`: every
     setting outside `RESUMABLE`, the scenario's hash and the architecture, each as
     "name: given X, checkpoint Y". Empty when the run may continue."""
-    from baselines.config import PPOConfig
+    from .config import PPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
     saved = _plain(ckpt.get("config", {}))

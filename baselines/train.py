@@ -33,21 +33,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from baselines import noise, runfolder
-from baselines.buffer import RolloutBuffer
-from baselines.checkpoint import (
+from gigastep._util import files as _files
+
+from . import noise, runfolder
+from .buffer import RolloutBuffer
+from .checkpoint import (
     FORMAT,
     holds_checkpoint,
     load_checkpoint,
     load_policy,
     save_checkpoint,
 )
-from baselines.config import PPOConfig, dumps, validate
-from baselines.distributed import Dist
-from baselines.envs import GameSpec, gigastep_game
-from baselines.evaluator import Evaluator
-from baselines.loss import ppo_loss
-from baselines.matchmaking import (
+from .config import PPOConfig, dumps, validate
+from .distributed import Dist
+from .envs import GameSpec, gigastep_game
+from .evaluator import Evaluator
+from .loss import ppo_loss
+from .matchmaking import (
     FrozenPlayer,
     OpponentPool,
     PoolPlayer,
@@ -55,12 +57,11 @@ from baselines.matchmaking import (
     check_file_opponent,
     make_plan,
 )
-from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
-from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.policies import ActorCritic, PolicySpec
-from baselines.schedule import LRSchedule
-from baselines.valuenorm import normalized_value_terms, update_value_norm
-from gigastep._util import files as _files
+from .metrics import MetricsLogger, current_rss_mb, peak_rss_mb
+from .normalize import ObsNormalizer, RewardScaler
+from .policies import ActorCritic, PolicySpec
+from .schedule import LRSchedule
+from .valuenorm import normalized_value_terms, update_value_norm
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines import s5_jax
-from baselines.policies import PolicySpec
+from .. import s5_jax
+from ..policies import PolicySpec
 
 __all__ = [
     "BUFFERS",
@@ -72,7 +72,7 @@ def init_params(spec: PolicySpec, seed: int, skip: int = 0) -> Params:
     (`skip`: networks drawn first and dropped; 1 gives a second learner's)."""
     import torch
 
-    from baselines.policies import ActorCritic
+    from ..policies import ActorCritic
 
     check_spec(spec)
     with torch.random.fork_rng():

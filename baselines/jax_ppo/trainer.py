@@ -38,16 +38,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines import runfolder
-from baselines.checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
-from baselines.config import PPOConfig, dumps, validate
-from baselines.distributed import env_int
-from baselines.evaluator import Evaluator
-from baselines.jax_ppo import convert, frozen, policy
-from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_update
-from baselines.metrics import current_rss_mb, peak_rss_mb
-from baselines.schedule import LRSchedule
 from gigastep._util import files as _files
+
+from .. import runfolder
+from ..checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
+from ..config import PPOConfig, dumps, validate
+from ..distributed import env_int
+from ..evaluator import Evaluator
+from ..metrics import current_rss_mb, peak_rss_mb
+from ..schedule import LRSchedule
+from . import convert, frozen, policy
+from .update import Setup, initial_state, learner_state, make_update
 
 __all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
 
@@ -76,9 +77,10 @@ def make_setup(config: PPOConfig) -> Setup:
         ValueError: a bad config, or an option the JAX side does not support (named).
     """
     import gigastep
-    from baselines.envs import game_spec_from_config, parse_overrides, unshaped_config
-    from baselines.matchmaking import Rows, make_plan
-    from baselines.train import policy_spec
+
+    from ..envs import game_spec_from_config, parse_overrides, unshaped_config
+    from ..matchmaking import Rows, make_plan
+    from ..train import policy_spec
 
     validate(config)
     reason = unsupported(config)
@@ -126,7 +128,7 @@ def make_setup(config: PPOConfig) -> Setup:
 def _frozen_player(name: str, opponent, spec, rows, seats: int) -> frozen.Frozen:
     """The `Frozen` player `name` of the plan: a pool part, or a checkpoint file's policy
     (loaded and checked against the run's policy, as the PyTorch trainer checks it)."""
-    from baselines.matchmaking import check_file_opponent
+    from ..matchmaking import check_file_opponent
 
     where = dict(rows=rows.index.numpy(), row_game=rows.game.numpy(), row_type=rows.type_id.numpy())
     if opponent.kind == "pool":
@@ -317,7 +319,7 @@ class JaxTrainer:
     # --- metrics ----------------------------------------------------------------------------
     def columns(self) -> list[str]:
         """The PyTorch trainer's metrics columns for this run."""
-        from baselines.train import Trainer
+        from ..train import Trainer
 
         plan = SimpleNamespace(labels=list(self.setup.labels))
         learners = [None] * len(self.setup.learners)
@@ -325,7 +327,7 @@ class JaxTrainer:
 
     def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
         """One metrics row per run from the update's stats (host numpy)."""
-        from baselines.train import LEARN_COLUMNS, outcome_row
+        from ..train import LEARN_COLUMNS, outcome_row
 
         cfg, labels = self.config, self.setup.labels
         steps = cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
@@ -363,7 +365,7 @@ class JaxTrainer:
     # --- the run ----------------------------------------------------------------------------
     def step(self) -> dict:
         """One update of every run; returns the stats (host numpy arrays)."""
-        from baselines.train import TrainingDiverged
+        from ..train import TrainingDiverged
 
         cfg = self.config
         self.update += 1
@@ -396,7 +398,7 @@ class JaxTrainer:
             return self._run(dirs)
 
     def _run(self, dirs: list[Path]) -> Path:
-        from baselines.train import _Log, _postfix, _progress
+        from ..train import _Log, _postfix, _progress
 
         cfg = self.config
         out = Path(cfg.out)

@@ -35,12 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from baselines.config import PPOConfig
-from baselines.envs import GameSpec
-from baselines.jax_ppo import algorithm, frozen, policy, running
-from baselines.policies import PolicySpec
 from gigastep.game.types import EnvConfig
 from gigastep.game.xla import platform_form
+
+from ..config import PPOConfig
+from ..envs import GameSpec
+from ..policies import PolicySpec
+from . import algorithm, frozen, policy, running
 
 __all__ = [
     "Setup",

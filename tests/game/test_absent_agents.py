@@ -285,7 +285,7 @@ def _obs(config, state):
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
-@pytest.mark.parametrize("obs_type", ["vector", "rgb"])
+@pytest.mark.parametrize("obs_type", ["vector", "rgb", "entity"])
 def test_absent_agents_are_never_observed(monkeypatch, native, obs_type):
     """Every observation is the same wherever an absent agent is (full sight, no noise), in
     the native kernels and in the pure-JAX path."""
