@@ -16,6 +16,7 @@ from gigastep.game.types import (
     MapSpec,
     StepInfo,
     StepNoise,
+    TeamDraw,
 )
 from gigastep.wrappers import FrameStack
 
@@ -28,6 +29,7 @@ _SCENARIO_API = (
     "ScenarioSpec",
     "agent_types",
     "base_scenarios",
+    "list_distributions",
     "list_scenarios",
     "make_config",
     "resolve",
@@ -69,6 +71,7 @@ __all__ = [
     "MapSpec",
     "StepInfo",
     "StepNoise",
+    "TeamDraw",
     "__version__",
     *_REGISTRY_API,
     *_SCENARIO_API,

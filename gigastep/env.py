@@ -240,6 +240,7 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
         hazard_death=alive_pre & (hz.oob | hz.in_box),
         detected=fight.detected,
         damage=fight.damage,
+        present=episode.present,
     )
     reward = rewards.total_reward(config, reward_inputs, episode.aux_rewards_factor)
     team1 = jnp.asarray(np.asarray(config.teams) == 1)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.game import dynamics, interactions
+from gigastep.game import dynamics, interactions, rosters
 from gigastep.game import random as grandom
 from gigastep.game.arena import MapArrays, map_arrays
 from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState
@@ -32,11 +32,17 @@ __all__ = [
 
 
 def placement_conflicts(
-    config: EnvConfig, agents: AgentState, boxes: jax.Array, box_valid: jax.Array, margin: float
+    config: EnvConfig,
+    agents: AgentState,
+    boxes: jax.Array,
+    box_valid: jax.Array,
+    margin: float,
+    present: jax.Array | None = None,
 ) -> jax.Array:
     """(n,) bool: an agent too close to a lower-index agent (radius and altitude enlarged by
     `margin`) or inside a box enlarged by `margin`. Only the later agent of a close pair is
-    redrawn, so each round resolves more conflicts than redrawing both would."""
+    redrawn, so each round resolves more conflicts than redrawing both would. With `present`
+    ((n,) bool), absent agents are never in conflict and never cause one."""
     n = config.n_agents
     conflict = jnp.zeros(n, bool)
     if config.collision_range > 0 and n > 1:
@@ -45,6 +51,8 @@ def placement_conflicts(
         radius = np.float32((config.collision_range + margin) ** 2)
         close = (geo.d2 < radius) & (dz < config.collision_altitude + margin)
         earlier = jnp.asarray(np.tri(n, k=-1, dtype=bool))  # [i, j]: j < i
+        if present is not None:
+            earlier = earlier & present[None, :]
         conflict = jnp.any(close & earlier, axis=1)
     x, y = agents.x[:, None], agents.y[:, None]
     inside = (
@@ -53,7 +61,8 @@ def placement_conflicts(
         & (y > boxes[None, :, 1] - margin)
         & (y < boxes[None, :, 3] + margin)
     )
-    return conflict | jnp.any(inside & box_valid[None, :], axis=1)
+    conflict = conflict | jnp.any(inside & box_valid[None, :], axis=1)
+    return conflict if present is None else conflict & present
 
 
 def reset_state(config: EnvConfig, key: jax.Array) -> tuple[EnvState, jax.Array]:
@@ -82,10 +91,15 @@ def placement_uniforms(config: EnvConfig, k_place: jax.Array, round_: int | jax.
 
 
 def place_agents(
-    config: EnvConfig, maps: MapArrays, map_idx: jax.Array, k_place: jax.Array
+    config: EnvConfig,
+    maps: MapArrays,
+    map_idx: jax.Array,
+    k_place: jax.Array,
+    present: jax.Array | None = None,
 ) -> AgentState:
     """The agents of a fresh game on map `map_idx`: placed, redrawn while in conflict (see
-    `reset_state_streamed`), at full health, alive, at speed 1, with no locks."""
+    `reset_state_streamed`), at full health, alive, at speed 1, with no locks. With `present`
+    ((n,) bool), absent agents start dead at health 0 and play no part in the conflicts."""
     n = config.n_agents
     teams = np.asarray(config.teams)
     region = jnp.asarray(maps.start)[map_idx][teams]  # (n, 4)
@@ -105,6 +119,9 @@ def place_agents(
 
     x, y, z, heading = draw(0)
     max_health = jnp.asarray(config.max_health, jnp.float32)
+    alive = jnp.ones(n, bool)
+    if present is not None:
+        max_health, alive = jnp.where(present, max_health, 0.0), present
     agents = AgentState(
         x=x,
         y=y,
@@ -112,12 +129,12 @@ def place_agents(
         v=jnp.ones(n, jnp.float32),
         heading=dynamics.wrap_angle(heading),
         health=max_health,
-        alive=jnp.ones(n, bool),
+        alive=alive,
         tracked=jnp.zeros((n, n), jnp.int32),
     )
 
     def conflicts(a: AgentState) -> jax.Array:
-        return placement_conflicts(config, a, boxes, box_valid, 0.1)
+        return placement_conflicts(config, a, boxes, box_valid, 0.1, present)
 
     def cond(carry: tuple[jax.Array, AgentState, jax.Array]) -> jax.Array:
         round_, a, need = carry
@@ -182,6 +199,12 @@ def reset_state_streamed(
     of identical_20_vs_5's games (20 agents in a 8 x 2 band) started with a conflict, 0.4%
     with 20 rounds, none in 4096 with 30; hence the default of 100.
 
+    Team draws: with `config.team_draw`, the composition is drawn first
+    (`rosters.draw_present`, from the key folded with `rosters.TEAM_DRAW_STREAM`, so the map
+    and placement draws are those of the same config without a draw); absent agents start
+    dead at health 0 where their round-0 draw put them, and are never redrawn nor make a
+    present agent be redrawn.
+
     Platform forms (`gigastep.game.xla.platform_form`): on the CPU the rounds are a `while`
     loop that stops at the first round without conflicts; elsewhere (GPUs, where XLA reads a
     loop's predicate on the host every round) a counted loop of exactly `reset_max_rounds`
@@ -196,7 +219,11 @@ def reset_state_streamed(
     k_map, k_place, k_comm = reset_keys(key)
     maps = map_arrays(config)
     map_idx = map_index(config, k_map)
-    agents = place_agents(config, maps, map_idx, k_place)
+    present = None
+    if config.team_draw is not None:
+        k_team = jax.random.fold_in(key, rosters.TEAM_DRAW_STREAM)
+        present = rosters.draw_present(config.team_draw, config.teams, config.type_names, k_team)
+    agents = place_agents(config, maps, map_idx, k_place, present)
     episode = EpisodeState(
         map_idx=jnp.asarray(map_idx, jnp.int32),
         waypoint=jnp.zeros(4, jnp.float32),
@@ -204,6 +231,7 @@ def reset_state_streamed(
         aux_rewards_factor=jnp.ones((), jnp.float32),
         step=jnp.zeros((), jnp.int32),
         returns=jnp.zeros(n, jnp.float32),
+        present=present,
     )
     if config.stochastic_comm:
         seed = grandom.seed_words(k_comm)

@@ -23,6 +23,7 @@ from jax.typing import ArrayLike, DTypeLike
 from gigastep._util.checks import closest, float_tuple
 from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.game.maps import MapSpec, map_set
+from gigastep.game.rosters import TeamDraw
 
 __all__ = [
     "OBS_TYPES",
@@ -34,6 +35,7 @@ __all__ = [
     "MapSpec",
     "StepInfo",
     "StepNoise",
+    "TeamDraw",
     "check_fields",
     "closest",
 ]
@@ -292,6 +294,12 @@ class EnvConfig:
     """Most redraws of conflicting start positions at reset (the loop stops as soon as none
     conflicts; 10 left 9% of identical_20_vs_5's games starting with a close pair)."""
 
+    # --- team compositions ---------------------------------------------------------------
+    team_draw: TeamDraw | None = None
+    """Draw the team compositions at each reset from the agents above as a roster (sizes and
+    type weights per team, `gigastep.game.rosters`); agents left out are absent for the
+    episode (rules: "Absent agents"). None: every agent plays every episode."""
+
     def __post_init__(self) -> None:
         teams = tuple(self.teams)
         n = len(teams)
@@ -364,6 +372,14 @@ class EnvConfig:
                 f"seconds, got {self.waypoint_lifetime!r}"
             )
         _set(self, "waypoint_lifetime", lifetime)
+        if isinstance(self.team_draw, dict):
+            _set(self, "team_draw", TeamDraw(**self.team_draw))
+        if self.team_draw is not None:
+            if not isinstance(self.team_draw, TeamDraw):
+                raise TypeError(
+                    f"team_draw must be a gigastep.TeamDraw or None, got {self.team_draw!r}"
+                )
+            self.team_draw.check_roster(self.teams, self.type_names)
 
     def _check_numbers(self) -> None:
         for f in dataclasses.fields(self):
@@ -596,6 +612,8 @@ class EpisodeState(PytreeData):
     aux_rewards_factor: chex.Array  # () float32, curriculum factor of every term but game-won
     step: chex.Array  # () int32, steps taken in this episode
     returns: chex.Array  # (n,) float32, undiscounted reward summed over this episode
+    present: chex.Array | None = None  # (n,) bool, the agents drawn into this episode
+    # (`EnvConfig.team_draw`); None without a draw (every agent present)
 
 
 @pytree_dataclass
@@ -621,18 +639,25 @@ class EnvState(PytreeData):
         waypoint_time: ArrayLike = 0.0,
         aux_rewards_factor: ArrayLike = 1.0,
         step: ArrayLike = 0,
+        present: VectorLike | None = None,
     ) -> EnvState:
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
         Args:
             config: the environment's config (gives n and max health).
             x, y: (n,) positions. z defaults to 0, v to 1, heading to 0, health to max_health,
-                alive to True, tracked to 0.
+                alive to True (to `present` when given), tracked to 0.
+            present: (n,) bool, the agents present in the episode (configs with a
+                `team_draw` only; default all). An absent agent starts dead, at health 0.
 
         Raises:
             ValueError: a position, speed or heading is not finite (NaN or infinite).
         """
         n = config.n_agents
+        if present is not None and config.team_draw is None:
+            raise ValueError(
+                "present is only for configs with a team_draw (without one every agent is present)"
+            )
 
         def vec(
             value: VectorLike | None, default: VectorLike, dtype: DTypeLike = jnp.float32
@@ -640,6 +665,13 @@ class EnvState(PytreeData):
             arr = jnp.broadcast_to(jnp.asarray(default if value is None else value, dtype), (n,))
             return jnp.array(arr)
 
+        mask = None
+        if config.team_draw is not None:
+            mask = vec(present, True, jnp.bool_)
+            if alive is None:
+                alive = mask
+            if health is None:
+                health = jnp.where(mask, jnp.asarray(config.max_health, jnp.float32), 0.0)
         agents = AgentState(
             x=vec(x, 0.0),
             y=vec(y, 0.0),
@@ -661,6 +693,7 @@ class EnvState(PytreeData):
             aux_rewards_factor=jnp.asarray(aux_rewards_factor, jnp.float32),
             step=jnp.asarray(step, jnp.int32),
             returns=jnp.zeros(n, jnp.float32),
+            present=mask,
         )
         state = EnvState(agents=agents, episode=episode)
         check_finite_state(state, "EnvState.create")

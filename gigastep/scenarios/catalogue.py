@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from gigastep._util.checks import check_team
 from gigastep._util.resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
+from gigastep.game.rosters import TeamDraw
 from gigastep.game.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "ScenarioSpec",
     "agent_types",
     "base_scenarios",
+    "list_distributions",
     "list_scenarios",
     "make_config",
     "parse_name",
@@ -73,7 +75,7 @@ _STRUCTURAL = {
     "limit_x": "set the world size with set_map(size=...) (`map_size` in a file)",
     "limit_y": "set the world size with set_map(size=...) (`map_size` in a file)",
 }
-_SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env")
+_SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env", "draw")
 
 
 # ------------------------------------------------------------------------------------------
@@ -197,7 +199,7 @@ class _Catalog:
     types: dict[str, AgentType]
     presets: dict[str, dict[str, Any]]
     maps: dict[str, MapSpec]  # maps defined by the source (not the built-in ones)
-    scenarios: dict[str, dict[str, Any]]
+    scenarios: dict[str, dict[str, Any]]  # scenarios and distributions (tables with a draw)
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -256,14 +258,23 @@ def _parse_presets(table: Any, where: str) -> dict[str, dict[str, Any]]:
 def _builtin_catalog() -> _Catalog:
     types_file = read_catalog_toml("agent_types.toml")
     scen_file = read_catalog_toml("scenarios.toml")
+    dist_file = read_catalog_toml("distributions.toml")
     _check_table_keys(types_file, ("types",), "agent_types.toml")
     _check_table_keys(scen_file, ("presets", "suffixes", "scenarios"), "scenarios.toml")
+    _check_table_keys(dist_file, ("distributions",), "distributions.toml")
+    scenarios = dict(scen_file.get("scenarios", {}))
+    distributions = dict(dist_file.get("distributions", {}))
+    for name, table in distributions.items():
+        if name in scenarios:
+            raise ValueError(f"distributions.toml: {name!r} is also a scenario of scenarios.toml")
+        if not isinstance(table, dict) or "draw" not in table:
+            raise ValueError(f"distributions.toml: distribution {name!r} has no draw table")
     catalog = _Catalog(
         source="the built-in catalogue",
         types=_parse_types(types_file.get("types", {}), "agent_types.toml"),
         presets=_parse_presets(scen_file.get("presets", {}), "scenarios.toml"),
         maps={},
-        scenarios=dict(scen_file.get("scenarios", {})),
+        scenarios={**scenarios, **distributions},
     )
     _check_base_names(catalog)
     return catalog
@@ -334,9 +345,26 @@ def _builder_from_table(catalog: _Catalog, name: str) -> ScenarioBuilder:
                 )
             builder.set(**catalog.presets[preset])
         builder.set(**_check_env_table(table.get("env", {}), "env"))
+        if "draw" in table:
+            builder.set(team_draw=_parse_draw(table["draw"]))
     except (TypeError, ValueError) as err:
         raise type(err)(f"{where}: {err}") from None
     return builder
+
+
+def _parse_draw(table: Any) -> TeamDraw:
+    """The `TeamDraw` of a distribution's `draw` table: {team0 = {sizes, weights}, team1 = ...}."""
+    _check_table_keys(table, ("team0", "team1"), "draw")
+    sizes, weights = [], []
+    for key in ("team0", "team1"):
+        if key not in table:
+            raise ValueError(f"draw has no {key} table; give draw.{key} = {{ sizes = [MIN, MAX] }}")
+        team = _check_table_keys(table[key], ("sizes", "weights"), f"draw.{key}")
+        if "sizes" not in team:
+            raise ValueError(f"draw.{key} has no sizes; give sizes = [MIN, MAX]")
+        sizes.append(tuple(team["sizes"]) if isinstance(team["sizes"], list) else team["sizes"])
+        weights.append(tuple(_table(team.get("weights", {}), f"draw.{key}.weights").items()))
+    return TeamDraw(sizes=(sizes[0], sizes[1]), weights=(weights[0], weights[1]))
 
 
 def _team_members(team: Any, key: str) -> list[str]:
@@ -625,7 +653,15 @@ def agent_types() -> dict[str, AgentType]:
 
 def base_scenarios() -> tuple[str, ...]:
     """The 18 base scenario names, in catalogue order."""
-    return tuple(_builtin_catalog().scenarios)
+    catalog = _builtin_catalog()
+    return tuple(n for n, t in catalog.scenarios.items() if "draw" not in t)
+
+
+def list_distributions() -> list[str]:
+    """The base names of the catalogue's distributions (`envs/distributions.toml`): scenarios
+    whose team compositions are drawn per episode. Each takes the name suffixes too."""
+    catalog = _builtin_catalog()
+    return [n for n, t in catalog.scenarios.items() if "draw" in t]
 
 
 @cache
@@ -712,10 +748,11 @@ def _find(name_or_path: str | Path) -> tuple[int, EnvConfig, ScenarioName]:
         assert name is not None  # a catalogue name (`_split_path` returns one with no file)
         parsed = parse_name(name)
         if parsed.base not in _builtin_catalog().scenarios:
-            choices = [*base_scenarios(), *_all_names()]
+            choices = [*base_scenarios(), *_all_names(), *list_distributions()]
             raise ValueError(
                 f"unknown scenario {name!r}; closest: {closest(name, choices)}. "
-                f"gigastep.list_scenarios() lists all {len(_all_names())} names"
+                f"gigastep.list_scenarios() lists all {len(_all_names())} names, "
+                f"gigastep.list_distributions() the {len(list_distributions())} distributions"
             )
         return (*_builtin_base(parsed.base), parsed)
     catalog = _load_file(path)

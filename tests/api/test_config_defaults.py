@@ -82,6 +82,7 @@ SPEC_DEFAULTS = {
     "damage_range": ((1.0,) * 10, "§1 per_agent_damage_range"),
     "thrust": ((1.0,) * 10, "§1 per_agent_thrust"),
     "idle_reward": ((0.0,) * 10, "§1 per_agent_idle_reward"),
+    "team_draw": (None, "rules, Absent agents: no draw, every agent plays every episode"),
 }
 # Fields that are not game constants: names shown by `gigastep info`, and the map objects
 # (pinned by tests/game/test_map_data.py through `map_set`).

@@ -803,6 +803,10 @@ def _changed(config: EnvConfig, name: str):
         return "vector" if value != "vector" else "rgb"
     if name == "waypoint_lifetime":
         return (value[0], value[1] + 1.0)
+    if name == "team_draw":
+        from gigastep import TeamDraw
+
+        return TeamDraw(sizes=tuple((1, n) for n in config.team_sizes))
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
