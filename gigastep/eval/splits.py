@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -83,15 +84,35 @@ def _maps_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
 
 
 def _team_sizes_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
-    return frozenset([tuple(config.team_sizes)])
+    """Every (size of team 0, size of team 1) the item can play: the fixed sizes, or every
+    pair a team draw can give."""
+    draw = config.team_draw
+    if draw is None:
+        return frozenset([tuple(config.team_sizes)])
+    (lo0, hi0), (lo1, hi1) = draw.sizes
+    return frozenset(itertools.product(range(lo0, hi0 + 1), range(lo1, hi1 + 1)))
+
+
+def _team_mixes(config: EnvConfig, team: int) -> set[tuple[tuple[str, int], ...]]:
+    """Every type mix (sorted (type, count) pairs, zero counts left out) team `team` can field."""
+    names = [t for t, k in zip(config.type_names, config.teams, strict=True) if k == team]
+    slots = {n: names.count(n) for n in dict.fromkeys(names)}
+    draw = config.team_draw
+    if draw is None:
+        return {tuple(sorted(slots.items()))}
+    lo, hi = draw.sizes[team]
+    weights = dict(draw.weights[team]) or dict.fromkeys(slots, 1.0)
+    usable = [n for n in slots if weights.get(n, 0) > 0]
+    mixes = set()
+    for counts in itertools.product(*(range(slots[n] + 1) for n in usable)):
+        if lo <= sum(counts) <= hi:
+            mixes.add(tuple(sorted((n, c) for n, c in zip(usable, counts, strict=True) if c)))
+    return mixes
 
 
 def _type_mix_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
-    mix = []
-    for team in (0, 1):
-        names = [t for t, k in zip(config.type_names, config.teams, strict=True) if k == team]
-        mix.append(tuple(sorted((n, names.count(n)) for n in set(names))))
-    return frozenset([tuple(mix)])
+    """Every (team 0's mix, team 1's mix) the item can play."""
+    return frozenset(itertools.product(_team_mixes(config, 0), _team_mixes(config, 1)))
 
 
 def _opponents_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
