@@ -14,6 +14,7 @@ from gigastep.game.types import (
     EnvState,
     EpisodeState,
     MapSpec,
+    ProcMaps,
     StepInfo,
     StepNoise,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "FrameStack",
     "GigastepEnv",
     "MapSpec",
+    "ProcMaps",
     "StepInfo",
     "StepNoise",
     "__version__",

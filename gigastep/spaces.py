@@ -237,7 +237,11 @@ def vector_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
             corners.append(((w2[0] - limit) / limit, w2[1] / limit))
         lows.append(np.array([*(-_up(-c[0]) for c in corners), 0.0], np.float32))
         highs.append(np.array([*(_up(c[1]) for c in corners), 1.0], np.float32))
-    if config.max_boxes:
+    if config.max_boxes and config.map_generator is not None:
+        # drawn boxes lie inside the world: [0, 1] after scaling, one ulp of rounding room
+        lows.append(np.zeros(4 * config.max_boxes, np.float32))
+        highs.append(np.full(4 * config.max_boxes, np.nextafter(np.float32(1), np.float32(2))))
+    elif config.max_boxes:
         scale = np.array([lx, ly, lx, ly], np.float32)
         per_map = np.zeros((len(config.maps), config.max_boxes, 4), np.float32)
         for i, mp in enumerate(config.maps):

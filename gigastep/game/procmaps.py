@@ -11,11 +11,11 @@ How a layout is drawn (10 x 10 reference world, scaled to `limit_x` x `limit_y` 
 
 1. The box count k is uniform over [count_lo, count_hi]; with a symmetry the boxes come in
    pairs (a box and its image), k / 2 pairs.
-2. Each box (each pair's first box) gets `tries` candidates: width and height uniform in
-   their ranges, the lower-left corner uniform over the positions that keep the box inside
-   the world. It takes the first candidate that stays clear of both start regions enlarged by
-   `margin` (with a symmetry, its image must stay clear too); a box without such a candidate
-   is left out.
+2. Each box (each pair's first box) gets `tries` candidates: width and height uniform over
+   the multiples of QUANTUM (1/64) in their ranges, the lower-left corner uniform over the
+   multiples of QUANTUM that keep the box inside the world. It takes the first candidate
+   that stays clear of both start regions enlarged by `margin` (with a symmetry, its image
+   must stay clear too); a box without such a candidate is left out.
 3. Reachability: on a GRID x GRID grid of cells, a cell is free when no box's interior meets
    it. Team 1's start region must be reached from team 0's by at most FLOOD_STEPS moves
    between edge-adjacent free cells (from the cells that meet one region to a cell that meets
@@ -43,6 +43,7 @@ __all__ = [
     "CELL",
     "FLOOD_STEPS",
     "GRID",
+    "QUANTUM",
     "SYMMETRIES",
     "Layout",
     "ProcMaps",
@@ -64,6 +65,9 @@ CELL = WORLD / GRID
 """Side of a reachability cell (0.5); the smallest start `margin`."""
 FLOOD_STEPS = 100
 """Most moves between adjacent free cells from team 0's region to team 1's."""
+QUANTUM = 1.0 / 64.0
+"""Step of box sizes and corners: exact in float32, so is a corner's mirror image."""
+STEPS = round(WORLD / QUANTUM)  # steps across the world
 _UNROLL = 4  # flood steps per loop iteration (FLOOD_STEPS is a multiple of it)
 SYMMETRIES = ("none", "point", "mirror_x", "mirror_y")
 """`none`; `point`: (x, y) -> (10 - x, 10 - y); `mirror_x`: x -> 10 - x; `mirror_y`: y -> 10 - y."""
@@ -127,6 +131,11 @@ class ProcMaps:
             if not (0.0 < lo <= hi <= WORLD):
                 raise ValueError(
                     f"{where}: {field} ({lo:g}, {hi:g}) must satisfy 0 < lo <= hi <= {WORLD:g}"
+                )
+            if _steps((lo, hi))[0] > _steps((lo, hi))[1]:
+                raise ValueError(
+                    f"{where}: {field} ({lo:g}, {hi:g}) holds no multiple of {QUANTUM:g} (box "
+                    f"sizes are drawn in steps of {QUANTUM:g}); widen the range"
                 )
             object.__setattr__(self, field, (lo, hi))
         margin = self.margin
@@ -250,6 +259,17 @@ def _with_images(params: ProcMaps, primary: jax.Array) -> jax.Array:
     return jnp.pad(both, [(0, pad)] + [(0, 0)] * (both.ndim - 1))
 
 
+def _steps(bounds: Pair) -> tuple[int, int]:
+    """The whole QUANTUM steps (lo, hi) inside the range `bounds`."""
+    return math.ceil(bounds[0] / QUANTUM - 1e-9), math.floor(bounds[1] / QUANTUM + 1e-9)
+
+
+def _pick(u: jax.Array, lo: int, n: int | jax.Array) -> jax.Array:
+    """int32 lo + floor(u * n): uniform over the n integers from lo, u uniform in [0, 1)."""
+    n = jnp.asarray(n, jnp.int32)
+    return lo + jnp.minimum(jnp.floor(u * n.astype(jnp.float32)).astype(jnp.int32), n - 1)
+
+
 def draw_layout(params: ProcMaps, key: jax.Array) -> Layout:
     """One layout of `params` drawn from `key` (module doc); pure, jit- and vmap-able.
 
@@ -260,17 +280,19 @@ def draw_layout(params: ProcMaps, key: jax.Array) -> Layout:
     u = grandom.uniform(key, (1 + 4 * p * t,))
     pair = 1 if params.symmetry == "none" else 2
     lo, hi = params.count[0] // pair, params.count[1] // pair
-    k = jnp.minimum(lo + jnp.floor(u[0] * (hi - lo + 1)).astype(jnp.int32), hi)
+    k = _pick(u[0], lo, hi - lo + 1)
     drawn = jnp.arange(p) < k  # (P,)
 
+    # Sizes and corners in whole steps of QUANTUM: each is one product of a uniform and an
+    # integer, floored, so no compiler can fuse a multiply-add into it and round differently,
+    # and every corner is exact in float32.
     c = u[1:].reshape(p, t, 4)
-    (w_lo, w_hi), (h_lo, h_hi) = params.box_width, params.box_height
-    w = np.float32(w_lo) + c[..., 2] * np.float32(w_hi - w_lo)
-    h = np.float32(h_lo) + c[..., 3] * np.float32(h_hi - h_lo)
-    x1 = c[..., 0] * (np.float32(WORLD) - w)
-    y1 = c[..., 1] * (np.float32(WORLD) - h)
-    top = np.float32(WORLD)
-    cand = jnp.stack([x1, y1, jnp.minimum(x1 + w, top), jnp.minimum(y1 + h, top)], -1)
+    (w_lo, w_hi), (h_lo, h_hi) = _steps(params.box_width), _steps(params.box_height)
+    w = _pick(c[..., 2], w_lo, w_hi - w_lo + 1)
+    h = _pick(c[..., 3], h_lo, h_hi - h_lo + 1)
+    x1 = _pick(c[..., 0], 0, STEPS - w + 1)
+    y1 = _pick(c[..., 1], 0, STEPS - h + 1)
+    cand = jnp.stack([x1, y1, x1 + w, y1 + h], -1).astype(jnp.float32) * np.float32(QUANTUM)
 
     m = params.margin
     regions = [

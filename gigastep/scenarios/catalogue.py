@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from gigastep._util.checks import check_team
 from gigastep._util.resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
+from gigastep.game.procmaps import generator_names
 from gigastep.game.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
@@ -369,7 +370,8 @@ def _select_map(builder: ScenarioBuilder, catalog: _Catalog, choice: Any) -> Non
     for n in names:
         if n not in known:
             raise ValueError(
-                f"unknown map {n!r}; closest: {closest(n, [*known, *map_set_names()])}"
+                f"unknown map {n!r}; closest: "
+                f"{closest(n, [*known, *map_set_names(), *generator_names()])}"
             )
         builder.add_map(known[n])
 
@@ -517,7 +519,8 @@ class ScenarioBuilder:
     def set_map(
         self, name: str, size: tuple[float, float] | list[float] | None = None, **map_fields: Any
     ) -> ScenarioBuilder:
-        """Choose the maps: `"all"`, `"empty"`, a built-in map, or a new map.
+        """Choose the maps: `"all"`, `"empty"`, a built-in map, a built-in map generator
+        (`"procgen_dense"`: a new map drawn at every reset), or a new map.
 
         With `map_fields` (`boxes`, `start_team0`, ... of `MapSpec`, in 10 x 10 reference
         coordinates) it defines a new map called `name`. `size=(limit_x, limit_y)` sets the
@@ -526,12 +529,13 @@ class ScenarioBuilder:
         if map_fields:
             self._map_set, self._maps = "empty", ()
             self.add_map(MapSpec(name=name, **map_fields))
-        elif name in map_set_names():
+        elif name in map_set_names() or name in generator_names():
             self._map_set, self._maps = name, ()
         else:
+            names = (*map_set_names(), *generator_names())
             raise ValueError(
-                f"unknown map {name!r}; expected one of {list(map_set_names())} "
-                f"(closest: {closest(str(name), map_set_names())}), "
+                f"unknown map {name!r}; expected one of {list(names)} "
+                f"(closest: {closest(str(name), names)}), "
                 "or give boxes=... to define a new map"
             )
         if size is not None:
@@ -655,9 +659,18 @@ def scenario_hash(config: EnvConfig) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
+# Optional features left out of the hash while unused, so that configs without them keep the
+# hashes they had before the feature existed.
+_OMITTED_WHEN_NONE = ("map_generator",)
+
+
 def _canonical(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {
+            f.name: _canonical(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.name in _OMITTED_WHEN_NONE and getattr(value, f.name) is None)
+        }
         return {"__type__": type(value).__name__, **fields}
     if isinstance(value, (tuple, list)):
         return [_canonical(v) for v in value]
