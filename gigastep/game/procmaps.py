@@ -213,29 +213,39 @@ def _cells_meeting(region: tuple[float, ...]) -> np.ndarray:
     return in_x[:, None] & in_y[None, :]
 
 
-def _free_cells(boxes: jax.Array, valid: jax.Array) -> jax.Array:
-    """(GRID, GRID) bool: no valid box's interior meets the cell."""
+def _free_rows(boxes: jax.Array, valid: jax.Array) -> jax.Array:
+    """(R, GRID) uint32: bit y of row x is set when no box of the variant's `valid` (R, B)
+    has an interior that meets cell (x, y)."""
     lo = jnp.asarray(np.arange(GRID) * CELL, jnp.float32)
     hi = jnp.asarray(np.arange(1, GRID + 1) * CELL, jnp.float32)
     in_x = (boxes[:, 0, None] < hi) & (boxes[:, 2, None] > lo)  # (B, GRID)
     in_y = (boxes[:, 1, None] < hi) & (boxes[:, 3, None] > lo)
-    blocked = valid[:, None, None] & in_x[:, :, None] & in_y[:, None, :]
-    return ~jnp.any(blocked, axis=0)
+    f32 = jnp.float32
+    # how many boxes meet each cell: small integer counts, exact in float32
+    hits = jnp.einsum("rb,bx,by->rxy", valid.astype(f32), in_x.astype(f32), in_y.astype(f32))
+    return _pack(hits == 0)
+
+
+def _pack(cells: jax.Array | np.ndarray) -> jax.Array:
+    """(..., GRID) uint32 from (..., GRID, GRID) bool: bit y of word x is cell (x, y)."""
+    bits = jnp.asarray(1 << np.arange(GRID, dtype=np.uint32))
+    return jnp.sum(jnp.where(jnp.asarray(cells), bits, jnp.uint32(0)), axis=-1, dtype=jnp.uint32)
 
 
 def _dilate(reach: jax.Array) -> jax.Array:
-    """(..., G, G) bool: the cells of `reach` and their four edge neighbours."""
-    pad = jnp.pad(reach, [(0, 0)] * (reach.ndim - 2) + [(1, 1), (1, 1)])
-    return (
-        reach | pad[..., :-2, 1:-1] | pad[..., 2:, 1:-1] | pad[..., 1:-1, :-2] | pad[..., 1:-1, 2:]
-    )
+    """(..., GRID) uint32 rows: the cells of `reach` and their four edge neighbours (bits
+    shifted past GRID are cleared by the free mask that follows)."""
+    zero = jnp.zeros_like(reach[..., :1])
+    below = jnp.concatenate([zero, reach[..., :-1]], axis=-1)  # row x - 1, moved to x
+    above = jnp.concatenate([reach[..., 1:], zero], axis=-1)  # row x + 1, moved to x
+    return reach | (reach << 1) | (reach >> 1) | below | above
 
 
 def _reaches(params: ProcMaps, free: jax.Array) -> jax.Array:
-    """(...,) bool: team 1's cells are reached from team 0's within FLOOD_STEPS moves on the
-    free cells `free` (..., GRID, GRID)."""
-    source = jnp.asarray(_cells_meeting(params.start_team0))
-    target = jnp.asarray(_cells_meeting(params.start_team1))
+    """(R,) bool: team 1's cells are reached from team 0's within FLOOD_STEPS moves on the
+    free cells `free` (R, GRID) (packed rows)."""
+    source = _pack(_cells_meeting(params.start_team0))
+    target = _pack(_cells_meeting(params.start_team1))
 
     def steps(_: int, reach: jax.Array) -> jax.Array:
         for _ in range(_UNROLL):
@@ -243,7 +253,7 @@ def _reaches(params: ProcMaps, free: jax.Array) -> jax.Array:
         return reach
 
     reach = jax.lax.fori_loop(0, FLOOD_STEPS // _UNROLL, steps, source & free)
-    return jnp.any(reach & target, axis=(-2, -1))
+    return jnp.any((reach & target) != 0, axis=-1)
 
 
 def _with_images(params: ProcMaps, primary: jax.Array) -> jax.Array:
@@ -314,7 +324,7 @@ def draw_layout(params: ProcMaps, key: jax.Array) -> Layout:
     removals = jnp.arange(p + 1)[:, None]  # (P + 1, 1)
     keep = placed[None, :] & (rank[None, :] < n_placed - removals)  # (P + 1, P)
     slots_boxes = _with_images(params, primary)
-    free = jax.vmap(lambda v: _free_cells(slots_boxes, _with_images(params, v)))(keep)
+    free = _free_rows(slots_boxes, jax.vmap(partial(_with_images, params))(keep))
     reached = _reaches(params, free) | (removals[:, 0] >= n_placed)
     valid_p = keep[jnp.argmax(reached)]
 
