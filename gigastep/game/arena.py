@@ -134,8 +134,11 @@ def draw_boxes(config: EnvConfig, boxes: jax.Array, box_valid: jax.Array) -> jax
     px, py = jnp.arange(rx), jnp.arange(ry)
     in_x = (px[None, :] >= cx[:, :1]) & (px[None, :] < cx[:, 1:])  # (B, rx)
     in_y = (py[None, :] >= cy[:, :1]) & (py[None, :] < cy[:, 1:])  # (B, ry)
-    grey = jnp.any(box_valid[:, None, None] & in_x[:, :, None] & in_y[:, None, :], axis=0)
-    return jnp.broadcast_to((grey * 127).astype(jnp.uint8)[..., None], (rx, ry, 3))
+    # how many boxes cover each pixel: small integer counts, exact in float32
+    f32 = jnp.float32
+    hits = jnp.einsum("b,bx,by->xy", box_valid.astype(f32), in_x.astype(f32), in_y.astype(f32))
+    grey = jnp.where(hits > 0, jnp.uint8(127), jnp.uint8(0))
+    return jnp.broadcast_to(grey[..., None], (rx, ry, 3))
 
 
 def episode_background(config: EnvConfig, episode: EpisodeState) -> jax.Array:
