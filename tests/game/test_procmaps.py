@@ -394,11 +394,15 @@ def test_fixed_maps_keep_their_state_leaves():
     assert len(jax.tree.leaves(state.episode)) == 6
 
 
-def test_the_reset_lowers_for_gpus_without_data_dependent_control_flow():
+def test_the_reset_and_step_lower_for_gpus_without_data_dependent_control_flow():
     from tests.game.test_gpu_lowering import assert_gpu_clean, lower
 
-    config = EnvConfig(obs_type="vector", map_set="procgen_mirror", **SMALL)
+    config = EnvConfig(obs_type="rgb_vector", map_set="procgen_mirror", **SMALL)
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     control = lower(genv._v_reset, config, keys)
     assert_gpu_clean(control)
     assert control.counted_loops >= 2  # the flood fill and the placement rounds
+    _, states = jax.eval_shape(functools.partial(genv.batched_reset, config), keys)
+    actions = jnp.zeros((4, config.n_agents, 3), jnp.float32)
+    step = lower(genv._v_step_autoreset, config, states, actions, keys, True)
+    assert_gpu_clean(step)  # the reset inside, and the images painted from the drawn boxes
