@@ -251,6 +251,37 @@ def test_a_generator_is_chosen_by_name_in_a_scenario_file(tmp_path):
     assert built.set_map("procgen_mirror").config().map_set == "procgen_mirror"
 
 
+def test_a_scenario_file_defines_its_own_generator(tmp_path):
+    path = tmp_path / "walls.toml"
+    path.write_text(
+        "[generators.walls]\nslots = 4\ncount = [2, 4]\nbox_width = [0.3, 0.5]\n"
+        'box_height = [2, 4]\nsymmetry = "point"\n'
+        "start_team0 = [0.5, 0.5, 2.5, 2.5]\nstart_team1 = [7.5, 7.5, 9.5, 9.5]\n"
+        '[scenarios.duel]\nteam0 = ["default"]\nteam1 = ["default"]\nmap = "walls"\n'
+    )
+    config = make_config(str(path))
+    assert config.map_generator.name == "walls" and config.map_generator.symmetry == "point"
+    assert config.max_boxes == 4 and config.map_set == "walls"
+
+
+@pytest.mark.parametrize(
+    "table, map_choice, message",
+    [
+        ("[generators.procgen_dense]\nslots = 4\n", '"procgen_dense"', "built in"),
+        ("[generators.g]\nslots = 4\ncount = [5, 6]\n", '"g"', "hi <= slots"),
+        ("[generators.g]\nslot = 4\n", '"g"', "closest: 'slots'"),
+        ("", '["empty", "procgen_dense"]', "choose it alone"),
+    ],
+)
+def test_a_bad_generator_in_a_scenario_file_is_refused(tmp_path, table, map_choice, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        f'{table}[scenarios.duel]\nteam0 = ["default"]\nteam1 = ["default"]\nmap = {map_choice}\n'
+    )
+    with pytest.raises(ValueError, match=message):
+        make_config(str(path))
+
+
 def test_a_map_set_change_replaces_the_generator_and_back():
     config = EnvConfig(teams=(0, 1), map_set="procgen_dense")
     fixed = config.replace(map_set="all")
