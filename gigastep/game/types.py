@@ -623,6 +623,8 @@ class EnvState(PytreeData):
         waypoint_time: ArrayLike = 0.0,
         aux_rewards_factor: ArrayLike = 1.0,
         step: ArrayLike = 0,
+        boxes: ArrayLike | None = None,
+        box_valid: ArrayLike | None = None,
     ) -> EnvState:
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
@@ -630,6 +632,8 @@ class EnvState(PytreeData):
             config: the environment's config (gives n and max health).
             x, y: (n,) positions. z defaults to 0, v to 1, heading to 0, health to max_health,
                 alive to True, tracked to 0.
+            boxes, box_valid: the drawn map of a config with a `map_generator`, (B, 4) world
+                units and (B,) bool (default: no boxes); ignored without one.
 
         Raises:
             ValueError: a position, speed or heading is not finite (NaN or infinite).
@@ -664,6 +668,16 @@ class EnvState(PytreeData):
             step=jnp.asarray(step, jnp.int32),
             returns=jnp.zeros(n, jnp.float32),
         )
+        if config.map_generator is not None:  # the same leaves as a reset state's
+            b = config.max_boxes
+            episode = episode.replace(
+                boxes=jnp.zeros((b, 4), jnp.float32)
+                if boxes is None
+                else jnp.asarray(boxes, jnp.float32).reshape(b, 4),
+                box_valid=jnp.zeros(b, bool)
+                if box_valid is None
+                else jnp.asarray(box_valid, bool).reshape(b),
+            )
         state = EnvState(agents=agents, episode=episode)
         check_finite_state(state, "EnvState.create")
         return state

@@ -418,6 +418,15 @@ def test_native_and_jax_paths_give_identical_episodes_on_a_drawn_map(monkeypatch
     assert leaf_mismatches(native, pure, strict=False) == []
 
 
+def test_a_hand_made_state_of_a_generator_config_has_the_reset_state_leaves():
+    config, _, _, states = _batch("vector")
+    made = EnvState.create(config, x=[1.0, 1.0, 9.0, 9.0], y=[3.0, 6.0, 3.0, 6.0])
+    one = jax.tree.map(lambda v: v[0], states)
+    assert jax.tree.structure(made) == jax.tree.structure(one)
+    assert [v.shape for v in jax.tree.leaves(made)] == [v.shape for v in jax.tree.leaves(one)]
+    assert not bool(made.episode.box_valid.any())
+
+
 def test_fixed_maps_keep_their_state_leaves():
     config = EnvConfig(teams=(0, 1), obs_type="vector", map_set="all")
     _, state = genv.reset(config, jax.random.PRNGKey(0))
