@@ -148,7 +148,10 @@ class ProcMaps:
             )
         object.__setattr__(self, "margin", float(margin))
         # the start regions, altitude and headings are validated as a MapSpec's
-        spec = self.start_map()
+        try:
+            spec = self.start_map()
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{where}: {err}") from None
         for field in ("start_team0", "start_team1", "height", "heading_team0", "heading_team1"):
             object.__setattr__(self, field, getattr(spec, field))
 
