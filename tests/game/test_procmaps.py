@@ -427,6 +427,15 @@ def test_a_hand_made_state_of_a_generator_config_has_the_reset_state_leaves():
     assert not bool(made.episode.box_valid.any())
 
 
+def test_a_state_with_a_drawn_map_saves_and_loads(tmp_path):
+    from gigastep.viz.replay import load_state, save_state
+
+    _, _, _, states = _batch("vector")
+    save_state(states, tmp_path / "s.npz")
+    back = load_state(tmp_path / "s.npz")
+    assert leaf_mismatches(back, states, strict=True) == []
+
+
 def test_fixed_maps_keep_their_state_leaves():
     config = EnvConfig(teams=(0, 1), obs_type="vector", map_set="all")
     _, state = genv.reset(config, jax.random.PRNGKey(0))
