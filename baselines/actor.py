@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from baselines.envs import GameSpec
+from .envs import GameSpec
 
 if TYPE_CHECKING:
-    from baselines.policies import PolicySpec
+    from .policies import PolicySpec
 
 __all__ = ["LoadedPolicy", "PolicyActor", "pick_team"]
 

@@ -6,21 +6,69 @@ tensors of the previous one alive.
 
 Masks (all [T, N] bool):
     `first[t]`  the agent's episode started at step t (its recurrent state restarts);
-    `alive[t]`  the agent was alive before step t, i.e. it acted; every loss term and every
-                statistic is restricted to these entries;
-    `cont[t]`   its trajectory goes on to step t + 1 in the same episode (alive after the
-                step, and the episode did not end);
-    `boot[t]`   the episode was truncated (time limit) at step t with the agent alive: the
-                return is bootstrapped from the value of the final observation,
-                `final_value[t]`. An episode that terminated (a team eliminated) or an agent
-                that died is not bootstrapped.
+    `alive[t]`  the agent was alive before step t, i.e. it acted; the policy's loss terms
+                (surrogate, entropy, KL) are restricted to these entries;
+    `valued[t]` the entry's value is trained and its reward counted in the return statistics:
+                `alive` for the individual signal, every entry for the team signal;
+    `cont[t]`   its trajectory goes on to step t + 1 in the same episode: individual signal,
+                alive after the step and the episode did not end; team signal, the episode
+                did not end (a dead agent's trajectory goes on to the episode's end);
+    `boot[t]`   the episode was truncated (time limit) at step t (individual signal: with the
+                agent alive): the return is bootstrapped from the value of the final
+                observation, `final_value[t]`. An episode that terminated (a team eliminated)
+                is not bootstrapped, nor (individual signal) an agent that died.
+
+Training signals (`PPOConfig.signal`, `signal_rewards`, `trajectory_flags`): "individual"
+trains each agent on its own reward until its death; "team" trains every agent of a team,
+dead ones included, on the team's summed reward until the episode ends.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["RolloutBuffer", "compute_gae"]
+__all__ = ["RolloutBuffer", "compute_gae", "signal_rewards", "trajectory_flags"]
+
+
+def signal_rewards(signal: str, rewards, score, teams):
+    r"""Every agent's training reward of one step under `signal`.
+
+    individual: the game's reward `rewards` as it is. team: with `g` the game's own reward
+    (`score` where the training game shapes the reward with `--env` or `--shooter-credit`,
+    else `rewards`), every agent receives its team's sum of `g`, plus its own shaping
+    `rewards - g` (the shaping terms credit one agent and are not shared):
+
+    .. math:: r^{team}_i = \sum_{j:\ team_j = team_i} g_j + (r_i - g_i).
+
+    Args:
+        signal: "individual" or "team".
+        rewards: float32 [B, n], the training game's rewards (0 for agents dead before the
+            step).
+        score: float32 [B, n], the same step's rewards under the scenario's own weights, or
+            None (the training game is the scenario: no shaping).
+        teams: int64 [n], each agent's team (0 or 1).
+
+    Returns:
+        float32 [B, n].
+    """
+    if signal == "individual":
+        return rewards
+    if signal != "team":
+        raise ValueError(f"signal must be individual or team, got {signal!r}")
+    game = rewards if score is None else score
+    members = torch.nn.functional.one_hot(teams, 2).to(game.dtype)  # [n, 2]
+    team_sum = game @ members  # [B, 2]
+    shared = team_sum.index_select(1, teams)  # [B, n]
+    return shared if score is None else shared + (rewards - score)
+
+
+def trajectory_flags(signal: str, alive_after, ended, truncated):
+    """(cont, boot) of one step's rows (see the module doc), all bool [N]: `alive_after` the
+    agent is alive after the step, `ended` its game's episode ended at this step,
+    `truncated` by the time limit."""
+    if signal == "team":
+        return ~ended, truncated
+    return alive_after & ~ended, alive_after & truncated
 
 
 def compute_gae(rewards, values, cont, boot, final_values, next_values, gamma: float, lam: float):
@@ -98,6 +146,7 @@ class RolloutBuffer:
         self.obs = _empty_obs(spec, t, n, device)
         self.first = zeros(t, n, dtype=torch.bool)
         self.alive = zeros(t, n, dtype=torch.bool)
+        self.valued = zeros(t, n, dtype=torch.bool)
         self.cont = zeros(t, n, dtype=torch.bool)
         self.boot = zeros(t, n, dtype=torch.bool)
         if spec.discrete:

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import torch
 
-from baselines.actor import LoadedPolicy
 from gigastep._util import files as _files
+
+from .actor import LoadedPolicy
 
 __all__ = [
     "DIGEST",
@@ -294,9 +295,9 @@ def policy_from_checkpoint(
     Raises:
         ValueError: one line naming `path` and what is wrong (see the module doc).
     """
-    from baselines.envs import GameSpec
-    from baselines.normalize import ObsNormalizer
-    from baselines.policies import ActorCritic, PolicySpec
+    from .envs import GameSpec
+    from .normalize import ObsNormalizer
+    from .policies import ActorCritic, PolicySpec
 
     if ckpt.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT!r} checkpoint (format {ckpt.get('format')!r})")

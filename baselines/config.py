@@ -102,6 +102,26 @@ class PPOConfig:
     """ippo: the value gets its own encoder and core (same kinds) instead of the actor's."""
     value_norm: bool = False
     """Train the critic on returns standardised by their running mean/std (MAPPO's ValueNorm)."""
+    action_head: Literal["joint", "factored"] = "joint"
+    """Discrete actions: joint (one 27-way categorical) or factored (turn, dive and throttle as
+    three 3-way categoricals whose log-probabilities add; the same 27 actions)."""
+
+    # --- training signal -------------------------------------------------------------------
+    signal: Literal["individual", "team"] = "individual"
+    """individual: each agent learns from its own reward, its trajectory cut at its death;
+    team: every agent of a team, alive or dead, learns from the team's summed reward until the
+    episode ends (docs/training.md, "What the trainer learns from")."""
+    shooter_credit: float = 0.0
+    """Shaping, as a fraction C of reward_defeat_one_opponent: the training game pays the
+    shooter C x the kill reward for a kill's worth of damage dealt (reward_damage) and charges
+    an agent C x the kill reward when it dies (reward_agent_disabled); 0: off."""
+
+    warm_start: str = ""
+    """Clone a scripted player (random, circle, pursuit, evade) before PPO starts: its actions
+    on 64 steps of the run's games, learned by cross-entropy (baselines.warmstart); the result
+    is written to warm_start.json. "": off (PPO starts from a fresh policy)."""
+    warm_start_updates: int = 100
+    """Adam steps of the warm start's cross-entropy (256 whole sequences each)."""
 
     # --- opponents -------------------------------------------------------------------------
     team: int = 0
@@ -339,6 +359,7 @@ def validate(config: PPOConfig) -> None:
         "checkpoint_every",
         "eval_games",
         "seeds",
+        "warm_start_updates",
     )
     if not re.fullmatch(r"cpu|cuda(:\d+)?", str(config.device)):
         raise ValueError(
@@ -387,6 +408,33 @@ def validate(config: PPOConfig) -> None:
         raise ValueError(
             f"--separate-critic gives the ippo value head its own network; --algo "
             f"{config.algo}'s central critic is already separate (drop one of the two)"
+        )
+    if config.action_head not in ("joint", "factored"):
+        raise ValueError(f"--action-head must be joint or factored, got {config.action_head!r}")
+    if config.signal not in ("individual", "team"):
+        raise ValueError(f"--signal must be individual or team, got {config.signal!r}")
+    credit = config.shooter_credit
+    if isinstance(credit, bool) or not isinstance(credit, int | float):
+        raise ValueError(f"--shooter-credit must be a number >= 0, got {credit!r}")
+    if not 0 <= credit < math.inf:
+        raise ValueError(f"--shooter-credit must be >= 0 and finite (0: off), got {credit}")
+    if credit:
+        from .envs import parse_overrides
+
+        clash = sorted(
+            {"reward_damage", "reward_agent_disabled"} & set(parse_overrides(config.env))
+        )
+        if clash:
+            raise ValueError(
+                f"--shooter-credit {credit} sets {' and '.join(clash)} of the training game; "
+                f"--env {config.env!r} sets them too (drop one of the two)"
+            )
+    if config.warm_start and config.warm_start not in SCRIPTED:
+        from gigastep.game.types import closest
+
+        raise ValueError(
+            f"--warm-start must be a scripted player {list(SCRIPTED)} or '' (off), got "
+            f"{config.warm_start!r} (closest: {closest(config.warm_start, SCRIPTED)})"
         )
     if config.team not in (0, 1):
         raise ValueError(f"--team must be 0 or 1, got {config.team}")

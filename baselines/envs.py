@@ -24,7 +24,14 @@ import numpy as np
 if TYPE_CHECKING:
     from gigastep.game.types import EnvConfig
 
-__all__ = ["GameSpec", "game_spec_from_config", "gigastep_game", "unshaped_config"]
+__all__ = [
+    "GameSpec",
+    "game_spec_from_config",
+    "gigastep_game",
+    "shooter_credit_weights",
+    "training_env",
+    "unshaped_config",
+]
 
 
 @dataclass(frozen=True)
@@ -138,19 +145,57 @@ def unshaped_config(scenario: str, config: EnvConfig) -> EnvConfig | None:
     return None if score == config else score
 
 
-def gigastep_game(scenario: str, overrides: str = "") -> tuple[GameSpec, Callable]:
+def shooter_credit_weights(config: EnvConfig, credit: float) -> dict[str, float]:
+    """The reward weights of `--shooter-credit credit` on a game `config`: a fraction `credit`
+    of the kill reward K = `reward_defeat_one_opponent`, paid through the game's own terms.
+
+    * ``reward_damage = credit * K * damage_per_second / H``: the damage term pays
+      (dealt - 0.5 taken) * dt (rules §4.10), and an agent of max health H dies after
+      H / damage_per_second damage units, so the shooter of a whole kill earns credit * K
+      (the target pays half the rate for the hits it survives);
+    * ``reward_agent_disabled = credit * K``: the agent that dies is charged credit * K.
+
+    H is the mean of the agents' max health (every agent's in the scenarios with one type).
+    Both terms pass the aux factor and the team-size division like the kill reward.
+    """
+    kill = float(config.reward_defeat_one_opponent)
+    health = float(np.mean(config.max_health))
+    return {
+        "reward_damage": credit * kill * float(config.damage_per_second) / health,
+        "reward_agent_disabled": credit * kill,
+    }
+
+
+def training_env(scenario: str, overrides: str = "", shooter_credit: float = 0.0):
+    """The Gigastep environment a run trains on: the scenario with `--env` overrides
+    (`parse_overrides`) and, with `shooter_credit` > 0, `shooter_credit_weights`."""
+    import gigastep
+
+    values = parse_overrides(overrides)
+    env = gigastep.make(scenario, **values)
+    if shooter_credit:
+        env = gigastep.make(
+            scenario, **values, **shooter_credit_weights(env.config, shooter_credit)
+        )
+    return env
+
+
+def gigastep_game(
+    scenario: str, overrides: str = "", shooter_credit: float = 0.0
+) -> tuple[GameSpec, Callable]:
     """(spec, factory) of a Gigastep scenario with `EnvConfig` overrides (`parse_overrides`);
     `factory(num_envs, seed, device, scripted, state_vectors, window)` builds a
     `TorchVecEnv` (scripted: `ScriptedTeam`s played inside the step; window: this process's
     games of a larger batch, see `TorchVecEnv`).
 
+    With `shooter_credit` the training game also pays `shooter_credit_weights`.
+
     Raises:
         ValueError: unknown scenario name or field (with the closest names).
     """
-    import gigastep
     from gigastep.adapters.torch import TorchVecEnv
 
-    env = gigastep.make(scenario, **parse_overrides(overrides))
+    env = training_env(scenario, overrides, shooter_credit)
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
     # where the overrides shape the reward, each step also reports the unshaped one
     score = unshaped_config(scenario, env.config)

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from baselines.checkpoint import atomic_save, policy_from_checkpoint, sealed
-from baselines.config import SCRIPTED, PPOConfig, parse_opponents
-from baselines.metrics import MetricsLogger
+from .checkpoint import atomic_save, policy_from_checkpoint, sealed
+from .config import SCRIPTED, PPOConfig, parse_opponents
+from .metrics import MetricsLogger
 
 __all__ = ["Evaluator", "eval_opponents"]
 
@@ -95,8 +95,9 @@ class Evaluator:
 
     def evaluate(self, trainer, out: Path) -> dict:
         """Play the evaluation games of `trainer`'s current policy; log; keep best.pt."""
-        from baselines.players import PPOPlayer
         from gigastep.eval.matches import evaluate
+
+        from .players import PPOPlayer
 
         cfg = self.config
         payload = trainer.policy_payload()

@@ -38,6 +38,8 @@ def ppo_loss(
     norm_adv: bool = True,
     count=None,
     adv_moments=None,
+    value_mask=None,
+    value_count=None,
 ) -> PPOLoss:
     r"""Clipped-surrogate PPO loss, averaged over the entries where `mask` is set.
 
@@ -47,7 +49,8 @@ def ppo_loss(
             + c_v\,\overline{\tfrac12 (V - R)^2} - c_e\,\overline{H},
         \qquad \rho = e^{\log\pi - \log\pi_{old}},
 
-    where the bar is the mean over masked entries. Masked-out entries (agents dead before
+    where the bar is the mean over masked entries (the value term's over `value_mask`'s,
+    by default the same). Masked-out entries (agents dead before
     the step) contribute exactly nothing, whatever they hold (NaN included): they are
     selected away with `torch.where`, not multiplied by zero. With `norm_adv` the advantages
     are standardised over the masked entries first; with `clip_value` the value loss is the
@@ -61,6 +64,10 @@ def ppo_loss(
             the parts' losses and gradients sum to the minibatch's.
         adv_moments: (mean, std) of the minibatch's masked advantages for `norm_adv`
             (default: computed from this batch).
+        value_mask: bool [T, N], the entries of the value loss (default: `mask`); the team
+            signal trains the values of dead agents' rows too (`baselines.buffer`).
+        value_count: the number of `value_mask` entries the value loss divides by (as
+            `count`; default: this batch's).
 
     Returns:
         A `PPOLoss`; `approx_kl` is the mean of ``(ρ - 1) - log ρ`` (Schulman's estimator),
@@ -84,13 +91,18 @@ def ppo_loss(
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1 - clip, 1 + clip)
     policy = mean(torch.maximum(-adv * ratio, -adv * clipped))
-    target = torch.where(mask, returns, 0.0)
+    if value_mask is None:
+        value_mask, value_count = mask, count
+    elif value_count is None:
+        value_count = value_mask.sum()
+    value_count = torch.as_tensor(value_count, dtype=logp.dtype, device=logp.device).clamp(min=1)
+    target = torch.where(value_mask, returns, 0.0)
     value_sq = 0.5 * (values - target) ** 2
     if clip_value:
-        old = torch.where(mask, old_values, 0.0)
+        old = torch.where(value_mask, old_values, 0.0)
         capped = old + (values - old).clamp(-clip, clip)
         value_sq = torch.maximum(value_sq, 0.5 * (capped - target) ** 2)
-    value = mean(value_sq)
+    value = torch.where(value_mask, value_sq, 0.0).sum() / value_count
     ent = mean(entropy)
     loss = policy + vf_coef * value - ent_coef * ent
     with torch.no_grad():

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from baselines.config import OpponentSpec, PPOConfig, parse_opponents
-from baselines.envs import GameSpec
-from baselines.normalize import ObsNormalizer
-from baselines.policies import ActorCritic, PolicySpec
+from .config import OpponentSpec, PPOConfig, parse_opponents
+from .envs import GameSpec
+from .normalize import ObsNormalizer
+from .policies import ActorCritic, PolicySpec
 
 __all__ = [
     "FrozenPlayer",

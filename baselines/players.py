@@ -1,8 +1,10 @@
 """PPO checkpoints as players for `gigastep.eval.matches` (and for scripts of your own).
 
 `gigastep` finds this loader through the entry point `ppo` of the group `gigastep.players`
-(declared in pyproject.toml); a checkpoint names it in its "gigastep_player" entry. The
-library never imports `baselines`: it only looks the entry point up.
+(declared in pyproject.toml: `gigastep._util.repository.load_ppo_player`, which imports this
+module as `gigastep_baselines.players` where the wheel is installed and `baselines.players` in
+a checkout); a checkpoint names it in its "gigastep_player" entry. The library never imports
+this package: it only looks it up by name.
 
     player = load(torch.load(path, weights_only=True), "cpu")     # what gigastep does
     player.check(config, team=1)                                   # raises if it cannot play
@@ -12,9 +14,9 @@ library never imports `baselines`: it only looks the entry point up.
 
 from __future__ import annotations
 
-from baselines.actor import PolicyActor, pick_team
-from baselines.checkpoint import LoadedPolicy, policy_from_checkpoint
-from baselines.envs import game_spec_from_config
+from .actor import PolicyActor, pick_team
+from .checkpoint import LoadedPolicy, policy_from_checkpoint
+from .envs import game_spec_from_config
 
 __all__ = ["PPOPlayer", "PolicyActor", "load"]
 

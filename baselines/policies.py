@@ -5,7 +5,8 @@ one-hot input, so heterogeneous teams share weights. A policy is
 
     encoder (MLP on vectors, small CNN on RGB, both for rgb_vector; + type one-hot)
       -> core (S5 block, GRU, or an MLP layer without memory)
-      -> actor head (27-way categorical, or a 3-d Gaussian) and value head,
+      -> actor head (27-way categorical, three 3-way categoricals (turn, dive, throttle)
+         with `action_head="factored"`, or a 3-d Gaussian) and value head,
 
 or, with `separate_critic`, the actor above and a value head on a second encoder and core of
 the same kinds (the recurrent state is then the two cores' states concatenated on the last
@@ -39,15 +40,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines import noise
-from baselines.s5 import S5Block
-from baselines.valuenorm import ValueNorm
+from . import noise
+from .s5 import S5Block
+from .valuenorm import ValueNorm
 
-__all__ = ["ActorCritic", "Core", "PolicySpec", "build_policy"]
+__all__ = ["FACTOR_INDEX", "ActorCritic", "Core", "PolicySpec", "build_policy", "joint_log_probs"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -84,8 +86,18 @@ class PolicySpec:
     """The value comes from its own encoder and core instead of the actor's (IPPO)."""
     value_norm: bool = False
     """The value head predicts standardised returns (`baselines.valuenorm`)."""
+    action_head: str = "joint"
+    """Discrete actions: "joint" (27 logits) or "factored" (3 x 3 logits: turn, dive,
+    throttle, three categoricals whose log-probabilities add; `joint_log_probs`)."""
 
     def __post_init__(self):
+        if self.action_head not in ("joint", "factored"):
+            raise ValueError(f"action_head must be joint or factored, got {self.action_head!r}")
+        if self.action_head == "factored" and not self.discrete:
+            raise ValueError(
+                "the factored action head is for discrete actions (turn, dive, throttle "
+                "levels); continuous actions take the joint 3-d Gaussian"
+            )
         if self.obs_type not in ("vector", "rgb", "rgb_vector"):
             raise ValueError(f"obs_type must be vector, rgb or rgb_vector, got {self.obs_type!r}")
         if self.core not in ("s5", "gru", "mlp"):
@@ -108,7 +120,10 @@ class PolicySpec:
 
     @property
     def n_action_outputs(self) -> int:
-        return 27 if self.discrete else 3
+        """Width of the actor head: 27 (joint), 9 (factored) or 3 (continuous means)."""
+        if not self.discrete:
+            return 3
+        return 9 if self.action_head == "factored" else 27
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,6 +131,22 @@ class PolicySpec:
     @classmethod
     def from_dict(cls, values: dict) -> PolicySpec:
         return cls(**values)
+
+
+FACTOR_INDEX = np.array([[(r // 3) % 3, 3 + r % 3, 6 + r // 9] for r in range(27)])
+"""[27, 3]: the factored head's outputs (turn 0-2, dive 3-5, throttle 6-8) that joint
+action r takes: the levels of `gigastep.game.dynamics.ACTION_TABLE` (heading (r // 3) % 3,
+dive r % 3, throttle r // 9)."""
+
+
+def joint_log_probs(out: torch.Tensor) -> torch.Tensor:
+    """A factored head's outputs [..., 9] -> the log-probabilities [..., 27] of the joint
+    actions: log p(r) = log p_turn + log p_dive + log p_throttle, each a 3-way log-softmax
+    (a normalised distribution over the same 27 actions as the joint head's)."""
+    parts = [F.log_softmax(out[..., 3 * k : 3 * k + 3], dim=-1) for k in range(3)]
+    lp = torch.cat(parts, dim=-1)
+    idx = torch.as_tensor(FACTOR_INDEX, device=out.device)
+    return lp[..., idx[:, 0]] + lp[..., idx[:, 1]] + lp[..., idx[:, 2]]
 
 
 def _layer(layer: _Weighted, std: float = math.sqrt(2)) -> _Weighted:
@@ -389,9 +420,14 @@ class ActorCritic(nn.Module):
         out = self.heads(y)
         a = self.spec.n_action_outputs
         if self.spec.central_critic or self.spec.separate_critic:
-            return out, self._critic(yc, critic_in)
+            return self._joint(out), self._critic(yc, critic_in)
         v = out[..., a]
-        return out[..., :a], v if self.value_norm is None else self.value_norm.denormalize(v)
+        v = v if self.value_norm is None else self.value_norm.denormalize(v)
+        return self._joint(out[..., :a]), v
+
+    def _joint(self, out):
+        """Action outputs as the actions' logits: the factored head's as joint log-probs."""
+        return joint_log_probs(out) if self.spec.action_head == "factored" else out
 
     def _log_prob(self, out, actions):
         if self.spec.discrete:

@@ -37,8 +37,8 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
-from baselines import runfolder  # noqa: E402
-from baselines.config import (  # noqa: E402
+from . import runfolder  # noqa: E402
+from .config import (  # noqa: E402
     PRESETS,
     PPOConfig,
     dumps,
@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> PPOConfig:
         PPOConfig,
         default=default,
         args=rest,
-        prog="python -m baselines.ppo",
+        prog=f"python -m {__package__}.ppo",  # gigastep_baselines.ppo where installed
         description=description,
     )
     if known.resume:
@@ -150,7 +150,7 @@ def _read_config(path: Path) -> dict:
                 f"--resume: {path} is missing, unreadable or torn ({err}) and {ckpt_path} "
                 "does not exist to take the config from; start a new run"
             ) from None
-        from baselines.checkpoint import load_checkpoint
+        from .checkpoint import load_checkpoint
 
         saved = load_checkpoint(ckpt_path)["config"]
         print(
@@ -195,12 +195,13 @@ def _train(config: PPOConfig, dist, device) -> tuple[_Finished, Path]:
     if dist.is_main:
         runfolder.check_writable(config.out)  # before any compute
     if config.framework == "jax":
-        from baselines.jax_ppo.trainer import JaxTrainer
+        from .jax_ppo.trainer import JaxTrainer
 
         jax_trainer = JaxTrainer(config)  # its set-up: checks, no compilation yet
         return jax_trainer, jax_trainer.run()  # locks the folders before compiling
-    from baselines.train import Trainer, hold_run_folder
     from gigastep._util import files as _files
+
+    from .train import Trainer, hold_run_folder
 
     runs = _torch_runs(config)
     # the lock is taken before any compute; the sweep's folder holds it for all its seeds
@@ -228,8 +229,8 @@ def _last_checkpoints(config: PPOConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from baselines.distributed import Dist, init_from_env
-    from baselines.train import TrainingDiverged, keep_freed_memory
+    from .distributed import Dist, init_from_env
+    from .train import TrainingDiverged, keep_freed_memory
 
     try:
         config = parse_args(argv)

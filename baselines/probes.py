@@ -24,8 +24,8 @@ import tempfile
 
 import torch
 
-from baselines.config import PolicyName, PPOConfig
-from baselines.envs import GameSpec
+from .config import PolicyName, PPOConfig
+from .envs import GameSpec
 
 __all__ = ["MemoryProbe", "evaluate_probe", "probe_game", "train_probe"]
 
@@ -199,7 +199,7 @@ def train_probe(
     policy: PolicyName = "s5", updates: int | None = None, seed: int = 0, out=None, **overrides
 ):
     """Train a policy on the probe with the PPO trainer; returns (trainer, success rate)."""
-    from baselines.train import Trainer
+    from .train import Trainer
 
     config = dataclasses.replace(PROBE_CONFIG, policy=policy, seed=seed, **overrides)
     if updates is not None:

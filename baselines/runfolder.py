@@ -208,7 +208,7 @@ def resume_mismatches(config: dict, scenario_hash: str, spec: dict, ckpt: dict) 
     `PPOConfig` as a dict) on a game of `scenario_hash` with policy spec `spec`: every
     setting outside `RESUMABLE`, the scenario's hash and the architecture, each as
     "name: given X, checkpoint Y". Empty when the run may continue."""
-    from baselines.config import PPOConfig
+    from .config import PPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
     saved = _plain(ckpt.get("config", {}))
@@ -224,12 +224,19 @@ def resume_mismatches(config: dict, scenario_hash: str, spec: dict, ckpt: dict) 
     theirs_hash = ckpt.get("game", {}).get("scenario_hash")
     if theirs_hash is not None and theirs_hash != scenario_hash:
         out.append(f"scenario_hash: given {scenario_hash!r}, checkpoint {theirs_hash!r}")
+    from .policies import PolicySpec
+
+    # a field added to the spec later is its default in older checkpoints
+    fields = dataclasses.fields(PolicySpec)
+    spec_defaults = _plain(
+        {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+    )
     saved_spec, given_spec = _plain(ckpt.get("policy_spec", {})), _plain(spec)
     for name in sorted(set(saved_spec) | set(given_spec)):
-        if saved_spec.get(name) != given_spec.get(name):
+        theirs = saved_spec.get(name, spec_defaults.get(name))
+        if theirs != given_spec.get(name):
             out.append(
-                f"architecture {name}: given {given_spec.get(name)!r}, "
-                f"checkpoint {saved_spec.get(name)!r}"
+                f"architecture {name}: given {given_spec.get(name)!r}, checkpoint {theirs!r}"
             )
     return out
 

@@ -11,7 +11,8 @@ Each update:
     3. `epochs` passes; each pass cuts the learner's agents into `minibatches` random groups
        and replays their whole sequences from the state at the rollout's start
        (`ActorCritic.evaluate`, the S5 parallel scan), then takes one clipped-PPO step.
-       Agents dead before a step are masked out of every term.
+       Agents dead before a step are masked out of every term (with `--signal team`, out of
+       the policy's terms only: their rows keep their team's reward and their value).
     4. metrics row, pool snapshot, checkpoint.
 
 Determinism: torch, numpy and JAX randomness come from seeded generators whose states are in
@@ -33,21 +34,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from baselines import noise, runfolder
-from baselines.buffer import RolloutBuffer
-from baselines.checkpoint import (
+from gigastep._util import files as _files
+
+from . import noise, runfolder
+from .buffer import RolloutBuffer, signal_rewards, trajectory_flags
+from .checkpoint import (
     FORMAT,
     holds_checkpoint,
     load_checkpoint,
     load_policy,
     save_checkpoint,
 )
-from baselines.config import PPOConfig, dumps, validate
-from baselines.distributed import Dist
-from baselines.envs import GameSpec, gigastep_game
-from baselines.evaluator import Evaluator
-from baselines.loss import ppo_loss
-from baselines.matchmaking import (
+from .config import PPOConfig, dumps, validate
+from .distributed import Dist
+from .envs import GameSpec, gigastep_game
+from .evaluator import Evaluator
+from .loss import ppo_loss
+from .matchmaking import (
     FrozenPlayer,
     OpponentPool,
     PoolPlayer,
@@ -55,12 +58,11 @@ from baselines.matchmaking import (
     check_file_opponent,
     make_plan,
 )
-from baselines.metrics import MetricsLogger, current_rss_mb, peak_rss_mb
-from baselines.normalize import ObsNormalizer, RewardScaler
-from baselines.policies import ActorCritic, PolicySpec
-from baselines.schedule import LRSchedule
-from baselines.valuenorm import normalized_value_terms, update_value_norm
-from gigastep._util import files as _files
+from .metrics import MetricsLogger, current_rss_mb, peak_rss_mb
+from .normalize import ObsNormalizer, RewardScaler
+from .policies import ActorCritic, PolicySpec
+from .schedule import LRSchedule
+from .valuenorm import normalized_value_terms, update_value_norm
 
 __all__ = ["Learner", "Trainer", "TrainingDiverged", "policy_spec"]
 
@@ -78,6 +80,12 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
             f"--encoder {encoder} needs {needs[encoder]} observations, but {game.name} has "
             f"{game.obs_type} observations (use --encoder auto, or a scenario with the "
             f"{'_vec' if needs[encoder] == 'vector' else '_rgb'} suffix)"
+        )
+    if config.action_head == "factored" and not game.discrete:
+        raise ValueError(
+            f"--action-head factored splits the 27 discrete actions into turn, dive and "
+            f"throttle; {game.name} has continuous actions (use --action-head joint, or a "
+            f"scenario with the _disc suffix)"
         )
     central = config.algo == "mappo"
     if central and game.state_size < 1:
@@ -98,6 +106,7 @@ def policy_spec(config: PPOConfig, game: GameSpec) -> PolicySpec:
         critic_hidden=config.critic_hidden,
         separate_critic=config.separate_critic,
         value_norm=config.value_norm,
+        action_head=config.action_head,
     )
 
 
@@ -364,8 +373,14 @@ class Trainer:
         validate(config)
         self.config = config
         self.dist = dist or Dist()
+        if config.warm_start and self.dist.enabled:
+            raise ValueError(
+                "--warm-start clones on one process's games and is not supported under "
+                "torchrun (several processes would clone different policies); run it in one "
+                "process"
+            )
         if game is None:
-            game, factory = gigastep_game(config.scenario, config.env)
+            game, factory = gigastep_game(config.scenario, config.env, config.shooter_credit)
         elif config.eval_every:
             raise ValueError(
                 f"--eval-every {config.eval_every} plays Gigastep scenarios; this run trains "
@@ -419,6 +434,7 @@ class Trainer:
             config.lr, config.anneal_lr, config.updates, config.time_budget_s
         )
         b, n = hi - lo, game.n_agents
+        self._teams = torch.as_tensor(game.teams, dtype=torch.int64, device=self.device)
         shape = (b * n,) if game.discrete else (b * n, 3)
         dtype = torch.int32 if game.discrete else torch.float32
         self.actions = torch.zeros(shape, dtype=dtype, device=self.device)
@@ -454,12 +470,27 @@ class Trainer:
         return player
 
     def start(self) -> None:
-        """Fresh games and, when the pool is used, the initial policy as its first member."""
+        """Fresh games and, when the pool is used, the initial policy as its first member
+        (with `--warm-start`, the cloned policy: `warm_up` runs first)."""
+        if self.config.warm_start:
+            self.warm_up()
         self.obs = self.venv.reset()
         if self.spec.central_critic:
             self.state_vectors = self.venv.state_vector()
         if self._uses_pool:
             self.pool.add(0, self.learners[0].net, self.learners[0].obs_norm)
+
+    def warm_up(self) -> None:
+        """`--warm-start`: every learner clones the scripted player on its rows of the run's
+        games (`baselines.warmstart`); the results are kept in `warm_started` (written to
+        warm_start.json and logged on stderr by `run`)."""
+        from .warmstart import warm_start
+
+        cfg = self.config
+        learners = [(x.name, x.net, x.obs_norm, x.rows, x.types) for x in self.learners]
+        self.warm_started = warm_start(
+            self.venv, learners, cfg.warm_start, cfg.seed, cfg.warm_start_updates
+        )
 
     @property
     def _uses_pool(self) -> bool:
@@ -574,16 +605,22 @@ class Trainer:
         truncated = info["truncated"]
         b, n = self.games[1] - self.games[0], self.game.n_agents
         final = _flat(info["final_obs"], b * n)
+        signal = self.config.signal
+        if signal != "individual":  # every agent's reward of the signal (`baselines.buffer`)
+            score = info.get("score")
+            flat_rewards = signal_rewards(signal, rewards, score, self._teams).reshape(-1)
         for learner, slot in zip(self.learners, self._finals, strict=True):
             rows, buf = learner.rows, learner.buffer
             alive = buf.alive[t]
             alive_after = ~rows.take(flat_dones)
-            cont = alive_after & ~ended[rows.game]
-            buf.cont[t] = cont
-            boot = alive_after & truncated[rows.game]
-            buf.boot[t] = boot
-            r = torch.where(alive, rows.take(flat_rewards), 0.0)
-            buf.rewards[t] = learner.rewards(r, alive, cont)
+            cont, boot = trajectory_flags(
+                signal, alive_after, ended[rows.game], truncated[rows.game]
+            )
+            buf.cont[t], buf.boot[t] = cont, boot
+            valued = alive if signal == "individual" else torch.ones_like(alive)
+            buf.valued[t] = valued
+            r = torch.where(valued, rows.take(flat_rewards), 0.0)
+            buf.rewards[t] = learner.rewards(r, valued, cont)
             critic_in = None
             if self.spec.central_critic:
                 critic_in = learner.critic_input(info["final_state_vector"])
@@ -626,7 +663,7 @@ class Trainer:
         cfg, buf, net = self.config, learner.buffer, learner.net
         with torch.no_grad():
             advantages, returns = buf.advantages(cfg.gamma, cfg.gae_lambda)
-            update_value_norm(net, returns, buf.alive, self.dist.sum_)
+            update_value_norm(net, returns, buf.valued, self.dist.sum_)
         total = learner.rows.total
         local = torch.full((total,), -1, dtype=torch.int64, device=self.device)
         local[learner.rows.pos] = torch.arange(buf.n, device=self.device)
@@ -670,7 +707,7 @@ class Trainer:
 
     def _explained_variance(self, returns, buf) -> float | None:
         """1 - Var(R - V) / Var(R) over the masked entries of every process."""
-        m = buf.alive.to(torch.float64)
+        m = buf.valued.to(torch.float64)
         r, d = returns.to(torch.float64), (returns - buf.values).to(torch.float64)
         sums = torch.stack(
             [m.sum(), (m * r).sum(), (m * r * r).sum(), (m * d).sum(), (m * d * d).sum()]
@@ -691,15 +728,15 @@ class Trainer:
         def cols(x):  # the minibatch's columns of a [T, N, ...] tensor
             return x.index_select(1, idx)
 
-        mask = cols(buf.alive)
+        mask, valued = cols(buf.alive), cols(buf.valued)
         adv = cols(advantages)
         with torch.no_grad():
             a = torch.where(mask, adv, 0.0).to(torch.float64)
-            moments = self.dist.sum_(
-                torch.stack([mask.sum().to(torch.float64), a.sum(), (a * a).sum()])
-            )
+            counts = [mask.sum().to(torch.float64), a.sum(), (a * a).sum()]
+            moments = self.dist.sum_(torch.stack([*counts, valued.sum().to(torch.float64)]))
             count, mean = moments[0].clamp(min=1), moments[1] / moments[0].clamp(min=1)
             std = torch.sqrt((moments[2] / count - mean * mean).clamp(min=0))
+            value_count = moments[3].clamp(min=1)
         batch = (
             buf.obs_rows(idx),
             learner.types[idx],
@@ -727,6 +764,8 @@ class Trainer:
             norm_adv=cfg.norm_adv,
             count=count.float(),
             adv_moments=(mean.float(), std.float()),
+            value_mask=valued,
+            value_count=value_count.float(),
         )
         learner.opt.zero_grad(set_to_none=True)
         # DistributedDataParallel averages gradients over processes; the parts are sums over
@@ -972,6 +1011,12 @@ class Trainer:
                 scenario_hash=self.game.scenario_hash,
             )
             _files.write_text(out / "config.json", info)
+            if getattr(self, "warm_started", None):
+                import json
+
+                text = json.dumps(self.warm_started, indent=2)
+                _files.write_text(out / "warm_start.json", text)
+                print(f"ppo: warm start from {cfg.warm_start}: {text}", file=sys.stderr)
         resumed = (self.update, self.agent_steps) if resuming else (None, None)
         log = _Log(out, self.columns(), resumed, cfg, main)
         if main:

@@ -612,13 +612,13 @@ def _time_program(config, case: Case, steps: int):
 
 def _time_library_rollout(config, case: Case, steps: int):
     """(timing, compile seconds, (RSS, peak RSS) before compiling) of the library's rollout:
-    `gigastep.rollout(config, batch, steps, key)` on one device, `sharded_rollout` over
+    `gigastep.rollout.rollout(config, batch, steps, key)` on one device, `sharded_rollout` over
     `case.devices`. Each timed call resets the games and plays `steps` steps; the first,
     untimed call compiles (`compile_s` = its time minus the median call's)."""
     import jax
 
-    import gigastep
     from gigastep.parallel import sharded_rollout
+    from gigastep.rollout import rollout
 
     if case.policy != "none":
         raise ValueError(
@@ -629,7 +629,7 @@ def _time_library_rollout(config, case: Case, steps: int):
         mesh = _mesh(case)
         play = lambda key: sharded_rollout(config, case.batch, steps, key, mesh=mesh)
     else:
-        play = lambda key: gigastep.rollout(config, case.batch, steps, key)
+        play = lambda key: rollout(config, case.batch, steps, key)
     memory = current_rss_mb(), peak_rss_mb()
     c0, t0 = time.process_time(), time.perf_counter()
     jax.block_until_ready(play(jax.random.PRNGKey(case.seed + 1)))

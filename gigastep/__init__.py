@@ -36,7 +36,8 @@ _SCENARIO_API = (
 )
 
 
-# Rollouts (`gigastep.rollout(...)`; the module is callable) and their sharded form.
+# Rollouts: the module `gigastep.rollout` (its function `gigastep.rollout.rollout`; calling
+# the module itself is deprecated, removed in 0.3) and the sharded form.
 _ROLLOUT_API = ("parallel", "rollout", "sharded_rollout")
 
 

@@ -1,6 +1,6 @@
 """The `gigastep` command.
 
-gigastep list [--all]                 base scenarios with their teams (--all: all 288 names)
+gigastep list [--all]                 base scenarios with their teams (--all: all 432 names)
 gigastep info NAME                    one scenario in detail (NAME may be a .toml file)
 gigastep render NAME --out F.gif|mp4  play one episode and write a video (--save-replay R)
 gigastep replay R --out F.gif|mp4     re-simulate a replay and write its video
@@ -8,8 +8,9 @@ gigastep eval A B --games N           play A against B (scripted names or checkp
 gigastep league A B C ... --out DIR   every pair: matrix, ratings, JSON, heat map
 gigastep play NAME                    fly one agent yourself (pygame window)
 gigastep view NAME|R                  watch a game or a replay (pygame window)
-gigastep bench ...                    python -m benchmarks.report ...
-gigastep train ...                    python -m baselines.ppo ...
+gigastep bench ...                    python -m benchmarks.report ... (in a checkout only)
+gigastep train ...                    python -m gigastep_baselines.ppo ... (installed), or
+                                      python -m baselines.ppo ... (in a checkout)
 
 Every command validates its arguments before any compute and fails with one line that names
 the bad value and the closest valid ones (exit status 2), never a traceback (set
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from gigastep._util.environ import flag
+from gigastep._util.repository import BASELINE_PACKAGES, locate
 from gigastep.game.types import PER_AGENT_FIELDS
 
 if TYPE_CHECKING:
@@ -51,8 +53,14 @@ DEFAULT_STEPS = 200
 MIN_FREE = 1 << 20
 """Bytes an output folder must have free: with less, the disk is called full before any
 compute (a write that fails later for want of space is still one line)."""
-FORWARD = {"bench": "benchmarks.report", "train": "baselines.ppo"}
-"""Commands that run another module of the repository, and the module they run."""
+FORWARD = {
+    "bench": ("benchmarks.report",),
+    "train": tuple(f"{package}.ppo" for package in BASELINE_PACKAGES),
+}
+"""Commands that run another module of the repository, and the modules they may run, in the
+order they are tried: the PPO trainer is `gigastep_baselines.ppo` in the installed wheel and
+`baselines.ppo` in a checkout; the benchmarks are in a checkout only
+(`gigastep._util.repository`)."""
 
 
 class CommandError(Exception):
@@ -120,6 +128,16 @@ def _positive(text: str) -> int:
 FPS_RANGE = (0.01, 1000.0)
 """Frames per second a video or window takes: a frame lasts between 1 ms and 100 s (GIF frame
 times are whole milliseconds; an infinite or tiny rate has no frame time)."""
+
+
+def _budgets(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers (agent-steps), e.g. 100000,1000000."""
+    parts = [p.strip().replace("_", "") for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers (agent-steps), got {text!r}"
+        )
+    return tuple(int(p) for p in parts)
 
 
 def _fps(text: str) -> float:
@@ -302,7 +320,7 @@ def _default_agents(env: GigastepEnv, agents: Iterable[int] | None) -> tuple[int
     """The ego views to show: those asked for, or one agent per team in RGB games."""
     if agents is not None:
         return tuple(agents)
-    if env.obs_type == "vector":
+    if env.obs_type not in ("rgb", "rgb_vector"):  # no images to show
         return ()
     teams = list(env.config.teams)
     return tuple(teams.index(t) for t in (0, 1) if t in teams)
@@ -346,7 +364,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     print(
         f"\n{len(bases)} base scenarios, {len(names)} named variants "
-        "<base>_<fobs|pobs>_<rgb|vec>_<maps|void>_<cont|disc> (gigastep list --all)"
+        "<base>_<fobs|pobs>_<rgb|vec|ent>_<maps|void>_<cont|disc> (gigastep list --all)"
     )
     return 0
 
@@ -532,6 +550,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if args.json:
         _check_output(args.json, "--json")
+    if args.split is not None:
+        return _cmd_eval_split(args)
+    if args.b is None:
+        raise CommandError("give two players A and B (or --split NAME and one policy)")
+    if args.marl_eval or args.few_shot:
+        raise CommandError("--marl-eval and --few-shot go with --split")
+    args.games = 256 if args.games is None else args.games
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
     _check_name(scenario)
@@ -546,6 +571,53 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_eval_split(args: argparse.Namespace) -> int:
+    """`gigastep eval --split NAME POLICY`: the split's zero-shot table."""
+    from gigastep._util.files import write_text
+    from gigastep.eval.splits import evaluate_split, load_split
+
+    if args.b is not None:
+        raise CommandError(
+            f"--split takes one player (the policy), got two: {args.a!r} and "
+            f"{args.b!r}; the opponents are the split's"
+        )
+    fixed = {
+        "--scenario": args.scenario,
+        "--a-team": args.a_team,
+        "--set": args.set,
+        "--max-steps": args.max_steps,
+    }
+    given = [k for k, v in fixed.items() if v is not None]
+    if given or args.seed != 0:
+        given += ["--seed"] if args.seed != 0 else []
+        raise CommandError(
+            f"with --split, {', '.join(given)} cannot be given; the split fixes each "
+            f"item's scenario, settings, opponents and seed"
+        )
+    if args.marl_eval:
+        _check_output(args.marl_eval, "--marl-eval")
+    split = load_split(args.split)
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    result = evaluate_split(
+        split,
+        args.a,
+        roles=roles,
+        games=args.games,
+        few_shot=args.few_shot,
+        batch_size=args.batch,
+        device=args.device,
+        progress=lambda what: print(f"playing {what}", file=sys.stderr),
+    )
+    print(result.table())
+    if args.json:
+        write_text(args.json, json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.marl_eval:
+        write_text(args.marl_eval, json.dumps(result.marl_eval(), indent=2) + "\n")
+        print(f"wrote {args.marl_eval}")
     return 0
 
 
@@ -599,7 +671,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     env = _env(args.name, args.set)
     if not 0 <= args.agent < env.n_agents:
         raise CommandError(f"--agent {args.agent}: this game has agents 0..{env.n_agents - 1}")
-    _check_window(env, (args.agent,) if env.obs_type != "vector" else (), args.scale)
+    _check_window(env, (args.agent,) if env.obs_type in ("rgb", "rgb_vector") else (), args.scale)
     team = env.config.teams[args.agent]
     players = [args.teammates, args.opponent] if team == 0 else [args.opponent, args.teammates]
     game = GameRunner(args.name, players, args.seed, _overrides(args.set), args.device)
@@ -644,37 +716,47 @@ def _cmd_view(args: argparse.Namespace) -> int:
 def _forward(command: str, argv: list[str]) -> int:
     """Run `python -m <module> argv` with this Python; its exit status is ours."""
     import importlib.util
+    import site
     import subprocess
+    import sysconfig
 
-    module = FORWARD[command]
-    package, _, name = module.rpartition(".")
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # the package itself is missing
+    module, reasons = locate(FORWARD[command])
+    if module is None:
+        if command == "bench":
+            what = (
+                "the benchmarks (benchmarks/) are part of the Gigastep repository, not of the "
+                "installed package: run `gigastep bench` from a checkout after `pip install -e "
+                "'.[bench]'` there, or `python -m benchmarks.report` in its root folder"
+            )
+        else:
+            what = (
+                "the PPO trainer is shipped in the gigastep wheel as gigastep_baselines and is "
+                "the folder baselines/ of a checkout: reinstall gigastep (pip install "
+                "'gigastep[train]'), or run it from a checkout after `pip install -e '.[train]'`"
+            )
+        tried = " or ".join(f"`python -m {m}`" for m in FORWARD[command])
+        none = "neither can" if len(reasons) > 1 else "it cannot"
         print(
-            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
-            f"{package!r} cannot be imported: it is part of the Gigastep repository, not of the "
-            "installed package. Run it from a checkout (pip install -e . there)",
-            file=sys.stderr,
-        )
-        return 2
-    if spec is None or spec.origin is None:
-        found = importlib.util.find_spec(package)
-        where = found.submodule_search_locations if found is not None else None
-        print(
-            f"gigastep: error: `gigastep {command}` runs `python -m {module}`, but the package "
-            f"{package!r} ({', '.join(where or [])}) has no module {name!r}",
+            f"gigastep: error: `gigastep {command}` runs {tried}, but {none} be imported "
+            f"({'; '.join(reasons)}): {what}",
             file=sys.stderr,
         )
         return 2
     if argv[:1] in (["-h"], ["--help"]):
         print(f"gigastep {command}: forwards its arguments to `python -m {module}`:\n")
         sys.stdout.flush()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
-    if module.count(".") > 1:
+    # The folder that holds the package (a checkout) goes on the child's path; an installed
+    # package's site-packages does not (the child has it already, after the standard library,
+    # which site-packages on PYTHONPATH would come before).
+    spec = importlib.util.find_spec(module)
+    root = os.path.abspath(spec.origin) if spec is not None and spec.origin else ""
+    for _ in range(module.count(".") + 1 if root else 0):
         root = os.path.dirname(root)
+    installed = {os.path.abspath(sysconfig.get_path(key)) for key in ("purelib", "platlib")}
+    installed.add(os.path.abspath(site.getusersitepackages()))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if root and root not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return subprocess.call([sys.executable, "-m", module, *argv], env=env)
 
 
@@ -715,9 +797,10 @@ def _add_game_options(p: argparse.ArgumentParser, steps: bool = False) -> None:
         )
 
 
-def _add_match_options(p: argparse.ArgumentParser, games: int) -> None:
+def _add_match_options(p: argparse.ArgumentParser, games: int | None) -> None:
+    default = "256; with --split, the split's" if games is None else str(games)
     p.add_argument(
-        "--games", type=_positive, default=games, help=f"games to count (default {games})"
+        "--games", type=_positive, default=games, help=f"games to count (default {default})"
     )
     p.add_argument(
         "--scenario",
@@ -771,7 +854,7 @@ def _version() -> str:
 
 def _add_catalogue(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser("list", help="list the base scenarios (--all: every name)")
-    p.add_argument("--all", action="store_true", help="print all 288 scenario names")
+    p.add_argument("--all", action="store_true", help="print all 432 scenario names")
     p.set_defaults(run=_cmd_list)
     p = commands.add_parser("info", help="describe one scenario")
     p.add_argument("name", help="a scenario name, a .toml file, or file.toml#name")
@@ -803,17 +886,41 @@ def _add_videos(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
-    p = commands.add_parser("eval", help="play A against B and report win rates")
+    p = commands.add_parser(
+        "eval", help="play A against B and report win rates, or a policy on a split"
+    )
     p.add_argument("a", help="player A: random, circle, pursuit, evade or a checkpoint file")
-    p.add_argument("b", help="player B (the same kinds)")
+    p.add_argument("b", nargs="?", help="player B (the same kinds); not with --split")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    p.add_argument(
+        "--split",
+        metavar="NAME",
+        help="play A on a generalisation split (a shipped name or a .toml file): every "
+        "item against its opponents, beside the split's reference players",
+    )
+    p.add_argument(
+        "--roles",
+        default="train,test",
+        help="with --split: the items to play, comma-separated (default train,test)",
+    )
+    p.add_argument(
+        "--marl-eval", metavar="PATH", help="with --split: also write marl-eval's JSON layout"
+    )
+    p.add_argument(
+        "--few-shot",
+        type=_budgets,
+        default=(),
+        metavar="K1,K2",
+        help="with --split: also fine-tune the policy K agent-steps on each test item and "
+        "play it again on fresh games (a checkpoint of a trainer that can fine-tune)",
+    )
     p.add_argument(
         "--a-team",
         type=int,
         choices=(0, 1),
         help="A plays only this team (default: both, half the games each, in symmetric scenarios)",
     )
-    _add_match_options(p, 256)
+    _add_match_options(p, None)
     p.set_defaults(run=_cmd_eval)
     p = commands.add_parser("league", help="every pair of players: matrix, ratings, heat map")
     p.add_argument("players", nargs="+", help="two or more players (names or checkpoints)")
@@ -854,7 +961,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_catalogue, _add_videos, _add_matches, _add_windows):
         add(commands)
-    for name, module in FORWARD.items():  # parsed by main: listed here for --help
+    for name, modules in FORWARD.items():  # parsed by main: listed here for --help
+        module = " or ".join(modules)
         p = commands.add_parser(
             name, help=f"run python -m {module} (arguments passed on)", add_help=False
         )

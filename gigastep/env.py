@@ -39,7 +39,7 @@ from gigastep.game.types import (
     check_fields,
 )
 from gigastep.game.xla import count_sum
-from gigastep.spaces import Box, Discrete, Tuple, vector_bounds
+from gigastep.spaces import Box, Discrete, Tuple, entity_bounds, vector_bounds
 
 if TYPE_CHECKING:
     from jax.typing import ArrayLike
@@ -568,6 +568,8 @@ class GigastepEnv:
         "vector": float32 (n, L) — ego row, nearest seen agents, waypoint and box features.
         "rgb": uint8 (n, res_x, res_y, 3) — ego-centred top view (first image axis = world x).
         "rgb_vector": the tuple (rgb, vector).
+        "entity": float32 (n, entity_size) — self, ally, enemy, box (and waypoint) slots of
+        equal width in the ego's frame (`gigastep.game.observations.entity.entity_groups`).
         A dead agent's observation is all zeros.
     Action (per agent): continuous float32 (n, 3) (heading, dive, throttle) in [-1, 1], NaN
         acting as 0; or discrete int (n,) in 0..26 (clipped), see
@@ -634,6 +636,8 @@ class GigastepEnv:
     def observation_space(self) -> Box | Tuple:
         """Per-agent observation space."""
         c = self.config
+        if c.obs_type == "entity":
+            return Box.create(*entity_bounds(c), (c.entity_size,), np.float32)
         rgb = Box.create(0, 255, (c.resolution_x, c.resolution_y, 3), np.uint8)
         vec = Box.create(*vector_bounds(c), (c.vector_size,), np.float32)  # finite, derived
         spaces: dict[str, Box | Tuple] = {

@@ -1,19 +1,19 @@
 """Rollouts over every device of a mesh, in one process or across processes.
 
 `sharded_rollout(env, num_envs, num_steps, key, policy=None, trajectory=False, mesh=None)`
-takes the arguments of `gigastep.rollout` and returns a `RolloutResult` of the same
+takes the arguments of `gigastep.rollout.rollout` and returns a `RolloutResult` of the same
 structure, with the games split evenly over the devices of `mesh` (default: every device,
 a 1-D mesh). Each device resets and plays its own games with `shard_map`: nothing is
 communicated while the games run, and the native CPU observation kernel stays per device
 (a sharded `jit` would gather the batch to run that kernel).
 
-Same key, same per-game results as `gigastep.rollout`, bit for bit: the games' keys are split
-from `key` up front (`jax.random.split(key, num_envs)`, see `gigastep.rollout`) and sharded
-with the games, so game b's randomness does not depend on the device it runs on nor on how
-many devices there are. On CPU both compile with the same XLA options
-(`gigastep.rollout.compiler_options`), under which a game's arithmetic does not depend on the
-batch it is part of; tested on 2 and 4 CPU devices and on 2 processes. (GPUs are not tested
-here: there, floats could differ in the last bit between the two programs.)
+Same key, same per-game results as `gigastep.rollout.rollout`, bit for bit: the games'
+keys are split from `key` up front (`jax.random.split(key, num_envs)`, see
+`gigastep.rollout`) and sharded with the games, so game b's randomness does not depend on
+the device it runs on nor on how many devices there are. On CPU both compile with the same
+XLA options (`gigastep.rollout.compiler_options`), under which a game's arithmetic does not
+depend on the batch it is part of; tested on 2 and 4 CPU devices and on 2 processes. (GPUs
+are not tested here: there, floats could differ in the last bit between the two programs.)
 
 Several processes (one per host or per GPU): call `jax.distributed.initialize(...)` first,
 then `sharded_rollout` with the same arguments in every process; `jax.devices()` (the
@@ -146,7 +146,7 @@ def _compiled(
 
 def _same_everywhere(key_data: np.ndarray, num_envs: int, num_steps: int) -> None:
     """On several processes, check that every process passed the same key and sizes (else
-    the games would silently not be the ones `gigastep.rollout` plays)."""
+    the games would silently not be the ones `gigastep.rollout.rollout` plays)."""
     from jax.experimental import multihost_utils
 
     words = np.concatenate(
@@ -166,19 +166,20 @@ def sharded_rollout(
     trajectory: bool = False,
     mesh: Mesh | None = None,
 ) -> RolloutResult:
-    """`gigastep.rollout` with the games split over the devices of `mesh`.
+    """`gigastep.rollout.rollout` with the games split over the devices of `mesh`.
 
     Args:
-        env, num_envs, num_steps, key, policy, trajectory: as for `gigastep.rollout`
-            (`num_envs` must be a multiple of the mesh's device count). With several
-            processes, pass the same values in every process.
+        env, num_envs, num_steps, key, policy, trajectory: as for
+            `gigastep.rollout.rollout` (`num_envs` must be a multiple of the mesh's device
+            count). With several processes, pass the same values in every process.
         mesh: a `jax.sharding.Mesh`; the games are split over all of its axes. Default: every
             device of every process, as a 1-D mesh ("games",).
 
     Returns:
         A `RolloutResult` of global arrays sharded along the game axis (axis 1 of the
-        trajectory); game b's values equal `gigastep.rollout(...)`'s bit for bit. With several
-        processes each holds only its devices' shards: use `gather` to read them all.
+        trajectory); game b's values equal `gigastep.rollout.rollout(...)`'s bit for bit.
+        With several processes each holds only its devices' shards: use `gather` to read
+        them all.
 
     Raises:
         TypeError / ValueError: bad arguments, or `num_envs` not divisible by the device

@@ -1,6 +1,7 @@
 """Rollouts as library functions: many games played for many steps in one compiled call.
 
-`gigastep.rollout(env, num_envs, num_steps, key, policy=None)` plays `num_envs` games for
+`gigastep.rollout.rollout(env, num_envs, num_steps, key, policy=None)` (or
+`from gigastep.rollout import rollout`) plays `num_envs` games for
 `num_steps` steps of the library's auto-resetting batched step inside one `lax.scan` on one
 device, and returns per-game totals (rewards, completed episodes, their lengths, returns,
 wins and draws), the final states and observations, and optionally the whole trajectory
@@ -25,9 +26,13 @@ object, not a fresh lambda, to reuse it). On CPU the rollouts compile with XLA's
 fusion emitters (`compiler_options`), so that a game's numbers do not depend on the size of
 the batch or the number of devices it is played with.
 
+Calling the module itself, `gigastep.rollout(...)`, is deprecated (a `DeprecationWarning`;
+it stops working in gigastep 0.3): call the function `gigastep.rollout.rollout(...)`.
+
 Example:
-    >>> import jax, gigastep
-    >>> out = gigastep.rollout("identical_2_vs_2_fobs_vec_void_disc", 64, 100, jax.random.key(0))
+    >>> import jax
+    >>> from gigastep.rollout import rollout
+    >>> out = rollout("identical_2_vs_2_fobs_vec_void_disc", 64, 100, jax.random.key(0))
     >>> out.total_reward.shape, out.episodes.shape, out.wins.shape
     ((64, 4), (64,), (64, 2))
 """
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -206,7 +212,7 @@ def joint_policy(policy_team0: PolicyLike, policy_team1: PolicyLike) -> JointPol
 
     Example:
         >>> match = joint_policy("pursuit", "random")        # pursuit (team 0) vs random
-        >>> out = gigastep.rollout(env, 256, 500, key, policy=match)
+        >>> out = rollout(env, 256, 500, key, policy=match)
         >>> out.wins.sum(0) / out.episodes.sum()             # win rates of team 0 and team 1
     """
     return JointPolicy(
@@ -457,12 +463,25 @@ def rollout(
     return run(data)
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as `gigastep.rollout(...)` (= `gigastep.rollout.rollout`), so
-    that the function and its helpers (`gigastep.rollout.joint_policy`) share one name."""
+# ------------------------------------------------------------------------------------------
+# Deprecated: calling the module (removed in 0.3)
+# ------------------------------------------------------------------------------------------
+
+
+class _DeprecatedCallableModule(types.ModuleType):
+    """This module, still callable until gigastep 0.3 so that `gigastep.rollout(...)` of
+    0.1.0 keeps playing, with a DeprecationWarning. In 0.3 this class and the assignment
+    below go, and `gigastep.rollout` is a plain module."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> RolloutResult:
+        warnings.warn(
+            "calling the module, gigastep.rollout(...), is deprecated and stops working in "
+            "gigastep 0.3: call the function gigastep.rollout.rollout(...) "
+            "(from gigastep.rollout import rollout)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return rollout(*args, **kwargs)
 
 
-sys.modules[__name__].__class__ = _CallableModule
+sys.modules[__name__].__class__ = _DeprecatedCallableModule

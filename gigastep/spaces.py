@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from gigastep.game.types import EnvConfig
 
-__all__ = ["Box", "Discrete", "Tuple", "vector_bounds"]
+__all__ = ["Box", "Discrete", "Tuple", "entity_bounds", "float_bounds", "vector_bounds"]
 
 Space: TypeAlias = "Box | Discrete | Tuple"
 """Any space of this module."""
@@ -253,3 +253,107 @@ def vector_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
         lows.append(np.where(lo < 0, np.nextafter(lo, np.float32(-np.inf)), lo))
         highs.append(np.where(hi > 0, np.nextafter(hi, np.float32(np.inf)), hi))
     return np.concatenate(lows), np.concatenate(highs)
+
+
+def entity_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Element-wise bounds (low, high), float32 (entity_size,), of the entity observation.
+
+    Derived from the game (rules §5.5), not measured; empty slots and a dead agent's zeros
+    are inside them. Flags, sprite bits and health fractions in [0, 1]; cosines and sines in
+    [-1, 1]; type features in [0, the config's largest value]. An agent's forward, left and
+    distance are at most diag / S apart (both inside the map); up in [-r, r] (r as in
+    `vector_bounds`); speed / diag in [0, hi] (`_speed_range`). The self row's x / limit_x and
+    y / limit_y lie in [0, 1], z / z_max in [0, r]. A box centre and the distance to the box are
+    at most the farthest a map point is from a box centre (a waypoint's: from a point of the
+    square it can be drawn in); half extents up to the largest box (the waypoint's half side).
+    Bounds that come out of float32 products and quotients are widened by one float32 ulp.
+    """
+    from gigastep.game.observations.entity import COLUMNS, group_slices
+
+    lx, ly = config.limit_x, config.limit_y
+    s, diag = max(lx, ly), math.sqrt(lx * lx + ly * ly)
+    r = max(config.z_max, *(mp.height[1] for mp in config.maps)) / config.z_max
+    _, v_hi = _speed_range(config)
+    c = {name: i for i, name in enumerate(COLUMNS)}
+    f = len(COLUMNS)
+
+    def rows(hi_values: dict[str, float], lo_values: dict[str, float]) -> tuple[np.ndarray, ...]:
+        hi, lo = np.zeros(f, np.float32), np.zeros(f, np.float32)
+        for name in COLUMNS[:6]:  # presence and group flags
+            hi[c[name]] = 1.0
+        for name in ("cos_bearing", "sin_bearing", "cos_heading", "sin_heading"):
+            lo[c[name]], hi[c[name]] = -1.0, 1.0
+        for name, value in hi_values.items():
+            hi[c[name]] = _up(value)
+        for name, value in lo_values.items():
+            lo[c[name]] = -_up(-value) if value < 0 else value
+        return lo, hi
+
+    types = {
+        "sprite_dot": 1.0,
+        "sprite_plus": 1.0,
+        "sprite_diagonal": 1.0,
+        "health": 1.0,
+        "detection_range": max(config.detection_range),
+        "damage_range": max(config.damage_range),
+        "thrust": max(config.thrust),
+        "max_health": max(config.max_health),
+    }
+    speed = v_hi / diag
+    ego = rows({"forward": 1.0, "left": 1.0, "up": r, "speed": speed, **types}, {})
+    reach = diag / s
+    agent = rows(
+        {"forward": reach, "left": reach, "up": r, "distance": reach, "speed": speed, **types},
+        {"forward": -reach, "left": -reach, "up": -r},
+    )
+
+    def square(farthest: float, half_w: float, half_d: float) -> tuple[np.ndarray, ...]:
+        return rows(
+            {
+                "forward": farthest,
+                "left": farthest,
+                "distance": farthest,
+                "half_width": half_w,
+                "half_depth": half_d,
+            },
+            {"forward": -farthest, "left": -farthest},
+        )
+
+    groups = group_slices(config)
+    low, high = [ego[0]], [ego[1]]
+    for name in ("allies", "enemies"):
+        size = groups[name].stop - groups[name].start
+        low += [agent[0]] * size
+        high += [agent[1]] * size
+    if config.max_boxes:
+        boxes = np.concatenate([m.reshape(-1, 4) for m in _map_boxes(config)])
+        cx, cy = 0.5 * (boxes[:, 0] + boxes[:, 2]), 0.5 * (boxes[:, 1] + boxes[:, 3])
+        far = np.hypot(
+            np.maximum(np.abs(cx), np.abs(lx - cx)), np.maximum(np.abs(cy), np.abs(ly - cy))
+        )
+        half_w = 0.5 * float(np.max(boxes[:, 2] - boxes[:, 0]))
+        half_d = 0.5 * float(np.max(boxes[:, 3] - boxes[:, 1]))
+        box = square(float(np.max(far)) / s, half_w / s, half_d / s)
+        low += [box[0]] * config.max_boxes
+        high += [box[1]] * config.max_boxes
+    if config.enable_waypoints:
+        size = config.waypoint_size
+        far = math.hypot(max(lx, size), max(ly, size)) / s
+        wp = square(far, 0.5 * size / s, 0.5 * size / s)
+        low.append(wp[0])
+        high.append(wp[1])
+    return np.concatenate(low), np.concatenate(high)
+
+
+def _map_boxes(config: EnvConfig) -> list[np.ndarray]:
+    """The real boxes of each map of `config` in world units, float64 (k_i, 4)."""
+    scale = np.array([config.limit_x, config.limit_y, config.limit_x, config.limit_y]) / 10.0
+    return [np.asarray(m.boxes, np.float64).reshape(-1, 4) * scale for m in config.maps]
+
+
+def float_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds (low, high) of the float32 observation of `config`: `entity_bounds` for
+    "entity", else `vector_bounds` (the vector of "vector" and "rgb_vector")."""
+    if config.obs_type == "entity":
+        return entity_bounds(config)
+    return vector_bounds(config)

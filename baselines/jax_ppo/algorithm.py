@@ -1,12 +1,35 @@
-r"""GAE and the clipped PPO loss in JAX: pure functions, the twins of `baselines.buffer.
-compute_gae` and `baselines.loss.ppo_loss` (same maths, same masking; see their docs)."""
+r"""GAE, the training signal and the clipped PPO loss in JAX: pure functions, the twins of
+`baselines.buffer.compute_gae`, `baselines.buffer.signal_rewards` and
+`baselines.loss.ppo_loss` (same maths, same masking; see their docs)."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["compute_gae", "ppo_loss"]
+__all__ = ["compute_gae", "ppo_loss", "signal_rewards", "trajectory_flags"]
+
+
+def signal_rewards(signal: str, rewards, score, teams):
+    """Every agent's training reward of one step (`baselines.buffer.signal_rewards`): the
+    game's rewards (individual), or its team's sum of the game's own rewards plus its own
+    shaping (team).
+
+    Args:
+        rewards: float32 [B, n]. score: float32 [B, n] or None. teams: int [n] (numpy or jax).
+
+    Returns:
+        float32 [B, n].
+    """
+    if signal == "individual":
+        return rewards
+    if signal != "team":
+        raise ValueError(f"signal must be individual or team, got {signal!r}")
+    game = rewards if score is None else score
+    teams = jnp.asarray(teams)
+    team_sum = game @ jax.nn.one_hot(teams, 2, dtype=game.dtype)  # [B, 2]
+    shared = jnp.take(team_sum, teams, axis=1)  # [B, n]
+    return shared if score is None else shared + (rewards - score)
 
 
 def compute_gae(rewards, values, cont, boot, final_values, next_values, gamma, lam):
@@ -48,6 +71,13 @@ def compute_gae(rewards, values, cont, boot, final_values, next_values, gamma, l
     return advantages, advantages + values
 
 
+def trajectory_flags(signal: str, alive_after, ended, truncated):
+    """(cont, boot) of one step's rows (`baselines.buffer.trajectory_flags`), bool [N]."""
+    if signal == "team":
+        return ~ended, truncated
+    return alive_after & ~ended, alive_after & truncated
+
+
 def ppo_loss(
     logp,
     old_logp,
@@ -63,12 +93,14 @@ def ppo_loss(
     ent_coef,
     clip_value=False,
     norm_adv=True,
+    value_mask=None,
 ):
     """The clipped PPO objective averaged over the entries where `mask` is set.
 
     Args:
         logp, old_logp, advantages, values, old_values, returns, entropy: float32 [T, N].
         mask: bool [T, N]; masked-out entries contribute nothing (selected away, NaN too).
+        value_mask: bool [T, N], the entries of the value loss (default: `mask`).
 
     Returns:
         (loss, parts): the scalar loss and a dict of policy, value, entropy, approx_kl and
@@ -87,13 +119,18 @@ def ppo_loss(
     log_ratio = jnp.where(mask, logp - old_logp, 0.0)
     ratio = jnp.exp(log_ratio)
     policy = mean(jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - clip, 1 + clip)))
-    target = jnp.where(mask, returns, 0.0)
+    vmask = mask if value_mask is None else value_mask
+    target = jnp.where(vmask, returns, 0.0)
     value_sq = 0.5 * (values - target) ** 2
     if clip_value:
-        old = jnp.where(mask, old_values, 0.0)
+        old = jnp.where(vmask, old_values, 0.0)
         capped = old + jnp.clip(values - old, -clip, clip)
         value_sq = jnp.maximum(value_sq, 0.5 * (capped - target) ** 2)
-    value = mean(value_sq)
+    if value_mask is None:
+        value = mean(value_sq)
+    else:
+        value_count = jnp.maximum(value_mask.sum(), 1).astype(logp.dtype)
+        value = jnp.where(value_mask, value_sq, 0.0).sum() / value_count
     ent = mean(entropy)
     loss = policy + vf_coef * value - ent_coef * ent
     ratio, log_ratio = jax.lax.stop_gradient(ratio), jax.lax.stop_gradient(log_ratio)

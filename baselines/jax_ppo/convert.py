@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from baselines.envs import GameSpec
-from baselines.jax_ppo import policy
-from baselines.policies import PolicySpec
+from ..envs import GameSpec
+from ..policies import PolicySpec
+from . import policy
 
 __all__ = [
     "JaxActor",
@@ -76,7 +76,7 @@ def value_norm_from_torch(model: dict) -> dict:
 
 def adam_to_torch(spec: PolicySpec, params: policy.Params, opt_state, lr: float) -> dict:
     """The optax Adam state as the state dict of `torch.optim.Adam` on `ActorCritic(spec)`."""
-    from baselines.policies import ActorCritic
+    from ..policies import ActorCritic
 
     net = ActorCritic(spec)
     net.load_state_dict(policy.params_to_torch(params), strict=False)  # value_norm: buffers
@@ -151,7 +151,7 @@ def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
     Raises:
         ValueError: not a PPO checkpoint, or an architecture the JAX side does not build.
     """
-    from baselines.checkpoint import load_checkpoint
+    from ..checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(path)
     spec = PolicySpec.from_dict(ckpt["policy_spec"])
@@ -183,8 +183,8 @@ class JaxActor:
     """
 
     def __init__(self, loaded: JaxPolicy, team: int, num_envs: int, deterministic=True, seed=0):
-        from baselines.jax_ppo.running import normalize
-        from baselines.jax_ppo.update import value_moments
+        from .running import normalize
+        from .update import value_moments
 
         if team not in loaded.params:
             team = next(iter(loaded.params))

@@ -40,9 +40,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines.jax_ppo import policy, running
-from baselines.policies import PolicySpec
 from gigastep.game.xla import platform_form
+
+from ..policies import PolicySpec
+from . import policy, running
 
 __all__ = [
     "MAX_SEATS",

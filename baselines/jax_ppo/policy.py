@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines import s5_jax
-from baselines.policies import PolicySpec
+from .. import s5_jax
+from ..policies import FACTOR_INDEX, PolicySpec
 
 __all__ = [
     "BUFFERS",
@@ -37,6 +37,7 @@ __all__ = [
     "check_spec",
     "evaluate",
     "init_params",
+    "joint_log_probs",
     "initial_state",
     "params_from_torch",
     "params_to_torch",
@@ -72,7 +73,7 @@ def init_params(spec: PolicySpec, seed: int, skip: int = 0) -> Params:
     (`skip`: networks drawn first and dropped; 1 gives a second learner's)."""
     import torch
 
-    from baselines.policies import ActorCritic
+    from ..policies import ActorCritic
 
     check_spec(spec)
     with torch.random.fork_rng():
@@ -216,10 +217,26 @@ def _outputs(spec: PolicySpec, p: Params, y, critic_in, yc=None, moments=None):
     out = _linear(p, "heads", y)
     a = spec.n_action_outputs
     if spec.central_critic:
-        return out, _denormalize(spec, _critic(p, critic_in), moments)
+        return _joint(spec, out), _denormalize(spec, _critic(p, critic_in), moments)
     if spec.separate_critic:
-        return out, _denormalize(spec, _linear(p, "critic_head", yc)[..., 0], moments)
-    return out[..., :a], _denormalize(spec, out[..., a], moments)
+        v = _denormalize(spec, _linear(p, "critic_head", yc)[..., 0], moments)
+        return _joint(spec, out), v
+    return _joint(spec, out[..., :a]), _denormalize(spec, out[..., a], moments)
+
+
+def joint_log_probs(out: jax.Array) -> jax.Array:
+    """A factored head's outputs [..., 9] -> log-probabilities [..., 27] of the joint actions
+    (`baselines.policies.joint_log_probs`)."""
+    lp = jnp.concatenate(
+        [jax.nn.log_softmax(out[..., 3 * k : 3 * k + 3], axis=-1) for k in range(3)], -1
+    )
+    idx = FACTOR_INDEX
+    return lp[..., idx[:, 0]] + lp[..., idx[:, 1]] + lp[..., idx[:, 2]]
+
+
+def _joint(spec: PolicySpec, out: jax.Array) -> jax.Array:
+    """Action outputs as the actions' logits (a factored head's as joint log-probs)."""
+    return joint_log_probs(out) if spec.action_head == "factored" else out
 
 
 def _critic(p: Params, critic_in: jax.Array) -> jax.Array:
@@ -279,7 +296,7 @@ def sample(spec: PolicySpec, p: Params, obs, types, first, h, key):
     `act` without the values or log-probs, so no critic input or value moments are needed.
     The same draws as `act` with the same key."""
     y, _, h = _step(spec, p, obs, types, first, h)
-    out = _linear(p, "heads", y)[..., : spec.n_action_outputs]
+    out = _joint(spec, _linear(p, "heads", y)[..., : spec.n_action_outputs])
     if spec.discrete:
         return jax.random.categorical(key, out).astype(jnp.int32), h
     return out + jnp.exp(p["log_std"]) * jax.random.normal(key, out.shape), h

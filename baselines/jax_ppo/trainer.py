@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -38,16 +39,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from baselines import runfolder
-from baselines.checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
-from baselines.config import PPOConfig, dumps, validate
-from baselines.distributed import env_int
-from baselines.evaluator import Evaluator
-from baselines.jax_ppo import convert, frozen, policy
-from baselines.jax_ppo.update import Setup, initial_state, learner_state, make_update
-from baselines.metrics import current_rss_mb, peak_rss_mb
-from baselines.schedule import LRSchedule
 from gigastep._util import files as _files
+
+from .. import runfolder
+from ..checkpoint import FORMAT, holds_checkpoint, load_checkpoint, save_checkpoint
+from ..config import PPOConfig, dumps, validate
+from ..distributed import env_int
+from ..evaluator import Evaluator
+from ..metrics import current_rss_mb, peak_rss_mb
+from ..schedule import LRSchedule
+from . import convert, frozen, policy
+from .update import (
+    Setup,
+    initial_state,
+    learner_state,
+    make_optimizer,
+    make_update,
+    with_learner,
+)
 
 __all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
 
@@ -75,16 +84,15 @@ def make_setup(config: PPOConfig) -> Setup:
     Raises:
         ValueError: a bad config, or an option the JAX side does not support (named).
     """
-    import gigastep
-    from baselines.envs import game_spec_from_config, parse_overrides, unshaped_config
-    from baselines.matchmaking import Rows, make_plan
-    from baselines.train import policy_spec
+    from ..envs import game_spec_from_config, training_env, unshaped_config
+    from ..matchmaking import Rows, make_plan
+    from ..train import policy_spec
 
     validate(config)
     reason = unsupported(config)
     if reason:
         raise ValueError(reason)
-    env = gigastep.make(config.scenario, **parse_overrides(config.env))
+    env = training_env(config.scenario, config.env, config.shooter_credit)
     game = game_spec_from_config(env.config, env.spec.name if env.spec else config.scenario)
     spec = policy_spec(config, game)
     policy.check_spec(spec)
@@ -126,7 +134,7 @@ def make_setup(config: PPOConfig) -> Setup:
 def _frozen_player(name: str, opponent, spec, rows, seats: int) -> frozen.Frozen:
     """The `Frozen` player `name` of the plan: a pool part, or a checkpoint file's policy
     (loaded and checked against the run's policy, as the PyTorch trainer checks it)."""
-    from baselines.matchmaking import check_file_opponent
+    from ..matchmaking import check_file_opponent
 
     where = dict(rows=rows.index.numpy(), row_game=rows.game.numpy(), row_type=rows.type_id.numpy())
     if opponent.kind == "pool":
@@ -203,9 +211,58 @@ class JaxTrainer:
         )
 
     def _fresh(self) -> dict:
-        with jax.default_device(self.device):
-            states = [initial_state(self.setup, s) for s in self.seeds]
+        self.warm_started: list[list[dict]] = []
+        states = []
+        for s in self.seeds:
+            if self.config.warm_start:
+                states.append(self._warm_state(s))
+            else:
+                with jax.default_device(self.device):
+                    states.append(initial_state(self.setup, s))
         return self._stack(states)
+
+    def _warm_state(self, seed: int) -> dict:
+        """`--warm-start`: run `seed`'s fresh state with every learner cloned from the scripted
+        player by the PyTorch trainer's `baselines.warmstart.warm_start` (on a `TorchVecEnv`
+        of the run's batch and opponents, from the same initial networks as `initial_state`);
+        the results go to `warm_started`."""
+        import torch
+
+        from ..envs import gigastep_game
+        from ..normalize import ObsNormalizer
+        from ..policies import ActorCritic
+        from ..warmstart import warm_start
+
+        cfg, setup, spec = self.config, self.setup, self.setup.spec
+        _, factory = gigastep_game(cfg.scenario, cfg.env, cfg.shooter_credit)
+        venv = factory(cfg.num_envs, seed, "cpu", setup.scripted, False)
+        learners = []
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)  # the networks `policy.init_params` draws
+            for i, view in enumerate(setup.learners):
+                rows = SimpleNamespace(
+                    index=torch.as_tensor(view.rows), game=torch.as_tensor(view.row_game)
+                )
+                types = torch.nn.functional.one_hot(
+                    torch.as_tensor(view.row_type), spec.n_types
+                ).float()
+                net, norm = ActorCritic(spec), ObsNormalizer(spec.vector_size, "cpu", cfg.norm_obs)
+                learners.append((f"learner{i}", net, norm, rows, types))
+            self.warm_started.append(
+                warm_start(venv, learners, cfg.warm_start, seed, cfg.warm_start_updates)
+            )
+        with jax.default_device(self.device):
+            state = initial_state(setup, seed)
+            for i, (_, net, norm, _, _) in enumerate(learners):
+                params = policy.params_from_torch(net.state_dict())
+                part = dict(
+                    learner_state(state, i),
+                    params=params,
+                    opt=make_optimizer(cfg).init(params),
+                    obs_norm=convert.moments_from_torch(norm.state_dict()),
+                )
+                state = with_learner(state, i, part)
+        return state
 
     def _stack(self, states: list[dict]) -> dict:
         if len(states) == 1:
@@ -317,7 +374,7 @@ class JaxTrainer:
     # --- metrics ----------------------------------------------------------------------------
     def columns(self) -> list[str]:
         """The PyTorch trainer's metrics columns for this run."""
-        from baselines.train import Trainer
+        from ..train import Trainer
 
         plan = SimpleNamespace(labels=list(self.setup.labels))
         learners = [None] * len(self.setup.learners)
@@ -325,7 +382,7 @@ class JaxTrainer:
 
     def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
         """One metrics row per run from the update's stats (host numpy)."""
-        from baselines.train import LEARN_COLUMNS, outcome_row
+        from ..train import LEARN_COLUMNS, outcome_row
 
         cfg, labels = self.config, self.setup.labels
         steps = cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
@@ -363,7 +420,7 @@ class JaxTrainer:
     # --- the run ----------------------------------------------------------------------------
     def step(self) -> dict:
         """One update of every run; returns the stats (host numpy arrays)."""
-        from baselines.train import TrainingDiverged
+        from ..train import TrainingDiverged
 
         cfg = self.config
         self.update += 1
@@ -396,7 +453,7 @@ class JaxTrainer:
             return self._run(dirs)
 
     def _run(self, dirs: list[Path]) -> Path:
-        from baselines.train import _Log, _postfix, _progress
+        from ..train import _Log, _postfix, _progress
 
         cfg = self.config
         out = Path(cfg.out)
@@ -426,6 +483,10 @@ class JaxTrainer:
             folder.mkdir(parents=True, exist_ok=True)
             if len(dirs) > 1:
                 _files.write_text(folder / "config.json", dumps(self.run_config(i), **extra))
+            if getattr(self, "warm_started", None):
+                text = json.dumps(self.warm_started[i], indent=2)
+                _files.write_text(folder / "warm_start.json", text)
+                print(f"ppo: warm start from {cfg.warm_start}: {text}", file=sys.stderr)
             resumed = (self.update, self.agent_steps) if resuming else (None, None)
             logs.append(_Log(folder, self.columns(), resumed, cfg, True))
             self.evaluators[i].open(folder, resumed)

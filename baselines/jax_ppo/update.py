@@ -35,12 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from baselines.config import PPOConfig
-from baselines.envs import GameSpec
-from baselines.jax_ppo import algorithm, frozen, policy, running
-from baselines.policies import PolicySpec
 from gigastep.game.types import EnvConfig
 from gigastep.game.xla import platform_form
+
+from ..config import PPOConfig
+from ..envs import GameSpec
+from ..policies import PolicySpec
+from . import algorithm, frozen, policy, running
 
 __all__ = [
     "Setup",
@@ -499,8 +500,13 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         states, rewards, dones, ended, info = after
         alive = record["alive"]
         alive_after = ~dones.reshape(-1)[a.rows]
-        cont = alive_after & ~ended[a.row_game]
-        boot = alive_after & info.truncated[a.row_game]
+        cont, boot = algorithm.trajectory_flags(
+            cfg.signal, alive_after, ended[a.row_game], info.truncated[a.row_game]
+        )
+        team = cfg.signal == "team"
+        valued = jnp.ones_like(alive) if team else alive  # (`baselines.buffer`)
+        if team:
+            rewards = algorithm.signal_rewards("team", rewards, info.score, setup.game.teams)
 
         def final_values(_):
             final = a.norm(info.final_obs.reshape(b * n, -1)[a.rows])
@@ -520,10 +526,10 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             cpu=lambda t: jax.lax.cond(t, final_values, lambda _: jnp.zeros(len(a.rows)), None),
             gpu=lambda t: jnp.where(t, final_values(None), jnp.zeros(len(a.rows))),
         )
-        r = jnp.where(alive, rewards.reshape(-1)[a.rows], 0.0)
+        r = jnp.where(valued, rewards.reshape(-1)[a.rows], 0.0)
         if cfg.scale_rewards:
             returns = cfg.gamma * returns + r
-            rew_sums = running.sums(returns[:, None], alive)
+            rew_sums = running.sums(returns[:, None], valued)
             returns = returns * cont
             r = r * a.rew_scale
         else:
@@ -536,6 +542,8 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             "rew": running.add_sums(sums["rew"], rew_sums),
         }
         record = dict(record, rewards=r, cont=cont, boot=boot, final_values=fin)
+        if team:
+            record["valued"] = valued
         return record, returns, sums
 
     def step(carry, t):
@@ -643,6 +651,7 @@ def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid, moments=Non
         moments,
     )
     old, target = buf["values"][:, idx], ret[:, idx]
+    value_mask = buf["valued"][:, idx] & valid[None] if "valued" in buf else None
     if spec.value_norm:
         values, old, target = normalized_value_terms(moments, values, old, target)
     return algorithm.ppo_loss(
@@ -659,6 +668,7 @@ def _minibatch_loss(setup: Setup, params, buf, adv, ret, idx, valid, moments=Non
         ent_coef=cfg.ent_coef,
         clip_value=cfg.clip_value,
         norm_adv=cfg.norm_adv,
+        value_mask=value_mask,
     )
 
 
@@ -683,8 +693,9 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
         cfg.gae_lambda,
     )
     moments = None
+    valued = buf.get("valued", buf["alive"])  # the team signal's value rows (`rollout`)
     if setup.spec.value_norm:
-        state = dict(state, value_norm=value_norm_merge(state["value_norm"], ret, buf["alive"]))
+        state = dict(state, value_norm=value_norm_merge(state["value_norm"], ret, valued))
         moments = value_moments(state["value_norm"])
     total = len(setup.rows)
     size = math.ceil(total / cfg.minibatches)
@@ -744,7 +755,7 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
         jnp.stack([jnp.isfinite(x).all() for x in jax.tree_util.tree_leaves(params)])
     )
     stats = dict(zip(_STAT_NAMES, sums / jnp.maximum(steps, 1), strict=True))
-    stats["explained_variance"] = _explained_variance(ret, buf["values"], buf["alive"])
+    stats["explained_variance"] = _explained_variance(ret, buf["values"], valued)
     stats["epochs"] = done
     stats["finite"] = finite
     return dict(state, params=params, opt=opt), stats

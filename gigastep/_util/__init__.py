@@ -1,1 +1,2 @@
-"""Private helpers of every layer: input checks, atomic files, pytrees, the catalogue's location."""
+"""Private helpers of every layer: input checks, atomic files, pytrees, the catalogue's location,
+the names of the packages beside the library (the PPO baseline, the benchmarks)."""

@@ -32,9 +32,10 @@ What BenchMARL sees:
   kind from `supports_continuous_actions()` / `supports_discrete_actions()`; an algorithm
   without it (QMIX on a continuous scenario) is refused by BenchMARL's own check. Every
   action is available to every agent: no `action_mask`.
-- Observations (`observation_spec`): a group's "observation" (L,) float32 (vector scenarios)
-  and/or "pixels" (res_x, res_y, 3) uint8 (RGB scenarios, for BenchMARL's `CnnConfig`,
-  which reads images as (X, Y, C) and vectors beside them, so "rgb_vector" works too).
+- Observations (`observation_spec`): a group's "observation" (L,) float32 (vector scenarios;
+  (entity_size,) for entity ones) and/or "pixels" (res_x, res_y, 3) uint8 (RGB scenarios,
+  for BenchMARL's `CnnConfig`, which reads images as (X, Y, C) and vectors beside them, so
+  "rgb_vector" works too).
 - State (`state_spec`, default `state=True`): the root "state" (S,) float32, the game's
   global state vector (`gigastep.game.observations.global_state`) seen from team `team`
   (its agents first), which MAPPO's critic and QMIX's / VDN's mixers read. BenchMARL takes

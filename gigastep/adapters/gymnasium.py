@@ -6,8 +6,8 @@ opponent (`gigastep.opponents`) inside the same compiled step.
 - Action: the joint action of the team, `MultiDiscrete([27] * m)` (discrete scenarios) or
   `Box(-1, 1, (m, 3), float32)` (continuous; heading, dive, throttle per agent).
 - Observation: the team's per-agent observations stacked, `Box(low, high, (m, L), float32)`
-  (vector), `Box(0, 255, (m, res_x, res_y, 3), uint8)` (rgb) or a `Tuple` of both
-  (rgb_vector). A dead agent's rows are zeros.
+  (vector; `Box(low, high, (m, entity_size), float32)` for entity), `Box(0, 255, (m, res_x,
+  res_y, 3), uint8)` (rgb) or a `Tuple` of both (rgb_vector). A dead agent's rows are zeros.
 - Reward: the sum of the team's agents' rewards. `terminated`: the game ended by elimination;
   `truncated`: it reached its time limit.
 
@@ -47,7 +47,7 @@ from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvState, Observation
 from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env, team_outcome
-from gigastep.spaces import vector_bounds
+from gigastep.spaces import entity_bounds, vector_bounds
 
 __all__ = ["ENV_ID", "TeamEnv", "TeamVectorEnv", "team_spaces"]
 
@@ -65,6 +65,9 @@ def team_spaces(versus: VersusEnv) -> tuple[gymnasium.Space[Any], gymnasium.Spac
         action = gymnasium.spaces.MultiDiscrete(np.full(m, N_DISCRETE_ACTIONS, np.int64))
     else:
         action = gymnasium.spaces.Box(-1.0, 1.0, (m, 3), np.float32)
+    if config.obs_type == "entity":
+        low, high = (np.broadcast_to(b, (m, config.entity_size)) for b in entity_bounds(config))
+        return gymnasium.spaces.Box(low, high, (m, config.entity_size), np.float32), action
     rgb = gymnasium.spaces.Box(0, 255, (m, config.resolution_x, config.resolution_y, 3), np.uint8)
     low, high = (np.broadcast_to(b, (m, config.vector_size)) for b in vector_bounds(config))
     vec = gymnasium.spaces.Box(low, high, (m, config.vector_size), np.float32)

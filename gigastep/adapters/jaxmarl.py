@@ -22,7 +22,8 @@ The JaxMARL conventions, and what Gigastep puts in them:
   `step(..., reset_state=s)` restarts a finished game from `s` instead (its observation is
   that of `observe_state`: nothing detected yet, communication noise drawn from the key).
 - Observations: `obs[agent]` is the agent's row of Gigastep's observation: float32 (L,) for a
-  vector scenario, uint8 (res_x, res_y, 3) for an RGB one. "rgb_vector" scenarios (a tuple per
+  vector scenario, float32 (entity_size,) for an entity one, uint8 (res_x, res_y, 3) for an
+  RGB one. "rgb_vector" scenarios (a tuple per
   agent) are refused at make time: JaxMARL's baselines stack the agents' observations into one
   array (`batchify`). With `world_state` (default), `obs["world_state"]` is the game's global
   state vector (S,) float32 seen from `team` (`GigastepEnv.state_vector`, its agents first),
@@ -31,11 +32,12 @@ The JaxMARL conventions, and what Gigastep puts in them:
   critic.
 - Spaces: `observation_space(agent)` / `action_space(agent)` are JaxMARL spaces, the same
   objects for every agent: `Box(low, high, (L,), float32)` (finite bounds,
-  `gigastep.spaces.vector_bounds`) or `Box(0, 255, (res_x, res_y, 3), uint8)`; `Discrete(27)`
-  or `Box(-1, 1, (3,), float32)`. Heterogeneous teams (agent types with different health,
-  speed, range) share these spaces: a scenario has one observation length for every agent
-  and type, so the baselines' stacking works, and an agent's own health and sprite in its
-  ego row tell a shared network most of what sets its type apart.
+  `gigastep.spaces.vector_bounds`; `entity_bounds` for entity scenarios) or
+  `Box(0, 255, (res_x, res_y, 3), uint8)`; `Discrete(27)` or `Box(-1, 1, (3,), float32)`.
+  Heterogeneous teams (agent types with different health, speed, range) share these spaces:
+  a scenario has one observation length for every agent and type, so the baselines' stacking
+  works, and an agent's own health and sprite in its ego row tell a shared network most of
+  what sets its type apart.
 - Actions: `actions[agent]` is one agent's action, an int index 0..26 or float32 (3,); axes
   of length 1 are dropped, since JaxMARL's baselines pass (1,) per agent (`unbatchify`).
 - Rewards: `rewards[agent]` float32 (), Gigastep's per-agent reward.
@@ -89,7 +91,7 @@ from gigastep.opponents import (
     resolve_env,
     team_outcome,
 )
-from gigastep.spaces import vector_bounds
+from gigastep.spaces import float_bounds
 
 try:
     from jaxmarl.environments import spaces as _spaces
@@ -205,8 +207,8 @@ class GigastepJaxMARLEnv(MultiAgentEnv):
         c = self.config
         if c.obs_type == "rgb":
             return _spaces.Box(0, 255, (c.resolution_x, c.resolution_y, 3), jnp.uint8)
-        low, high = vector_bounds(c)
-        return _spaces.Box(jnp.asarray(low), jnp.asarray(high), (c.vector_size,), jnp.float32)
+        low, high = float_bounds(c)  # vector or entity
+        return _spaces.Box(jnp.asarray(low), jnp.asarray(high), (len(low),), jnp.float32)
 
     def _action_space(self) -> Any:
         if self.config.discrete_actions:

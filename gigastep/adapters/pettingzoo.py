@@ -8,8 +8,9 @@ removed from `agents` (it never comes back). When the game ends every remaining 
 
 Per-agent spaces are Gymnasium spaces, built once and returned as the same objects every call:
 observation `Box(low, high, (L,), float32)` (vector, finite bounds from
-`gigastep.spaces.vector_bounds`), `Box(0, 255, (res_x, res_y, 3), uint8)` (rgb) or a `Tuple`
-of both; action `Discrete(27)` or `Box(-1, 1, (3,), float32)`.
+`gigastep.spaces.vector_bounds`; entity: `(entity_size,)`, `entity_bounds`),
+`Box(0, 255, (res_x, res_y, 3), uint8)` (rgb) or a `Tuple` of both; action `Discrete(27)`
+or `Box(-1, 1, (3,), float32)`.
 `state()` is the global view (res_x, res_y, 3) uint8 (first axis = world x, like the
 observations); `render()` returns the same picture as an image (rows = world y).
 

@@ -7,7 +7,8 @@ trainers built for heterogeneous groups (BenchMARL-style) see each team as its o
 
     root        "done", "terminated", "truncated"         (B, 1) bool   the episode
                 "state"        (B, S) float32   with `state=True`: the global state vector
-    "team0"     "observation"  (B, m0, L) float32         vector obs (vector, rgb_vector)
+    "team0"     "observation"  (B, m0, L) float32         vector obs (vector, rgb_vector),
+                                                         or entity obs (entity_size)
                 "pixels"       (B, m0, res_x, res_y, 3) uint8   RGB obs (rgb, rgb_vector)
                 ("info", "mask")  (B, m0) bool            the agent is alive
                 "action"       (B, m0, 3) float32 in [-1, 1] (continuous) or (B, m0) int64
@@ -66,7 +67,7 @@ from gigastep.game.observations import global_view
 from gigastep.game.observations.global_state import state_vector_size
 from gigastep.game.types import EnvConfig, EnvState
 from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env
-from gigastep.spaces import vector_bounds
+from gigastep.spaces import float_bounds
 
 __all__ = ["GigastepTorchRLEnv"]
 
@@ -175,19 +176,20 @@ class GigastepTorchRLEnv(EnvBase):
             entries: dict[str, Any] = {
                 "info": Composite(mask=mask, shape=shape, device=dev),
             }
-            if c.obs_type in ("vector", "rgb_vector"):
-                low, high = vector_bounds(c)
+            if c.obs_type in ("vector", "rgb_vector", "entity"):
+                low, high = float_bounds(c)
+                size = len(low)
                 if np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
                     entries["observation"] = Bounded(
                         torch.as_tensor(low).expand(b, m, -1),
                         torch.as_tensor(high).expand(b, m, -1),
-                        (b, m, c.vector_size),
+                        (b, m, size),
                         dtype=torch.float32,
                         device=dev,
                     )
                 else:  # a game whose speed has no bound (drag = 0)
                     entries["observation"] = Unbounded(
-                        (b, m, c.vector_size), dtype=torch.float32, device=dev
+                        (b, m, size), dtype=torch.float32, device=dev
                     )
             if c.obs_type in ("rgb", "rgb_vector"):
                 entries["pixels"] = Bounded(

@@ -14,7 +14,9 @@ Checkpoint files are dicts saved with `torch.save` and loaded with
 `"gigastep_player"` names the loader: a function `fn(checkpoint: dict, device) -> TorchPlayer`
 registered with `register_player_loader(name, fn)` or declared as an entry point of the group
 `gigastep.players` (value `module:function`) by an installed package. This library imports no
-loader itself; the repository's PPO baseline declares one.
+loader itself; Gigastep's entry point `ppo` finds the PPO baseline's loader by name
+(`gigastep._util.repository.load_ppo_player`: `gigastep_baselines` where the wheel is
+installed, `baselines` in a checkout).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ __all__ = [
     "closest",
 ]
 
-OBS_TYPES = ("vector", "rgb", "rgb_vector")
+OBS_TYPES = ("vector", "rgb", "rgb_vector", "entity")
 
 Pair = tuple[float, float]
 
@@ -49,7 +49,8 @@ VectorLike: TypeAlias = "ArrayLike | Sequence[float]"
 
 Observation: TypeAlias = "jax.Array | tuple[jax.Array, jax.Array]"
 """The observations of one game (or a batch): (n, L) float32 for "vector", (n, res_x, res_y, 3)
-uint8 for "rgb", the pair (rgb, vector) for "rgb_vector" (with any leading batch axes)."""
+uint8 for "rgb", the pair (rgb, vector) for "rgb_vector", (n, entity_size) float32 for "entity"
+(with any leading batch axes)."""
 
 
 # Keyword names of the 2023 library that this project renamed (old name -> new name).
@@ -124,6 +125,11 @@ INT32_MAX = 2**31 - 1
 counters they are compared with are int32."""
 RESOLUTION_MAX = 4096
 """The largest RGB image side (`resolution_x`, `resolution_y`)."""
+ENTITY_FEATURES = 25
+"""Features per row of the entity observation (`gigastep.game.observations.entity`)."""
+ENTITY_SLOTS_MAX = 1024
+"""The most ally or enemy slots of the entity observation (`entity_max_allies`,
+`entity_max_enemies`)."""
 NON_NEGATIVE_DYNAMICS = (
     "heading_rate",
     "dive_rate",
@@ -270,7 +276,7 @@ class EnvConfig:
 
     # --- interface -----------------------------------------------------------------------
     obs_type: str = "rgb"
-    """"vector", "rgb" or "rgb_vector"."""
+    """"vector", "rgb", "rgb_vector" or "entity"."""
     discrete_actions: bool = False
     """Discrete(27) lookup-table actions instead of continuous [-1, 1]^3."""
     resolution_x: int = 84
@@ -279,6 +285,10 @@ class EnvConfig:
     """RGB image size along world y (second image axis)."""
     max_agents_in_vec_obs: int = 15
     """Rows of the vector observation (ego first, then nearest seen agents)."""
+    entity_max_allies: int = 8
+    """Ally slots of the entity observation (nearest seen teammates; 0..1024)."""
+    entity_max_enemies: int = 8
+    """Enemy slots of the entity observation (nearest seen opponents; 0..1024)."""
     max_episode_length: int | None = 500
     """Time limit in steps (the step reaching it is truncated); None for no limit."""
     episode_ends_one_team_dead: bool = True
@@ -443,6 +453,12 @@ class EnvConfig:
             raise ValueError(
                 f"max_agents_in_vec_obs must be >= 1, got {self.max_agents_in_vec_obs}"
             )
+        for name in ("entity_max_allies", "entity_max_enemies"):
+            if not 0 <= getattr(self, name) <= ENTITY_SLOTS_MAX:
+                raise ValueError(
+                    f"{name} must be an integer 0..{ENTITY_SLOTS_MAX} (slots of the entity "
+                    f"observation), got {getattr(self, name)}"
+                )
         if self.max_episode_length is not None and self.max_episode_length < 1:
             raise ValueError(
                 f"max_episode_length must be >= 1 or None, got {self.max_episode_length}"
@@ -513,6 +529,23 @@ class EnvConfig:
     def vector_size(self) -> int:
         """Length L of the vector observation: 9 M + 5 [waypoints] + 4 B."""
         return 9 * self.vec_agents + 5 * int(self.enable_waypoints) + 4 * self.max_boxes
+
+    @property
+    def entity_rows(self) -> int:
+        """Rows G of the entity observation: 1 (self) + allies + enemies + box slots
+        + 1 if waypoints are enabled."""
+        return (
+            1
+            + self.entity_max_allies
+            + self.entity_max_enemies
+            + self.max_boxes
+            + int(self.enable_waypoints)
+        )
+
+    @property
+    def entity_size(self) -> int:
+        """Length of the entity observation: G rows of `ENTITY_FEATURES` (25) features."""
+        return self.entity_rows * ENTITY_FEATURES
 
     @property
     def resolution(self) -> tuple[int, int]:

@@ -677,16 +677,25 @@ def _all_names() -> tuple[str, ...]:
 
 
 def list_scenarios() -> list[str]:
-    """Every suffixed scenario name (18 bases x 16 suffix combinations = 288), in order.
+    """Every suffixed scenario name (18 bases x 24 suffix combinations = 432), in order: the
+    288 names of the 2023 library and, with the suffix `ent`, 144 with the entity observation.
 
     Bases in catalogue order; within a base, suffix combinations in the order of the
-    `[suffixes]` tables (fobs before pobs, rgb before vec, maps before void, cont before disc).
+    `[suffixes]` tables (fobs before pobs, rgb before vec before ent, maps before void, cont before
+    disc).
     """
     return list(_all_names())
 
 
+ADDED_FIELDS = ("entity_max_allies", "entity_max_enemies", "map_generator", "team_draw")
+"""EnvConfig fields added after 0.1.0. Each enters `scenario_hash` only when it differs from
+its default, so every game that 0.1.0 could express keeps its 0.1.0 hash (recorded replays and
+checkpoints still match it)."""
+
+
 def scenario_hash(config: EnvConfig) -> str:
-    """First 12 hex digits of the SHA-256 of a canonical JSON form of every field of `config`.
+    """First 12 hex digits of the SHA-256 of a canonical JSON form of every field of `config`
+    (a field of `ADDED_FIELDS` only where it differs from its default).
 
     Stable across processes, platforms and Python versions (no `hash()`), so it identifies the
     game an environment plays: any field that differs gives a different hash.
@@ -697,17 +706,16 @@ def scenario_hash(config: EnvConfig) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-# Optional features left out of the hash while unused, so that configs without them keep the
-# hashes they had before the feature existed.
-_OMITTED_WHEN_NONE = ("map_generator",)
-
-
 def _canonical(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
             f.name: _canonical(getattr(value, f.name))
             for f in dataclasses.fields(value)
-            if not (f.name in _OMITTED_WHEN_NONE and getattr(value, f.name) is None)
+            if not (
+                isinstance(value, EnvConfig)
+                and f.name in ADDED_FIELDS
+                and getattr(value, f.name) == f.default
+            )
         }
         return {"__type__": type(value).__name__, **fields}
     if isinstance(value, (tuple, list)):

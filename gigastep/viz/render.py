@@ -98,7 +98,7 @@ def frame(
     i.e. world y down the rows."""
     views = [np.asarray(env.global_view(state))]
     if agents:
-        if obs is None or env.obs_type == "vector":
+        if obs is None or env.obs_type not in ("rgb", "rgb_vector"):
             raise ValueError("ego views need the RGB observation of the state (obs_type rgb)")
         rgb = obs[0] if isinstance(obs, tuple) else obs
         views += [np.asarray(rgb[i]) for i in range(min(agents, env.n_agents))]

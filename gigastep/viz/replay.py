@@ -368,10 +368,10 @@ def check_agents(env: GigastepEnv, agents: Iterable[int]) -> tuple[int, ...]:
     bad = [a for a in agents if not 0 <= a < env.n_agents]
     if bad:
         raise ValueError(f"agents {bad} do not exist: this game has agents 0..{env.n_agents - 1}")
-    if agents and env.obs_type == "vector":
+    if agents and env.obs_type not in ("rgb", "rgb_vector"):
         raise ValueError(
-            "ego views need RGB observations, and this scenario observes vectors: choose an "
-            "_rgb_ variant of the scenario, or show no agents"
+            f"ego views need RGB observations, and this scenario observes {env.obs_type!r} "
+            "(no images): choose an _rgb_ variant of the scenario, or show no agents"
         )
     return agents
 

@@ -86,7 +86,9 @@ class Viewer:
         if not fps > 0:
             raise ValueError(f"fps must be positive, got {fps!r}")
         if agents is None:
-            agents = (human,) if human is not None and game.env.obs_type != "vector" else ()
+            agents = (
+                (human,) if human is not None and game.env.obs_type in ("rgb", "rgb_vector") else ()
+            )
         self.game, self.human = game, human
         self.replay_actions = None if replay_actions is None else np.asarray(replay_actions)
         names = list(game.names if names is None else names)

@@ -24,10 +24,10 @@ def test_list_prints_every_base_with_its_teams_and_the_count(capsys):
     row = next(line for line in out.splitlines() if line.startswith("special_5_vs_1 "))
     assert row.split()[1] == "6"  # agents
     assert "more_health, more_range, faster, default x2" in row and "super" in row
-    assert "18 base scenarios, 288 named variants" in out
+    assert "18 base scenarios, 432 named variants" in out
 
 
-def test_list_all_prints_the_288_names_in_order(capsys):
+def test_list_all_prints_the_432_names_in_order(capsys):
     assert main(["list", "--all"]) == 0
     assert capsys.readouterr().out.splitlines() == list_scenarios()
 
@@ -296,8 +296,47 @@ def test_a_missing_forward_target_is_named_with_a_non_zero_exit(tmp_path):
         "train", "--steps", 5, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "fake")}
     )
     assert result.returncode == 2
-    assert "runs `python -m baselines.ppo`, but the package 'baselines'" in result.stderr
-    assert "has no module 'ppo'" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "runs `python -m gigastep_baselines.ppo` or `python -m baselines.ppo`, but neither"
+        in result.stderr
+    )
+    assert "the package 'baselines'" in result.stderr and "has no module 'ppo'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _hide(monkeypatch, *packages: str) -> None:
+    """Make top-level packages unimportable in this process for the test."""
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in packages:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
+    for name in list(sys.modules):
+        if name.split(".")[0] in packages:
+            monkeypatch.delitem(sys.modules, name)
+
+
+def test_bench_outside_a_checkout_says_it_needs_one(monkeypatch, capsys):
+    # an installed wheel has no benchmarks/: one line that says where they are, exit status 2
+    _hide(monkeypatch, "benchmarks")
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gigastep: error: `gigastep bench` runs `python -m benchmarks.report`")
+    assert "no package 'benchmarks' is installed" in err
+    assert "part of the Gigastep repository, not of the installed package" in err
+    assert "pip install -e '.[bench]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_without_the_baseline_names_both_of_its_names(monkeypatch, capsys):
+    _hide(monkeypatch, "gigastep_baselines", "baselines")
+    assert main(["train", "--updates", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "`python -m gigastep_baselines.ppo` or `python -m baselines.ppo`" in err
+    assert "no package 'gigastep_baselines' is installed" in err
+    assert "no package 'baselines' is installed" in err
+    assert "pip install 'gigastep[train]'" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.subprocess
@@ -330,7 +369,7 @@ def test_version_prints_the_package_version(capsys):
 
 BAD = [
     (["rendr", "x"], "closest: render"),
-    (["render", "identical_5_vs_4", "--out", "g.gif"], "`gigastep list --all` lists all 288"),
+    (["render", "identical_5_vs_4", "--out", "g.gif"], "`gigastep list --all` lists all 432"),
     (["render", VEC, "--out", "g.avi"], "ends in .gif or .mp4"),
     (["render", VEC, "--out", "no/such/folder/g.gif"], "does not exist"),
     (

@@ -70,6 +70,8 @@ SPEC_DEFAULTS = {
     "resolution_x": (84, "§1"),
     "resolution_y": (84, "§1"),
     "max_agents_in_vec_obs": (15, "§1 max_agent_in_vec_obs"),
+    "entity_max_allies": (8, "§5.5: the entity observation, new in this library"),
+    "entity_max_enemies": (8, "§5.5: the entity observation, new in this library"),
     "max_episode_length": (500, "§1"),
     "episode_ends_one_team_dead": (True, "§1"),
     "reset_max_rounds": (100, "§15 row 22: bounded; 10 left crowded starts in conflict"),

@@ -7,6 +7,7 @@ import importlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 MOVED = {
@@ -80,3 +81,44 @@ def test_gigastep_types_is_the_public_name_of_the_engine_types():
 
     assert gigastep.types.EnvConfig is gigastep.game.types.EnvConfig is gigastep.EnvConfig
     assert set(gigastep.types.__all__) == set(gigastep.game.types.__all__)
+
+
+def test_calling_the_rollout_module_warns_and_plays_as_the_function():
+    # 0.1.0 documented `gigastep.rollout(...)`, the module called; the function is
+    # `gigastep.rollout.rollout`, and calling the module goes in 0.3
+    import types
+    import warnings
+
+    import jax
+
+    import gigastep
+    import gigastep.rollout
+    from gigastep.rollout import rollout
+
+    assert isinstance(gigastep.rollout, types.ModuleType)
+    assert isinstance(rollout, types.FunctionType) and gigastep.rollout.rollout is rollout
+    args = ("identical_2_vs_2_fobs_vec_void_disc", 2, 3, jax.random.key(0))
+    with pytest.warns(DeprecationWarning, match=r"gigastep\.rollout\(\.\.\.\), is deprecated"):
+        old = gigastep.rollout(*args, policy="circle")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gigastep.rollout(*args, policy="circle")
+    (warning,) = [w for w in caught if "gigastep.rollout(...)" in str(w.message)]
+    assert warning.category is DeprecationWarning
+    assert "gigastep 0.3" in str(warning.message)
+    assert "call the function gigastep.rollout.rollout(...)" in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller's line
+    new = rollout(*args, policy="circle")
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), old, new)
+
+
+def test_the_rollout_function_does_not_warn():
+    import warnings
+
+    import jax
+
+    from gigastep.rollout import rollout
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rollout("identical_2_vs_2_fobs_vec_void_disc", 2, 3, jax.random.key(0), policy="circle")

@@ -1,6 +1,7 @@
 """Packaging: the core package needs only its declared runtime dependencies, and the built
 wheel works as installed (its catalogue, its command, its checkpoint loader)."""
 
+import ast
 import os
 import re
 import shutil
@@ -143,18 +144,115 @@ def test_the_installed_wheel_loads_its_own_catalogue(wheel, tmp_path):
     module, catalog, listing = out.stdout.strip().splitlines()
     assert Path(module).is_relative_to(site)
     assert Path(catalog) == site / "gigastep" / "_envs"
-    assert listing == f"288 {scenario_hash(make_config('identical_5_vs_1'))}"
+    assert listing == f"432 {scenario_hash(make_config('identical_5_vs_1'))}"
 
 
 @pytest.mark.subprocess
-def test_the_wheel_ships_the_package_its_entry_point_names(wheel):
+def test_the_wheel_ships_the_module_its_entry_point_names(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         text = z.read(entry_points).decode()
-    target = re.search(r"^ppo\s*=\s*([\w.]+):load$", text, re.M).group(1)
-    assert target == "baselines.players"
-    assert {"baselines/__init__.py", "baselines/players.py", "baselines/actor.py"} <= names
+    target = re.search(r"^ppo\s*=\s*([\w.]+):(\w+)$", text, re.M)
+    assert target.groups() == ("gigastep._util.repository", "load_ppo_player")
+    assert "gigastep/_util/repository.py" in names
+    # the loader it finds, under the baseline's installed name
+    players = {"__init__.py", "players.py", "actor.py", "checkpoint.py", "envs.py", "ppo.py"}
+    assert {f"gigastep_baselines/{name}" for name in players} <= names
+
+
+@pytest.mark.subprocess
+def test_the_wheel_installs_no_top_level_baselines(wheel):
+    # `baselines` is another project's package (OpenAI Baselines): the PPO baseline goes in
+    # as gigastep_baselines, and the repository-only folders stay out
+    with zipfile.ZipFile(wheel) as z:
+        top = {name.split("/")[0] for name in z.namelist()}
+    dist_info = {t for t in top if t.endswith(".dist-info")}
+    assert top - dist_info == {"gigastep", "gigastep_baselines"}
+
+
+def test_the_baseline_imports_itself_relatively():
+    # the wheel renames baselines/ to gigastep_baselines/: an absolute `baselines.` import
+    # inside it would import another package there (or fail)
+    absolute = []
+    for path in sorted((ROOT / "baselines").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in ("baselines", "gigastep_baselines"):
+                    absolute.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert absolute == []
+
+
+# ------------------------------------------------------------------------------------------
+# Finding the baseline and the benchmarks by name (gigastep._util.repository)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hide(monkeypatch):
+    """hide(*packages): make top-level packages unimportable for the test (a meta-path finder
+    that refuses them; their imported modules leave sys.modules until the test ends)."""
+
+    def hide(*packages: str) -> None:
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in packages:
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+        monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
+        for name in list(sys.modules):
+            if name.split(".")[0] in packages:
+                monkeypatch.delitem(sys.modules, name)
+
+    return hide
+
+
+def test_locate_takes_the_first_module_that_exists():
+    from gigastep._util.repository import locate
+
+    assert locate(["gigastep_no_such_package.ppo", "gigastep.cli"]) == ("gigastep.cli", [])
+
+
+def test_locate_says_why_each_module_is_missing(hide, tmp_path, monkeypatch):
+    from gigastep._util.repository import locate
+
+    hide("gigastep_baselines", "baselines")
+    module, reasons = locate(["gigastep_baselines.ppo", "gigastep.no_such_module"])
+    assert module is None
+    assert reasons[0] == "gigastep_baselines.ppo: no package 'gigastep_baselines' is installed"
+    assert reasons[1].startswith("gigastep.no_such_module: the package 'gigastep' (")
+    assert "has no module 'no_such_module'" in reasons[1]
+
+
+def test_the_ppo_entry_point_names_both_places_when_the_baseline_is_missing(hide):
+    from gigastep._util.repository import load_ppo_player
+
+    hide("gigastep_baselines", "baselines")
+    with pytest.raises(ImportError) as err:
+        load_ppo_player({"gigastep_player": "ppo"})
+    message = str(err.value)
+    assert "no package 'gigastep_baselines' is installed" in message
+    assert "no package 'baselines' is installed" in message
+    assert "pip install 'gigastep[train]'" in message
+
+
+def test_the_ppo_entry_point_loads_the_checkouts_baseline_in_a_checkout(hide, monkeypatch):
+    # without gigastep_baselines (the wheel's), the entry point takes baselines.players.load
+    pytest.importorskip("torch")
+    import baselines.players
+    from gigastep._util import repository
+
+    hide("gigastep_baselines")
+    calls = []
+    monkeypatch.setattr(baselines.players, "load", lambda *args: calls.append(args) or "p")
+    assert repository.load_ppo_player({"x": 1}, "cpu") == "p"
+    assert calls == [({"x": 1}, "cpu")]
 
 
 # A PPO checkpoint (untrained: one update of a tiny config) written by the repository's trainer.
@@ -177,9 +275,76 @@ TINY_RUN = dict(
 # Run in the fresh environment: resolve the checkpoint as gigastep.eval.matches does (through
 # the entry point of the installed distribution) and check that it can play.
 LOAD = """
-import sys, gigastep, baselines, gigastep.eval.matches as ev
+import importlib.util, sys, gigastep, gigastep_baselines, gigastep.eval.matches as ev
 player = ev.resolve_player(sys.argv[1])
 player.check(gigastep.make_config("identical_2_vs_2_fobs_vec_void_disc"), team=0)
+print(gigastep.__file__)
+print(gigastep_baselines.__file__)
+other = importlib.util.find_spec("baselines")
+print(other.origin if other is not None else None)
+print(type(player).__module__, player.name)
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from baselines.config import PPOConfig
+    from baselines.train import Trainer
+
+    out = tmp_path_factory.mktemp("run") / "run"
+    return Path(Trainer(PPOConfig(out=str(out), **TINY_RUN)).run()) / "checkpoint.pt"
+
+
+def _venv(path: Path) -> Path:
+    """A fresh venv that sees this environment's packages (torch, jax, ...: no downloads);
+    its own site-packages, where the install goes, comes first on its path. Its python."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True, timeout=300
+    )
+    return path / "bin" / "python"
+
+
+def _run(*command, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(map(str, command)),
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(
+    wheel, checkpoint, tmp_path
+):
+    venv = tmp_path / "venv"
+    python = _venv(venv)
+    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    subprocess.run(install, check=True, timeout=300, capture_output=True)
+    out = _run(python, "-c", LOAD, checkpoint, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    gigastep_file, baselines_file, other, player = out.stdout.strip().splitlines()[-4:]
+    site = venv / "lib"
+    assert Path(gigastep_file).is_relative_to(site), gigastep_file
+    assert Path(baselines_file).is_relative_to(site), baselines_file
+    # `baselines`, if anything, is not the wheel's (a checkout on this Python's path may be)
+    assert other == "None" or not Path(other).is_relative_to(venv), other
+    assert player == "gigastep_baselines.players ppo:1"  # the PPO loader, update 1
+    # the command runs the installed trainer
+    train = _run(venv / "bin" / "gigastep", "train", "--help", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "forwards its arguments to `python -m gigastep_baselines.ppo`" in train.stdout
+    assert "usage: python -m gigastep_baselines.ppo" in train.stdout
+
+
+# The checkout's loader, found through the editable install's entry point.
+LOAD_EDITABLE = """
+import sys, gigastep, baselines, gigastep.eval.matches as ev
+player = ev.resolve_player(sys.argv[1])
 print(gigastep.__file__)
 print(baselines.__file__)
 print(type(player).__module__, player.name)
@@ -188,33 +353,18 @@ print(type(player).__module__, player.name)
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_installed_wheel_loads_a_checkpoint_through_its_entry_point(wheel, tmp_path):
-    pytest.importorskip("torch")
-    from baselines.config import PPOConfig
-    from baselines.train import Trainer
-
-    run = Trainer(PPOConfig(out=str(tmp_path / "run"), **TINY_RUN)).run()
-    checkpoint = Path(run) / "checkpoint.pt"
-    venv = tmp_path / "venv"
-    # --system-site-packages: torch, jax, ... come from this environment (no downloads); the
-    # venv's own site-packages, which holds the wheel, comes first on its path
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
-    )
-    python = venv / "bin" / "python"
-    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
-    subprocess.run(install, check=True, timeout=300, capture_output=True)
-    out = subprocess.run(
-        [python, "-c", LOAD, str(checkpoint)],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_an_editable_install_trains_and_loads_with_the_checkouts_baseline(checkpoint, tmp_path):
+    pytest.importorskip("hatchling")  # built without isolation: no downloads
+    python = _venv(tmp_path / "venv")
+    install = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    result = _run(*install, "-e", ROOT, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = _run(python, "-c", LOAD_EDITABLE, checkpoint, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     gigastep_file, baselines_file, player = out.stdout.strip().splitlines()[-3:]
-    site = venv / "lib"
-    assert Path(gigastep_file).is_relative_to(site), gigastep_file
-    assert Path(baselines_file).is_relative_to(site), baselines_file
-    assert player == "baselines.players ppo:1"  # the PPO loader, update 1
+    assert Path(gigastep_file) == ROOT / "gigastep" / "__init__.py"
+    assert Path(baselines_file) == ROOT / "baselines" / "__init__.py"
+    assert player == "baselines.players ppo:1"
+    train = _run(tmp_path / "venv" / "bin" / "gigastep", "train", "--help", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "forwards its arguments to `python -m baselines.ppo`" in train.stdout

@@ -1,4 +1,4 @@
-"""`gigastep.parallel.sharded_rollout` equals `gigastep.rollout` game for game, bit for bit:
+"""`gigastep.parallel.sharded_rollout` equals `gigastep.rollout.rollout` game for game, bit for bit:
 on 2 and 4 CPU devices of one process, and on 2 processes joined by `jax.distributed` (a
 local coordinator). Each runs in subprocesses, since the device count and the distributed
 runtime are fixed when JAX starts. Errors that need no devices are checked here directly.
@@ -16,9 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-import gigastep
 from gigastep.parallel import sharded_rollout
-from gigastep.rollout import joint_policy
+from gigastep.rollout import joint_policy, rollout
 from gigastep.scenarios import make_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,7 +109,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def reference():
     """The one-device rollout of the subprocesses' arguments, flattened."""
-    out = gigastep.rollout(CONFIG, GAMES, STEPS, jax.random.key(KEY_SEED), POLICY, trajectory=True)
+    out = rollout(CONFIG, GAMES, STEPS, jax.random.key(KEY_SEED), POLICY, trajectory=True)
     return jax.tree_util.tree_flatten_with_path(out)[0]
 
 

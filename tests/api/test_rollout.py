@@ -1,4 +1,4 @@
-"""`gigastep.rollout`: one compiled scan of the auto-resetting batched step.
+"""`gigastep.rollout.rollout`: one compiled scan of the auto-resetting batched step.
 
 * it equals a hand-written Python loop of `env.step_autoreset` over each game, with the key
   derivation its docstring states (per-step records, final states, per-game totals);
@@ -22,12 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gigastep
 from gigastep import rollout as grollout
 from gigastep.env import GigastepEnv, step_autoreset
 from gigastep.opponents import circle, pursuit
 from gigastep.opponents import random as random_policy
-from gigastep.rollout import joint_policy
+from gigastep.rollout import joint_policy, rollout
 from gigastep.scenarios import make_config
 from gigastep.types import EnvConfig, MapSpec
 
@@ -151,7 +150,7 @@ def loop_rollout(config: EnvConfig, num_envs: int, num_steps: int, key, policy):
 @pytest.fixture(scope="module")
 def main_rollout():
     key = jax.random.key(7)
-    return key, gigastep.rollout(GigastepEnv(MAIN), GAMES, STEPS, key, MATCH, trajectory=True)
+    return key, rollout(GigastepEnv(MAIN), GAMES, STEPS, key, MATCH, trajectory=True)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +194,7 @@ def test_rollout_final_state_and_obs_equal_a_python_loop(main_rollout, main_loop
 
 @pytest.fixture(scope="module")
 def win_rollout():
-    return gigastep.rollout(WIN, 8, 5, jax.random.key(1), policy="circle")
+    return rollout(WIN, 8, 5, jax.random.key(1), policy="circle")
 
 
 def test_a_team_starting_in_a_box_loses_every_one_step_episode(win_rollout):
@@ -219,7 +218,7 @@ def test_wins_pay_the_winning_survivors_their_share_of_the_game_won_reward(win_r
 
 @pytest.mark.slow
 def test_episodes_ending_at_the_time_limit_are_draws_and_unfinished_steps_do_not_count():
-    out = gigastep.rollout(DRAW, 4, 10, jax.random.key(2), policy=circle)
+    out = rollout(DRAW, 4, 10, jax.random.key(2), policy=circle)
     np.testing.assert_array_equal(out.episodes, 2)  # steps 4 and 8 end an episode
     np.testing.assert_array_equal(out.episode_steps, 8)
     np.testing.assert_array_equal(out.draws, 2)
@@ -273,13 +272,11 @@ def test_the_gpu_form_of_the_step_gives_the_same_games(main_rollout):
 
 def test_rollout_traces_once_per_configuration_and_size(main_rollout):
     env = GigastepEnv(MAIN)
-    gigastep.rollout(env, GAMES, STEPS, jax.random.key(11), MATCH, trajectory=True)
+    rollout(env, GAMES, STEPS, jax.random.key(11), MATCH, trajectory=True)
     before = grollout._TRACES["rollout"]
     for seed in (12, 13):  # new keys, typed and raw, and an equal env built anew
-        gigastep.rollout(
-            GigastepEnv(MAIN), GAMES, STEPS, jax.random.key(seed), MATCH, trajectory=True
-        )
-        gigastep.rollout(
+        rollout(GigastepEnv(MAIN), GAMES, STEPS, jax.random.key(seed), MATCH, trajectory=True)
+        rollout(
             env,
             GAMES,
             STEPS,
@@ -291,7 +288,7 @@ def test_rollout_traces_once_per_configuration_and_size(main_rollout):
 
 
 def test_typed_and_raw_keys_of_the_same_seed_give_the_same_games(win_rollout):
-    raw = gigastep.rollout(WIN, 8, 5, jax.random.PRNGKey(1), policy="circle")
+    raw = rollout(WIN, 8, 5, jax.random.PRNGKey(1), policy="circle")
     assert_trees_identical(raw, win_rollout)
 
 
@@ -323,7 +320,7 @@ def test_bad_arguments_fail_before_any_compute(kwargs, error, message):
     args = {"env": MAIN, "num_envs": 2, "num_steps": 3, "key": KEY, **kwargs}
     traces = grollout._TRACES["rollout"]
     with pytest.raises(error) as info:
-        gigastep.rollout(**args)
+        rollout(**args)
     assert message in str(info.value)
     assert grollout._TRACES["rollout"] == traces
 
@@ -337,14 +334,14 @@ def test_a_policy_with_the_wrong_action_format_is_named_in_the_error():
         match=r"policy team_only: continuous actions must be floats "
         r"of shape \(4, 3\).*got float32 of shape \(2, 3\)",
     ):
-        gigastep.rollout(MAIN, 2, 3, KEY, policy=team_only)
+        rollout(MAIN, 2, 3, KEY, policy=team_only)
 
 
 def test_a_versus_env_is_refused_with_a_pointer_to_joint_policy():
     from gigastep.opponents import VersusEnv
 
     with pytest.raises(TypeError, match="joint_policy"):
-        gigastep.rollout(VersusEnv(GigastepEnv(MAIN), "pursuit"), 2, 3, KEY)
+        rollout(VersusEnv(GigastepEnv(MAIN), "pursuit"), 2, 3, KEY)
 
 
 def test_an_error_inside_a_policy_says_which_policy_raised_it():
@@ -352,5 +349,5 @@ def test_an_error_inside_a_policy_says_which_policy_raised_it():
         raise ZeroDivisionError("no actions today")
 
     with pytest.raises(ZeroDivisionError, match="no actions today") as info:
-        gigastep.rollout(MAIN, 2, 3, KEY, policy=broken)
+        rollout(MAIN, 2, 3, KEY, policy=broken)
     assert "(raised by policy broken on one game's state)" in info.value.__notes__

@@ -226,6 +226,17 @@ def test_env_programs_have_no_data_dependent_control_flow_on_gpu(name):
         assert any(t.startswith("gigastep") for t in cpu.custom_calls)  # the native kernels
 
 
+def test_entity_observation_has_no_data_dependent_control_flow_on_gpu():
+    # the entity observation (pure JAX, sorts by masks) on a map set with boxes, stochastic
+    env, states, actions, keys = _batch("identical_5_vs_5_pobs_ent_maps_disc")
+    cfg = env.config
+    for label, (fn, args) in {
+        "v_reset": (genv._v_reset, (cfg, keys)),
+        "v_step": (genv._v_step, (cfg, states, actions, keys)),
+    }.items():
+        assert_gpu_clean(lower(fn, *args)), label
+
+
 @pytest.mark.parametrize(
     "name, reset_finished_only",
     [

@@ -112,10 +112,16 @@ ALL_MAPS = (
 # ------------------------------------------------------------------------------------------
 
 
-def test_there_are_288_unique_scenario_names():
+def test_there_are_432_unique_scenario_names():
     names = list_scenarios()
-    assert len(names) == 18 * 16 == 288
-    assert len(set(names)) == 288
+    assert len(names) == 18 * 24 == 432
+    assert len(set(names)) == 432
+
+
+def test_the_288_names_of_2023_are_the_names_without_ent():
+    names = [n for n in list_scenarios() if parse_name(n).suffixes[1] != "ent"]
+    assert len(names) == 288
+    assert all(parse_name(n).suffixes[1] in ("rgb", "vec") for n in names)
 
 
 def test_scenario_names_follow_base_then_suffix_order():
@@ -130,12 +136,13 @@ def test_scenario_names_follow_base_then_suffix_order():
         f"{base}_fobs_vec_maps_disc",
         f"{base}_fobs_vec_void_cont",
         f"{base}_fobs_vec_void_disc",
-        f"{base}_pobs_rgb_maps_cont",
+        f"{base}_fobs_ent_maps_cont",
     ]
-    assert names[15] == f"{base}_pobs_vec_void_disc"
-    assert names[16] == "hide_and_seek_10_vs_5_fobs_rgb_maps_cont"
-    assert names[-1] == "special_20_vs_5_pobs_vec_void_disc"
-    assert [names[16 * i].removesuffix("_fobs_rgb_maps_cont") for i in range(18)] == list(BASES)
+    assert names[12] == f"{base}_pobs_rgb_maps_cont"
+    assert names[23] == f"{base}_pobs_ent_void_disc"
+    assert names[24] == "hide_and_seek_10_vs_5_fobs_rgb_maps_cont"
+    assert names[-1] == "special_20_vs_5_pobs_ent_void_disc"
+    assert [names[24 * i].removesuffix("_fobs_rgb_maps_cont") for i in range(18)] == list(BASES)
 
 
 def test_base_scenarios_are_the_18_of_the_table_in_order():
@@ -173,7 +180,7 @@ def test_every_suffix_sets_its_fields():
     for name in list_scenarios():
         _, (vis, obs, maps, act) = parse_name(name)
         c = make_config(name)
-        assert c.obs_type == {"rgb": "rgb", "vec": "vector"}[obs], name
+        assert c.obs_type == {"rgb": "rgb", "vec": "vector", "ent": "entity"}[obs], name
         assert c.discrete_actions == (act == "disc"), name
         assert c.map_set == {"maps": "all", "void": "empty"}[maps], name
         if vis == "fobs":
@@ -351,7 +358,7 @@ def test_vector_observation_length(name, length):
 
 
 def test_every_suffix_combination_gives_its_spaces():
-    for name in list_scenarios()[16 * 12 : 16 * 13]:  # identical_5_vs_1: 6 agents
+    for name in list_scenarios()[24 * 12 : 24 * 13]:  # identical_5_vs_1: 6 agents
         env = make(name)
         _, (_, obs, _, act) = parse_name(name)
         assert env.n_agents == 6
@@ -359,6 +366,8 @@ def test_every_suffix_combination_gives_its_spaces():
         space = env.observation_space
         if obs == "rgb":
             assert (space.shape, space.dtype) == ((84, 84, 3), np.uint8), name
+        elif obs == "ent":  # (self + 8 allies + 8 enemies + 4 boxes) rows of 25 features
+            assert space.shape == (25 * (17 + (4 if "_maps_" in name else 0)),), name
         else:
             assert space.shape == (9 * 6 + (16 if "_maps_" in name else 0),), name
         if act == "disc":
@@ -852,3 +861,24 @@ def test_scenario_hash_needs_a_config():
 def test_scenarios_module_exports_its_public_names():
     for name in scenarios.__all__:
         assert hasattr(scenarios, name), name
+
+
+# Hashes of 0.1.0 (computed with the code of commit 90a97b0): a field added since enters the
+# hash only away from its default, so recorded replays and checkpoints keep matching.
+HASHES_OF_0_1_0 = {
+    "identical_5_vs_1": "da89044e7e4e",
+    "identical_5_vs_5_fobs_vec_void_disc": "d9ff9cc6ddbf",
+    "special_20_vs_5_pobs_rgb_maps_cont": "62a6cb9e23ce",
+    "hide_and_seek_10_vs_5": "977612d2df56",
+    "waypoint_5_vs_3_fobs_rgb_void_disc": "6bbc0b0b6a11",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HASHES_OF_0_1_0))
+def test_games_of_0_1_0_keep_their_0_1_0_hash(name):
+    assert scenario_hash(make_config(name)) == HASHES_OF_0_1_0[name]
+
+
+def test_an_added_field_away_from_its_default_changes_the_hash():
+    config = make_config("identical_5_vs_1")
+    assert scenario_hash(config.replace(entity_max_allies=3)) != scenario_hash(config)

@@ -2,8 +2,8 @@
 
 `observe` dispatches to the native CPU kernels (`gigastep.game._native`) where they support the
 config (the vector observation, the RGB drawing) and to the JAX renderers otherwise: the
-vector observation (`vector`, with `visibility`), the RGB images and the global view (`rgb`),
-and the centralised state vector (`global_state`).
+vector observation (`vector`, with `visibility`), the entity observation (`entity`), the RGB
+images and the global view (`rgb`), and the centralised state vector (`global_state`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from gigastep.game import interactions
 from gigastep.game.arena import episode_background, episode_boxes
 from gigastep.game.interactions import Geometry
 from gigastep.game.observations import rgb
+from gigastep.game.observations.entity import entity_observations
 from gigastep.game.observations.vector import (
     native_supported,
     native_vector_observations,
@@ -42,8 +43,8 @@ def observe(
     `comm_stream` (optional, (3,) uint32) is the counter stream `comm_noise` was drawn from;
     the native kernel then draws the noise itself (same numbers) instead of reading it.
 
-    Returns: "vector" (n, L) float32, "rgb" (n, res_x, res_y, 3) uint8, or the tuple
-    (rgb, vector) for "rgb_vector".
+    Returns: "vector" (n, L) float32, "rgb" (n, res_x, res_y, 3) uint8, the tuple
+    (rgb, vector) for "rgb_vector", or "entity" (n, entity_size) float32.
     """
     agents, episode = state.agents, state.episode
     if config.obs_type not in ("vector", "rgb_vector") or not native_supported(config):
@@ -85,6 +86,12 @@ def _observe_jax(
     if config.obs_type in ("vector", "rgb_vector"):
         boxes = episode_boxes(config, episode)[0]
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
+    if config.obs_type == "entity":
+        # the boxes of the current map, read here only (padding rows have box_valid False)
+        maps = map_arrays(config)
+        boxes = jnp.asarray(maps.boxes)[episode.map_idx]
+        box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
+        out.append(entity_observations(config, agents, episode, seen, boxes, box_valid))
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
 
 

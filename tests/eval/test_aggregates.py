@@ -1,10 +1,10 @@
-"""Aggregates across seeds in benchmarks.learning, against hand-computed values."""
+"""The rliable aggregates of gigastep.eval.aggregates, against hand-computed values."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning import (
+from gigastep.eval.aggregates import (
     interquartile_mean,
     probability_of_improvement,
     stratified_bootstrap_ci,
