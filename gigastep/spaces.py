@@ -348,6 +348,13 @@ def entity_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
 def _map_boxes(config: EnvConfig) -> list[np.ndarray]:
     """The real boxes of each map of `config` in world units, float64 (k_i, 4)."""
     scale = np.array([config.limit_x, config.limit_y, config.limit_x, config.limit_y]) / 10.0
+    gen = config.map_generator
+    if gen is not None:
+        # the extremes of any drawn box: the smallest in a corner (its centre nearest to the
+        # world's corner, so farthest from the opposite one) and the largest (half extents)
+        (w_lo, w_hi), (h_lo, h_hi) = gen.box_width, gen.box_height
+        extremes = np.array([[0.0, 0.0, w_lo, h_lo], [0.0, 0.0, w_hi, h_hi]])
+        return [extremes * scale]
     return [np.asarray(m.boxes, np.float64).reshape(-1, 4) * scale for m in config.maps]
 
 

@@ -455,3 +455,16 @@ def test_the_reset_and_step_lower_for_gpus_without_data_dependent_control_flow()
     actions = jnp.zeros((4, config.n_agents, 3), jnp.float32)
     step = lower(genv._v_step_autoreset, config, states, actions, keys, True)
     assert_gpu_clean(step)  # the reset inside, and the images painted from the drawn boxes
+
+
+def test_the_entity_observation_of_a_drawn_map_stays_within_its_bounds():
+    from gigastep.spaces import entity_bounds
+
+    config, keys, _, _ = _batch("entity")
+    low, high = entity_bounds(config)
+    obs, states = jax.jit(functools.partial(genv.batched_reset, config))(keys)
+    actions = jax.random.uniform(jax.random.PRNGKey(2), (8, 4, 3), minval=-1, maxval=1)
+    step = jax.jit(functools.partial(genv.batched_step, config))
+    for t in range(3):
+        assert (np.asarray(obs) >= low).all() and (np.asarray(obs) <= high).all(), t
+        obs, states, *_ = step(states, actions, jax.vmap(jax.random.fold_in, (0, None))(keys, t))

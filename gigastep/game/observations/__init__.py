@@ -88,9 +88,7 @@ def _observe_jax(
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
     if config.obs_type == "entity":
         # the boxes of the current map, read here only (padding rows have box_valid False)
-        maps = map_arrays(config)
-        boxes = jnp.asarray(maps.boxes)[episode.map_idx]
-        box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
+        boxes, box_valid = episode_boxes(config, episode)
         out.append(entity_observations(config, agents, episode, seen, boxes, box_valid))
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
 
