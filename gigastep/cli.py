@@ -405,11 +405,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"draw team 0   {draw.describe(0)} (drawn at every reset; the rest absent)")
         print(f"draw team 1   {draw.describe(1)}")
     print(f"world         {config.limit_x:g} x {config.limit_y:g}")
-    print(
-        f"maps          {config.map_set} ({len(config.maps)} map"
-        f"{'s' if len(config.maps) != 1 else ''}: "
-        f"{', '.join(m.name for m in config.maps)}; up to {config.max_boxes} boxes)"
-    )
+    gen = config.map_generator
+    if gen is not None:
+        print(
+            f"maps          {gen.name} (procedural: {gen.count[0]}-{gen.count[1]} boxes drawn "
+            f"at each reset in {gen.slots} slots, symmetry {gen.symmetry})"
+        )
+    else:
+        print(
+            f"maps          {config.map_set} ({len(config.maps)} map"
+            f"{'s' if len(config.maps) != 1 else ''}: "
+            f"{', '.join(m.name for m in config.maps)}; up to {config.max_boxes} boxes)"
+        )
     print(f"observation   {config.obs_type}: {env.observation_space} per agent")
     print(
         f"action        {'discrete' if config.discrete_actions else 'continuous'}: "

@@ -16,7 +16,7 @@ import numpy as np
 
 from gigastep.game import dynamics, interactions, rosters
 from gigastep.game import random as grandom
-from gigastep.game.arena import MapArrays, map_arrays
+from gigastep.game.arena import MapArrays, generated_boxes, map_arrays
 from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState
 from gigastep.game.xla import platform_form, varying_like
 
@@ -96,17 +96,22 @@ def place_agents(
     map_idx: jax.Array,
     k_place: jax.Array,
     present: jax.Array | None = None,
+    drawn: tuple[jax.Array, jax.Array] | None = None,
 ) -> AgentState:
     """The agents of a fresh game on map `map_idx`: placed, redrawn while in conflict (see
     `reset_state_streamed`), at full health, alive, at speed 1, with no locks. With `present`
-    ((n,) bool), absent agents start dead at health 0 and play no part in the conflicts."""
+    ((n,) bool), absent agents start dead at health 0 and play no part in the conflicts.
+    `drawn`: the (boxes, box_valid) of a generated map, which replace the map's boxes."""
     n = config.n_agents
     teams = np.asarray(config.teams)
     region = jnp.asarray(maps.start)[map_idx][teams]  # (n, 4)
     heights = jnp.asarray(maps.height)[map_idx]  # (2,)
     headings = jnp.asarray(maps.heading)[map_idx][teams]  # (n, 2)
-    boxes = jnp.asarray(maps.boxes)[map_idx]
-    box_valid = jnp.asarray(maps.box_valid)[map_idx]
+    if drawn is None:
+        boxes = jnp.asarray(maps.boxes)[map_idx]
+        box_valid = jnp.asarray(maps.box_valid)[map_idx]
+    else:
+        boxes, box_valid = drawn
 
     def draw(round_: int | jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         u = placement_uniforms(config, k_place, round_)
@@ -173,7 +178,7 @@ def place_agents(
     # Inside shard_map the rounds' draws vary over the mesh axes of the key and the map: the
     # carry (with constants such as the health) is marked as varying like them, so that the
     # counted loop's carry keeps its type and both forms return the same types.
-    start = varying_like((k_place, map_idx), (jnp.int32(1), agents, conflicts(agents)))
+    start = varying_like((k_place, map_idx, boxes), (jnp.int32(1), agents, conflicts(agents)))
     return platform_form(start, cpu=open_loop, gpu=counted)[1]
 
 
@@ -183,7 +188,9 @@ def reset_state_streamed(
     """(state, comm, stream): a fresh game, the communication noise of its first observation
     and that noise's counter stream (None when communication is deterministic).
 
-    The map is drawn uniformly from the config's map set; each team's agents are placed
+    The map is drawn uniformly from the config's map set, or, with a `map_generator`, its
+    boxes are drawn by the generator from `fold_in(k_map, 1)` (`gigastep.game.procmaps`,
+    stored in the episode state); each team's agents are placed
     uniformly in its start region with a heading drawn from its heading range (both from one
     round of `placement_uniforms`). An agent in conflict is redrawn (position, altitude and
     heading together): one closer than `collision_range + 0.1` in the plane and
@@ -223,7 +230,10 @@ def reset_state_streamed(
     if config.team_draw is not None:
         k_team = jax.random.fold_in(key, rosters.TEAM_DRAW_STREAM)
         present = rosters.draw_present(config.team_draw, config.teams, config.type_names, k_team)
-    agents = place_agents(config, maps, map_idx, k_place, present)
+    drawn = None
+    if config.map_generator is not None:
+        drawn = generated_boxes(config, jax.random.fold_in(k_map, 1))
+    agents = place_agents(config, maps, map_idx, k_place, present, drawn)
     episode = EpisodeState(
         map_idx=jnp.asarray(map_idx, jnp.int32),
         waypoint=jnp.zeros(4, jnp.float32),
@@ -232,6 +242,7 @@ def reset_state_streamed(
         step=jnp.zeros((), jnp.int32),
         returns=jnp.zeros(n, jnp.float32),
         present=present,
+        **({} if drawn is None else {"boxes": drawn[0], "box_valid": drawn[1]}),
     )
     if config.stochastic_comm:
         seed = grandom.seed_words(k_comm)

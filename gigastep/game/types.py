@@ -22,7 +22,8 @@ from jax.typing import ArrayLike, DTypeLike
 
 from gigastep._util.checks import closest, float_tuple
 from gigastep._util.pytree import PytreeData, pytree_dataclass
-from gigastep.game.maps import MapSpec, map_set
+from gigastep.game.maps import MapSpec, map_set, map_set_names
+from gigastep.game.procmaps import ProcMaps, builtin_generators, generator_names
 from gigastep.game.rosters import TeamDraw
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "EnvState",
     "EpisodeState",
     "MapSpec",
+    "ProcMaps",
     "StepInfo",
     "StepNoise",
     "TeamDraw",
@@ -189,7 +191,10 @@ class EnvConfig:
     maps: tuple[MapSpec, ...] = ()
     """Maps drawn uniformly at each reset (empty tuple: the built-in set named by `map_set`)."""
     map_set: str = "empty"
-    """Name of the map set (`"all"`, `"empty"`, a built-in map name, or a custom name)."""
+    """Name of the map set (`"all"`, `"empty"`, a built-in map name, a built-in generator
+    name such as `"procgen_dense"`, or a custom name)."""
+    map_generator: ProcMaps | None = None
+    """Procedural maps: a new layout drawn at every reset (replaces `maps`); None: the maps."""
 
     # --- dynamics ------------------------------------------------------------------------
     dt: float = 0.1
@@ -352,7 +357,24 @@ class EnvConfig:
                 f" (closest: {closest(str(self.obs_type), OBS_TYPES, 1)[0]!r})"
             )
         self._check_numbers()
-        if not self.maps:
+        generator = self.map_generator
+        if generator is None and not self.maps and self.map_set in generator_names():
+            generator = builtin_generators()[self.map_set]
+        if generator is not None:
+            if not isinstance(generator, ProcMaps):
+                raise TypeError(
+                    f"map_generator must be a gigastep.ProcMaps or None, got {generator!r}"
+                )
+            _set(self, "map_generator", generator)
+            _set(self, "map_set", generator.name)
+            _set(self, "maps", (generator.start_map(),))
+        elif not self.maps:
+            if self.map_set not in map_set_names():
+                names = (*map_set_names(), *generator_names())
+                raise ValueError(
+                    f"unknown map set {self.map_set!r}; expected one of {list(names)} "
+                    f"(closest: {closest(str(self.map_set), names)})"
+                )
             _set(self, "maps", map_set(self.map_set))
         else:
             maps = tuple(self.maps)
@@ -513,7 +535,10 @@ class EnvConfig:
 
     @property
     def max_boxes(self) -> int:
-        """Boxes per map after zero padding (the largest box count in the map set)."""
+        """Boxes per map after zero padding (the largest box count in the map set, or the
+        generator's slots)."""
+        if self.map_generator is not None:
+            return self.map_generator.slots
         return max(len(m.boxes) for m in self.maps)
 
     @property
@@ -547,6 +572,12 @@ class EnvConfig:
         check_fields(changes)
         if "map_set" in changes and "maps" not in changes:
             changes["maps"] = ()
+        if "map_set" in changes and "map_generator" not in changes:
+            changes["map_generator"] = None  # a generator's name resolves to it again
+        if "map_generator" in changes:
+            changes.setdefault("maps", ())
+            if changes["map_generator"] is None and self.map_generator is not None:
+                changes.setdefault("map_set", "empty")
         return dataclasses.replace(self, **changes)
 
 
@@ -614,6 +645,10 @@ class EpisodeState(PytreeData):
     returns: chex.Array  # (n,) float32, undiscounted reward summed over this episode
     present: chex.Array | None = None  # (n,) bool, the agents drawn into this episode
     # (`EnvConfig.team_draw`); None without a draw (every agent present)
+    # The map drawn at reset by `config.map_generator`, in world units (None without one, so a
+    # config with fixed maps keeps its state's leaves); read through `arena.episode_boxes`.
+    boxes: chex.Array | None = None  # (B, 4) float32 [x1, y1, x2, y2], zero where not valid
+    box_valid: chex.Array | None = None  # (B,) bool
 
 
 @pytree_dataclass
@@ -640,6 +675,8 @@ class EnvState(PytreeData):
         aux_rewards_factor: ArrayLike = 1.0,
         step: ArrayLike = 0,
         present: VectorLike | None = None,
+        boxes: ArrayLike | None = None,
+        box_valid: ArrayLike | None = None,
     ) -> EnvState:
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
@@ -649,6 +686,8 @@ class EnvState(PytreeData):
                 alive to True (to `present` when given), tracked to 0.
             present: (n,) bool, the agents present in the episode (configs with a
                 `team_draw` only; default all). An absent agent starts dead, at health 0.
+            boxes, box_valid: the drawn map of a config with a `map_generator`, (B, 4) world
+                units and (B,) bool (default: no boxes); ignored without one.
 
         Raises:
             ValueError: a position, speed or heading is not finite (NaN or infinite).
@@ -695,6 +734,16 @@ class EnvState(PytreeData):
             returns=jnp.zeros(n, jnp.float32),
             present=mask,
         )
+        if config.map_generator is not None:  # the same leaves as a reset state's
+            b = config.max_boxes
+            episode = episode.replace(
+                boxes=jnp.zeros((b, 4), jnp.float32)
+                if boxes is None
+                else jnp.asarray(boxes, jnp.float32).reshape(b, 4),
+                box_valid=jnp.zeros(b, bool)
+                if box_valid is None
+                else jnp.asarray(box_valid, bool).reshape(b),
+            )
         state = EnvState(agents=agents, episode=episode)
         check_finite_state(state, "EnvState.create")
         return state

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from gigastep._util.checks import check_team
 from gigastep._util.resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
+from gigastep.game.procmaps import ProcMaps, generator_names
 from gigastep.game.rosters import TeamDraw
 from gigastep.game.types import EnvConfig, MapSpec, check_fields, closest
 
@@ -200,6 +201,7 @@ class _Catalog:
     presets: dict[str, dict[str, Any]]
     maps: dict[str, MapSpec]  # maps defined by the source (not the built-in ones)
     scenarios: dict[str, dict[str, Any]]  # scenarios and distributions (tables with a draw)
+    generators: dict[str, ProcMaps] = dataclasses.field(default_factory=dict)  # likewise
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -245,6 +247,22 @@ def _parse_maps(table: Any, where: str) -> dict[str, MapSpec]:
         except (TypeError, ValueError) as err:
             raise type(err)(f"{where}: {err}") from None
     return maps
+
+
+def _parse_generators(table: Any, where: str) -> dict[str, ProcMaps]:
+    fields = [f.name for f in dataclasses.fields(ProcMaps) if f.name != "name"]
+    taken = {*map_set_names(), *generator_names()}
+    generators = {}
+    for name, row in _table(table, where).items():
+        if name in taken:
+            raise ValueError(f"{where}: generator {name!r} is built in; choose another name")
+        _check_table_keys(row, fields, f"{where}: generator {name!r}")
+        row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+        try:
+            generators[name] = ProcMaps(name=name, **row)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{where}: {err}") from None
+    return generators
 
 
 def _parse_presets(table: Any, where: str) -> dict[str, dict[str, Any]]:
@@ -298,7 +316,7 @@ def _load_file(path: Path) -> _Catalog:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"malformed scenario file {path}: {err}") from None
     where = str(path)
-    _check_table_keys(data, ("types", "presets", "maps", "scenarios"), where)
+    _check_table_keys(data, ("types", "presets", "maps", "generators", "scenarios"), where)
     builtin = _builtin_catalog()
     scenarios = data.get("scenarios", {})
     if not isinstance(scenarios, dict) or not scenarios:
@@ -309,6 +327,7 @@ def _load_file(path: Path) -> _Catalog:
         presets={**builtin.presets, **_parse_presets(data.get("presets", {}), where)},
         maps=_parse_maps(data.get("maps", {}), where),
         scenarios=scenarios,
+        generators=_parse_generators(data.get("generators", {}), where),
     )
     _check_base_names(catalog)
     return catalog
@@ -389,15 +408,23 @@ def _select_map(builder: ScenarioBuilder, catalog: _Catalog, choice: Any) -> Non
     names = [choice] if isinstance(choice, str) else choice
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise TypeError(f"map must be a map name or a list of map names, got {choice!r}")
+    if isinstance(choice, str) and choice in catalog.generators:
+        builder.set_map_generator(catalog.generators[choice])
+        return
     if isinstance(choice, str) and choice not in catalog.maps:
         builder.set_map(choice)
         return
     known = {**builtin_maps(), **catalog.maps}
     builder._map_set, builder._maps = "empty", ()
     for n in names:
+        if n in catalog.generators or n in generator_names():
+            raise ValueError(
+                f"map {n!r} is a map generator; choose it alone (map = {n!r}), not in a list"
+            )
         if n not in known:
             raise ValueError(
-                f"unknown map {n!r}; closest: {closest(n, [*known, *map_set_names()])}"
+                f"unknown map {n!r}; closest: "
+                f"{closest(n, [*known, *map_set_names(), *generator_names()])}"
             )
         builder.add_map(known[n])
 
@@ -488,6 +515,7 @@ class ScenarioBuilder:
         self._agents: list[tuple[int, AgentType]] = []
         self._map_set = "empty"
         self._maps: tuple[MapSpec, ...] = ()  # () = the built-in set named by _map_set
+        self._generator: ProcMaps | None = None  # draws the map at each reset when set
         self._size: tuple[float, float] | None = None
         self._env: dict[str, Any] = {}
         self._where = f"scenario {self.name!r}"  # prefix of error messages
@@ -545,29 +573,42 @@ class ScenarioBuilder:
     def set_map(
         self, name: str, size: tuple[float, float] | list[float] | None = None, **map_fields: Any
     ) -> ScenarioBuilder:
-        """Choose the maps: `"all"`, `"empty"`, a built-in map, or a new map.
+        """Choose the maps: `"all"`, `"empty"`, a built-in map, a built-in map generator
+        (`"procgen_dense"`: a new map drawn at every reset), or a new map.
 
         With `map_fields` (`boxes`, `start_team0`, ... of `MapSpec`, in 10 x 10 reference
         coordinates) it defines a new map called `name`. `size=(limit_x, limit_y)` sets the
         world size that the maps are scaled to.
         """
+        self._generator = None
         if map_fields:
             self._map_set, self._maps = "empty", ()
             self.add_map(MapSpec(name=name, **map_fields))
-        elif name in map_set_names():
+        elif name in map_set_names() or name in generator_names():
             self._map_set, self._maps = name, ()
         else:
+            names = (*map_set_names(), *generator_names())
             raise ValueError(
-                f"unknown map {name!r}; expected one of {list(map_set_names())} "
-                f"(closest: {closest(str(name), map_set_names())}), "
+                f"unknown map {name!r}; expected one of {list(names)} "
+                f"(closest: {closest(str(name), names)}), "
                 "or give boxes=... to define a new map"
             )
         if size is not None:
             self.set_map_size(size)
         return self
 
+    def set_map_generator(self, generator: ProcMaps) -> ScenarioBuilder:
+        """Draw a new map at every reset with `generator` (a `gigastep.ProcMaps`), instead of
+        choosing among maps; `set_map` or `add_map` go back to maps."""
+        if not isinstance(generator, ProcMaps):
+            raise TypeError(f"set_map_generator takes a gigastep.ProcMaps, got {generator!r}")
+        self._generator = generator
+        self._map_set, self._maps = generator.name, ()
+        return self
+
     def add_map(self, spec: MapSpec) -> ScenarioBuilder:
         """Add a map to the set drawn at reset (replacing a built-in selection)."""
+        self._generator = None
         if not isinstance(spec, MapSpec):
             raise TypeError(f"add_map takes a gigastep.MapSpec, got {spec!r}")
         if spec.name in map_set_names() and spec != builtin_maps().get(spec.name):
@@ -609,6 +650,7 @@ class ScenarioBuilder:
             "type_names": tuple(t.name for _, t in self._agents),
             "map_set": self._map_set,
             "maps": self._maps,
+            "map_generator": self._generator,
         }
         for type_field, config_field in _TYPE_TO_CONFIG.items():
             fields[config_field] = tuple(getattr(t, type_field) for _, t in self._agents)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._util.checks import check_team
-from gigastep.game.arena import map_arrays
+from gigastep.game.arena import episode_boxes
 from gigastep.game.types import EnvConfig, EnvState
 
 __all__ = ["STATE_AGENT_FEATURES", "agent_order", "state_vector", "state_vector_size"]
@@ -108,7 +108,7 @@ def state_vector(
         parts += [w * active, active[None]]
     if config.max_boxes:
         if boxes is None:
-            boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
+            boxes = episode_boxes(config, episode)[0]
         scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
         parts.append((boxes[: config.max_boxes] / scale).reshape(-1))
     return jnp.concatenate(parts).astype(jnp.float32)
