@@ -104,10 +104,13 @@ def prerender(config: EnvConfig) -> np.ndarray:
 
 def generated_boxes(config: EnvConfig, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(boxes (B, 4) float32 in world units, box_valid (B,) bool): the layout that
-    `config.map_generator` draws from `key`, scaled from the reference world like a map's."""
+    `config.map_generator` draws from `key` (through its level seeds, if it has them:
+    `procmaps.level_key`), scaled from the reference world like a map's."""
     if config.map_generator is None:
         raise ValueError("generated_boxes: the config has no map_generator")
-    layout = procmaps.draw_layout(config.map_generator, key)
+    layout = procmaps.draw_layout(
+        config.map_generator, procmaps.level_key(config.map_generator, key)
+    )
     scale = np.asarray([config.limit_x, config.limit_y] * 2, np.float32) / np.float32(10.0)
     return layout.boxes * scale, layout.box_valid
 

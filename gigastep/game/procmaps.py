@@ -43,6 +43,7 @@ __all__ = [
     "CELL",
     "FLOOD_STEPS",
     "GRID",
+    "MAX_SEED",
     "QUANTUM",
     "SYMMETRIES",
     "Layout",
@@ -50,6 +51,7 @@ __all__ = [
     "builtin_generators",
     "draw_layout",
     "generate",
+    "level_key",
     "generator_names",
     "mirror",
 ]
@@ -69,6 +71,8 @@ QUANTUM = 1.0 / 64.0
 """Step of box sizes and corners: exact in float32, so is a corner's mirror image."""
 STEPS = round(WORLD / QUANTUM)  # steps across the world
 _UNROLL = 4  # flood steps per loop iteration (FLOOD_STEPS is a multiple of it)
+MAX_SEED = 2**31 - 1
+"""The largest level seed bound (seeds are drawn as int32)."""
 SYMMETRIES = ("none", "point", "mirror_x", "mirror_y")
 """`none`; `point`: (x, y) -> (10 - x, 10 - y); `mirror_x`: x -> 10 - x; `mirror_y`: y -> 10 - y."""
 
@@ -95,9 +99,26 @@ class ProcMaps:
     height: Pair = (0.0, 0.0)  # start altitude range [lo, hi)
     heading_team0: Pair = (0.0, 0.0)  # start heading range of team 0, radians
     heading_team1: Pair = (math.pi, math.pi)  # start heading range of team 1, radians
+    # Level seeds [lo, hi): each reset draws a seed s uniformly in the range and plays the
+    # layout `generate(self, s)` (a finite set of levels, as in Procgen). None: every reset
+    # draws a fresh layout from its own key.
+    seeds: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         where = f"map generator {self.name!r}"
+        if self.seeds is not None:
+            seeds = self.seeds
+            if (
+                not isinstance(seeds, (tuple, list))
+                or len(seeds) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds)
+            ):
+                raise TypeError(f"{where}: seeds must be two integers [lo, hi), got {seeds!r}")
+            if not 0 <= seeds[0] < seeds[1] <= MAX_SEED:
+                raise ValueError(
+                    f"{where}: seeds {list(seeds)} must satisfy 0 <= lo < hi <= {MAX_SEED}"
+                )
+            object.__setattr__(self, "seeds", (int(seeds[0]), int(seeds[1])))
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"a map generator's name must be a non-empty string, got {self.name!r}")
         for field, low, high in (("slots", 1, 64), ("tries", 1, 64)):
@@ -343,6 +364,17 @@ def draw_layout(params: ProcMaps, key: jax.Array) -> Layout:
 @partial(jax.jit, static_argnums=0)
 def _draw_jit(params: ProcMaps, key: jax.Array) -> Layout:
     return draw_layout(params, key)
+
+
+def level_key(params: ProcMaps, key: jax.Array) -> jax.Array:
+    """The key a reset draws its layout from, given the reset's map key `key`: `key` itself,
+    or with `params.seeds`, `PRNGKey(s)` for a level seed s drawn uniformly in [lo, hi) from
+    it, so that the layout is `generate(params, s)`."""
+    if params.seeds is None:
+        return key
+    lo, hi = params.seeds
+    seed = jax.random.randint(key, (), lo, hi, dtype=jnp.int32)
+    return jax.random.PRNGKey(seed)
 
 
 def generate(params: ProcMaps, seed: int) -> np.ndarray:

@@ -360,6 +360,8 @@ class EnvConfig:
         generator = self.map_generator
         if generator is None and not self.maps and self.map_set in generator_names():
             generator = builtin_generators()[self.map_set]
+        if isinstance(generator, dict):  # a TOML table: a built-in generator's name and changes
+            generator = _generator_from_table(generator)
         if generator is not None:
             if not isinstance(generator, ProcMaps):
                 raise TypeError(
@@ -579,6 +581,30 @@ class EnvConfig:
             if changes["map_generator"] is None and self.map_generator is not None:
                 changes.setdefault("map_set", "empty")
         return dataclasses.replace(self, **changes)
+
+
+def _generator_from_table(table: dict[str, Any]) -> ProcMaps:
+    """A `ProcMaps` from a table: `base` (a built-in generator's name, default the defaults)
+    and any `ProcMaps` fields that change it, e.g. {"base": "procgen_dense", "seeds": [0, 16]}."""
+    fields = dict(table)
+    base = fields.pop("base", None)
+    known = builtin_generators()
+    if base is not None and base not in known:
+        raise ValueError(
+            f"map_generator: unknown base generator {base!r}; expected one of {list(known)} "
+            f"(closest: {closest(str(base), known)})"
+        )
+    names = [f.name for f in dataclasses.fields(ProcMaps)]
+    for key in fields:
+        if key not in names:
+            raise ValueError(
+                f"map_generator: unknown field {key!r}; expected 'base' or one of {names} "
+                f"(closest: {closest(key, names)})"
+            )
+    for key in ("count", "box_width", "box_height", "seeds", "start_team0", "start_team1"):
+        if isinstance(fields.get(key), list):
+            fields[key] = tuple(fields[key])
+    return dataclasses.replace(known[base] if base else ProcMaps(), **fields)
 
 
 def _set(obj: object, name: str, value: object) -> None:

@@ -28,6 +28,7 @@ from gigastep.opponents import POLICIES
 # The shipped splits are frozen: editing one changes its hash and fails here. A changed split
 # is a new file with a new version (and a new row here).
 FROZEN = {
+    "levels-v1": "48317c7b2414",
     "maps-layout-v1": "67213dd3ae61",
     "mix-v1": "fd6e2fed8f18",
     "opponents-v1": "23f614125b8c",
@@ -351,3 +352,37 @@ def test_the_drawn_sizes_split_plays_one_size_per_item():
     split = load_split("sizes-drawn-v1")
     sizes = {i.id: split.config(i).team_draw.sizes for i in split.items}
     assert sizes["5v3"] == ((5, 5), (3, 3)) and sizes["8v8"] == ((8, 8), (8, 8))
+
+
+def _levels_split(train: str, test: str) -> str:
+    return f"""
+        name = "t"
+        version = 1
+        family = "procedural_maps"
+        [[items]]
+        id = "a"
+        role = "train"
+        scenario = "{TINY}"
+        opponents = ["random"]
+        env = {{ map_generator = {{ base = "procgen_dense", seeds = {train} }} }}
+        [[items]]
+        id = "b"
+        role = "test"
+        scenario = "{TINY}"
+        opponents = ["random"]
+        env = {{ map_generator = {{ base = "procgen_dense", seeds = {test} }} }}
+        """
+
+
+def test_overlapping_level_ranges_of_one_generator_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"shares .*levels \[10, 16\)"):
+        load_split(_write(tmp_path, _levels_split("[0, 16]", "[10, 20]")))
+    assert load_split(_write(tmp_path, _levels_split("[0, 16]", "[16, 20]"), "ok.toml"))
+
+
+def test_the_shipped_level_ranges_are_disjoint():
+    split = load_split("levels-v1")
+    ranges = {i.id: split.config(i).map_generator.seeds for i in split.items}
+    (lo, hi) = ranges["unseen"]
+    for other in ("levels-16", "levels-1024", "validation"):
+        assert ranges[other][1] <= lo or ranges[other][0] >= hi

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+import gigastep
 from gigastep import EnvConfig, EnvState, MapSpec, ProcMaps
 from gigastep import env as genv
 from gigastep.game import arena
@@ -468,3 +469,51 @@ def test_the_entity_observation_of_a_drawn_map_stays_within_its_bounds():
     for t in range(3):
         assert (np.asarray(obs) >= low).all() and (np.asarray(obs) <= high).all(), t
         obs, states, *_ = step(states, actions, jax.vmap(jax.random.fold_in, (0, None))(keys, t))
+
+
+# --- level seeds ------------------------------------------------------------------------
+
+
+def _drawn_layouts(env, keys):
+    _, states = env.v_reset(keys)
+    scale = 10.0 / env.config.limit_x
+    out = []
+    boxes, valid = np.asarray(states.episode.boxes), np.asarray(states.episode.box_valid)
+    for b, v in zip(boxes, valid, strict=True):
+        out.append((b[v] * scale).tobytes())
+    return out
+
+
+def test_a_single_level_seed_plays_the_layout_generate_draws_from_it():
+    env = gigastep.make(
+        "identical_2_vs_2_fobs_vec_void_disc",
+        map_generator={"base": "procgen_dense", "seeds": [5, 6]},
+    )
+    want = generate(env.config.map_generator, 5).tobytes()
+    assert set(_drawn_layouts(env, jax.random.split(jax.random.PRNGKey(0), 8))) == {want}
+
+
+def test_a_seed_range_plays_exactly_its_levels():
+    env = gigastep.make(
+        "identical_2_vs_2_fobs_vec_void_disc",
+        map_generator={"base": "procgen_dense", "seeds": [0, 4]},
+    )
+    levels = {generate(env.config.map_generator, s).tobytes() for s in range(4)}
+    assert len(levels) == 4  # four different layouts
+    # 64 resets miss one of 4 levels with probability 4 * (3/4)^64 < 1e-7
+    assert set(_drawn_layouts(env, jax.random.split(jax.random.PRNGKey(1), 64))) == levels
+
+
+@pytest.mark.parametrize(
+    "table, error",
+    [
+        ({"seeds": [3, 3]}, "0 <= lo < hi"),
+        ({"seeds": [-1, 2]}, "0 <= lo < hi"),
+        ({"seeds": "0-4"}, "two integers"),
+        ({"base": "procgen_dens"}, "unknown base generator 'procgen_dens'.*procgen_dense"),
+        ({"seed": [0, 4]}, "unknown field 'seed'.*seeds"),
+    ],
+)
+def test_bad_level_seeds_and_generator_tables_are_named(table, error):
+    with pytest.raises((TypeError, ValueError), match=error):
+        gigastep.make("identical_2_vs_2_fobs_vec_void_disc", map_generator=table)
