@@ -44,6 +44,7 @@ __all__ = [
     "PRESETS",
     "Run",
     "evaluate_checkpoint",
+    "evaluate_player",
     "interquartile_mean",
     "main",
     "probability_of_improvement",
@@ -202,12 +203,18 @@ def evaluate_checkpoint(
 ) -> list[dict]:
     """One row per scripted opponent: `games` fresh games of the checkpoint against it (both
     sides), wins, draws, losses, the win rate with its Wilson interval, and the seconds taken."""
+    return evaluate_player(str(checkpoint), scenario, opponents, games, seed)
+
+
+def evaluate_player(player, scenario: str, opponents, games: int, seed: int) -> list[dict]:
+    """`evaluate_checkpoint` for any player form of `gigastep.eval.players` (a checkpoint
+    path, a `TorchPlayer`, a scripted policy's name or callable)."""
     from gigastep.eval.matches import evaluate
 
     final = []
     for opponent in opponents:
         t0 = time.perf_counter()
-        result = evaluate(str(checkpoint), opponent, scenario, games=games, seed=seed)
+        result = evaluate(player, opponent, scenario, games=games, seed=seed)
         low, high = result.win_rate_ci
         final.append(
             {

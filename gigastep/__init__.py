@@ -14,8 +14,10 @@ from gigastep.game.types import (
     EnvState,
     EpisodeState,
     MapSpec,
+    ProcMaps,
     StepInfo,
     StepNoise,
+    TeamDraw,
 )
 from gigastep.wrappers import FrameStack
 
@@ -28,6 +30,7 @@ _SCENARIO_API = (
     "ScenarioSpec",
     "agent_types",
     "base_scenarios",
+    "list_distributions",
     "list_scenarios",
     "make_config",
     "resolve",
@@ -67,8 +70,10 @@ __all__ = [
     "FrameStack",
     "GigastepEnv",
     "MapSpec",
+    "ProcMaps",
     "StepInfo",
     "StepNoise",
+    "TeamDraw",
     "__version__",
     *_REGISTRY_API,
     *_SCENARIO_API,

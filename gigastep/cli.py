@@ -99,8 +99,9 @@ def _check_name(name: str) -> None:
         if not os.path.isfile(path):
             raise CommandError(f"no scenario file {path!r}")
         return
-    if scenarios.parse_name(name).base not in scenarios.base_scenarios():
-        choices = [*scenarios.base_scenarios(), *scenarios.list_scenarios()]
+    bases = [*scenarios.base_scenarios(), *scenarios.list_distributions()]
+    if scenarios.parse_name(name).base not in bases:
+        choices = [*bases, *scenarios.list_scenarios()]
         close = difflib.get_close_matches(name, choices, n=3, cutoff=0.0)
         raise CommandError(
             f"unknown scenario {name!r}; closest: {', '.join(close)}. "
@@ -330,7 +331,16 @@ def _default_agents(env: GigastepEnv, agents: Iterable[int] | None) -> tuple[int
 # list, info
 # ------------------------------------------------------------------------------------------
 
-_NOT_SETTINGS = {"teams", "type_names", "maps", "map_set", "limit_x", "limit_y", *PER_AGENT_FIELDS}
+_NOT_SETTINGS = {
+    "teams",
+    "type_names",
+    "maps",
+    "map_set",
+    "limit_x",
+    "limit_y",
+    "team_draw",
+    *PER_AGENT_FIELDS,
+}
 
 
 def _composition(config: EnvConfig, team: int) -> str:
@@ -366,6 +376,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         f"\n{len(bases)} base scenarios, {len(names)} named variants "
         "<base>_<fobs|pobs>_<rgb|vec|ent>_<maps|void>_<cont|disc> (gigastep list --all)"
     )
+    distributions = scenarios.list_distributions()
+    print(
+        f"{len(distributions)} distributions (team sizes drawn per episode, same suffixes; "
+        f"gigastep info NAME): {', '.join(distributions)}"
+    )
     return 0
 
 
@@ -382,14 +397,26 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"version       {spec.version}")
     print(f"hash          {spec.hash}")
     print(f"agents        {config.n_agents} (team 0: {n0}, team 1: {n1})")
-    print(f"team 0        {_composition(config, 0)}")
-    print(f"team 1        {_composition(config, 1)}")
+    draw = config.team_draw
+    label = "roster" if draw is not None else "team"
+    print(f"{label + ' 0':<14}{_composition(config, 0)}")
+    print(f"{label + ' 1':<14}{_composition(config, 1)}")
+    if draw is not None:
+        print(f"draw team 0   {draw.describe(0)} (drawn at every reset; the rest absent)")
+        print(f"draw team 1   {draw.describe(1)}")
     print(f"world         {config.limit_x:g} x {config.limit_y:g}")
-    print(
-        f"maps          {config.map_set} ({len(config.maps)} map"
-        f"{'s' if len(config.maps) != 1 else ''}: "
-        f"{', '.join(m.name for m in config.maps)}; up to {config.max_boxes} boxes)"
-    )
+    gen = config.map_generator
+    if gen is not None:
+        print(
+            f"maps          {gen.name} (procedural: {gen.count[0]}-{gen.count[1]} boxes drawn "
+            f"at each reset in {gen.slots} slots, symmetry {gen.symmetry})"
+        )
+    else:
+        print(
+            f"maps          {config.map_set} ({len(config.maps)} map"
+            f"{'s' if len(config.maps) != 1 else ''}: "
+            f"{', '.join(m.name for m in config.maps)}; up to {config.max_boxes} boxes)"
+        )
     print(f"observation   {config.obs_type}: {env.observation_space} per agent")
     print(
         f"action        {'discrete' if config.discrete_actions else 'continuous'}: "

@@ -23,7 +23,7 @@ from gigastep._util import checks as _checks
 from gigastep._util.checks import check_actions
 from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.game import dynamics, interactions, rewards, waypoints
-from gigastep.game.arena import map_arrays
+from gigastep.game.arena import episode_boxes
 from gigastep.game.batching import reset_where, select_games, where_masked
 from gigastep.game.observations import first_observation, global_view, observe
 from gigastep.game.observations.global_state import state_vector, state_vector_size
@@ -217,10 +217,8 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
     hit, waypoint, waypoint_time = waypoints.update_waypoint(
         config, moved, episode, alive_pre, noise.waypoint
     )
-    maps = map_arrays(config)
     geo = interactions.geometry(moved)
-    boxes = jnp.asarray(maps.boxes)[episode.map_idx]
-    box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
+    boxes, box_valid = episode_boxes(config, episode)
     hz = interactions.hazards(config, moved, geo, boxes, box_valid)
     fight = interactions.combat(config, moved, geo, hz.alive, noise.detection)
     max_health = jnp.asarray(config.max_health, jnp.float32)
@@ -240,6 +238,7 @@ def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepN
         hazard_death=alive_pre & (hz.oob | hz.in_box),
         detected=fight.detected,
         damage=fight.damage,
+        present=episode.present,
     )
     reward = rewards.total_reward(config, reward_inputs, episode.aux_rewards_factor)
     team1 = jnp.asarray(np.asarray(config.teams) == 1)

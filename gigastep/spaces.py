@@ -237,7 +237,11 @@ def vector_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
             corners.append(((w2[0] - limit) / limit, w2[1] / limit))
         lows.append(np.array([*(-_up(-c[0]) for c in corners), 0.0], np.float32))
         highs.append(np.array([*(_up(c[1]) for c in corners), 1.0], np.float32))
-    if config.max_boxes:
+    if config.max_boxes and config.map_generator is not None:
+        # drawn boxes lie inside the world: [0, 1] after scaling, one ulp of rounding room
+        lows.append(np.zeros(4 * config.max_boxes, np.float32))
+        highs.append(np.full(4 * config.max_boxes, np.nextafter(np.float32(1), np.float32(2))))
+    elif config.max_boxes:
         scale = np.array([lx, ly, lx, ly], np.float32)
         per_map = np.zeros((len(config.maps), config.max_boxes, 4), np.float32)
         for i, mp in enumerate(config.maps):
@@ -344,6 +348,13 @@ def entity_bounds(config: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
 def _map_boxes(config: EnvConfig) -> list[np.ndarray]:
     """The real boxes of each map of `config` in world units, float64 (k_i, 4)."""
     scale = np.array([config.limit_x, config.limit_y, config.limit_x, config.limit_y]) / 10.0
+    gen = config.map_generator
+    if gen is not None:
+        # the extremes of any drawn box: the smallest in a corner (its centre nearest to the
+        # world's corner, so farthest from the opposite one) and the largest (half extents)
+        (w_lo, w_hi), (h_lo, h_hi) = gen.box_width, gen.box_height
+        extremes = np.array([[0.0, 0.0, w_lo, h_lo], [0.0, 0.0, w_hi, h_hi]])
+        return [extremes * scale]
     return [np.asarray(m.boxes, np.float64).reshape(-1, 4) * scale for m in config.maps]
 
 

@@ -226,7 +226,9 @@ class TeamEnv(gymnasium.Env):
         render_mode: None or "rgb_array" (the global view, rows = world y).
         **overrides: EnvConfig fields changed (e.g. `resolution_x=16, resolution_y=16`).
 
-    `info` holds `agent_rewards` (m,) float32 and `agent_dones` (m,) bool of the team.
+    `info` holds `agent_rewards` (m,) float32 and `agent_dones` (m,) bool of the team; with a
+    team draw (`EnvConfig.team_draw`) `reset` and `step` also give `agent_present` (m,) bool,
+    the team's agents present in the episode (an absent agent's rows are zeros: mask it out).
     Seeding: `reset(seed=s)` seeds `np_random`, from which the game's JAX key is drawn, so
     `reset(seed=s)` followed by the same actions replays the same game.
     """
@@ -259,7 +261,7 @@ class TeamEnv(gymnasium.Env):
         key = _seed_key(None, self.np_random)
         self._key, sub = jax.random.split(key)
         obs, self._state = _single_reset(self.versus, sub)
-        return _numpy(obs), {}
+        return _numpy(obs), _present_info(self.versus, self._state)
 
     def step(
         self, action: npt.ArrayLike
@@ -272,6 +274,7 @@ class TeamEnv(gymnasium.Env):
         )
         obs, rewards, dones, term, trunc = _numpy((obs, rewards, dones, term, trunc))
         info = {"agent_rewards": rewards, "agent_dones": dones}
+        info.update(_present_info(self.versus, self._state))
         return obs, float(rewards.sum()), bool(term), bool(trunc), info
 
     def render(self) -> np.ndarray | None:
@@ -283,6 +286,16 @@ class TeamEnv(gymnasium.Env):
         if self._state is None:
             raise RuntimeError("call reset() before render()")
         return _frame(_single_view(self.versus.config, self._state))
+
+
+def _present_info(versus: VersusEnv, state: EnvState, batched: bool = False) -> dict[str, Any]:
+    """{"agent_present": the team's present agents, (m,) or (B, m) bool} with a team draw,
+    else {} (every agent is present)."""
+    present = state.episode.present
+    if present is None:
+        return {}
+    view = jax.vmap(versus.team_view) if batched else versus.team_view
+    return {"agent_present": np.array(view(present))}
 
 
 # ------------------------------------------------------------------------------------------
@@ -318,6 +331,8 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         DISABLED: nothing is reset automatically; call `reset(options={"reset_mask": mask})`
             (mask (num_envs,) bool) before stepping a finished game again.
 
+    With a team draw (`EnvConfig.team_draw`), `reset` and `step` give `info["agent_present"]`
+    (num_envs, m) bool: the team's agents present in each game's current episode.
     In every mode, on a step where some game ended, `info["episode_return"]` (team sum,
     float32) and `info["episode_length"]` (int32) hold the finished episodes' values, valid
     where `info["_episode_return"]` / `info["_episode_length"]` (zero elsewhere).
@@ -400,7 +415,7 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
             reset = mask
         self._ended = self._ended & ~reset
         self._pending = jnp.asarray(self._ended)
-        return _numpy(self._obs), {}
+        return _numpy(self._obs), _present_info(self.versus, self._states, batched=True)
 
     # --- step ---------------------------------------------------------------------------
     def step(
@@ -425,7 +440,7 @@ class TeamVectorEnv(gymnasium.vector.VectorEnv):
         ended = term | trunc
         self._ended = ended
         self._pending = jnp.asarray(ended)
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = _present_info(self.versus, self._states, batched=True)
         if ended.any():
             # Zero where no episode ended (the masks say which entries are valid).
             stats = {

@@ -50,6 +50,9 @@ The JaxMARL conventions, and what Gigastep puts in them:
   every info leaf to (NUM_ACTORS,)): `terminated` (a team eliminated), `truncated` (time
   limit), `winner` (int32 team 0 or 1 of an episode that ends with one team alive, else -1)
   and `won` (float32, 1 where the agent's team won the episode that ends at this step).
+  With a team draw (`EnvConfig.team_draw`) also `present` (bool): the agent plays the
+  episode of the returned state (an absent agent is dead from its start: done, zero
+  observation and reward).
 - Final observations: as in every JaxMARL environment, the observation `step` returns where
   an episode ends is the fresh game's first observation, so the ending game's last
   observation is not in `obs`. With `final_obs=True` it is in `infos["final_obs"]` (a dict
@@ -346,6 +349,8 @@ class GigastepJaxMARLEnv(MultiAgentEnv):
             "winner": jnp.full((n,), winner, jnp.int32),
             "won": won,
         }
+        if state.episode.present is not None:
+            infos["present"] = self._take(state.episode.present)
         if self.final_obs:
             final = _one_array(last)
             infos["final_obs"] = {a: final[i] for i, a in enumerate(self.agents)}

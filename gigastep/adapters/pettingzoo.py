@@ -172,6 +172,8 @@ class GigastepParallelEnv(ParallelEnv):
         if start is None:
             self._key, obs, self._state = _reset(self.config, self._key)
             alive = np.ones(self.config.n_agents, bool)
+            if self.config.team_draw is not None:  # absent agents are not in `agents`
+                alive = np.asarray(self._state.agents.alive)
         else:
             start = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), start)
             self._check_state(start)

@@ -643,6 +643,19 @@ class TorchVecEnv:
             info["score"] = out.score
         return out.obs, out.rewards, out.dones, out.ep_dones, info
 
+    @property
+    def present(self) -> torch.Tensor:
+        """(B, m) bool: the agents present in the current games (all True without a team draw,
+        `EnvConfig.team_draw`). An absent agent is dead for its whole episode, its observation
+        zero and its actions ignored: a trainer masks it out of its losses and statistics. After
+        a `step`, the rows of games that restarted are their fresh episodes'."""
+        present = self.states.episode.present
+        if present is None:
+            return torch.ones(self.num_envs, self.n_agents, dtype=torch.bool, device=self.device)
+        if isinstance(self.game, VersusEnv):
+            present = jax.vmap(self.game.team_view)(present)
+        return jax_to_torch(present)
+
     def state_vector(self) -> torch.Tensor:
         """(B, 2, S) float32: the global state vector of the current states, seen from team
         0 and from team 1 (`gigastep.game.observations.global_state`)."""

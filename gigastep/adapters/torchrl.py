@@ -21,6 +21,9 @@ B = `num_envs`, `batch_size` is `[B]`. `terminated` means a team was eliminated,
 the time limit, `done` either. Agents that die stay in their group with zero observations
 and rewards and `("info", "mask")` False (their actions are ignored); the groups' done entries
 are the episode's, so TorchRL never asks to reset a single agent.
+With a team draw (`EnvConfig.team_draw`) the groups keep every slot of the roster; the agents
+absent from an episode are dead from its start, so `("info", "mask")` is False for them
+throughout (TorchVecEnv's `present` tells absent from dead).
 
 The observations of a group are its "observation" and/or "pixels" alone: the alive mask is
 under the group's "info", where TorchRL's VMAS environments keep their per-agent extras and
@@ -282,9 +285,14 @@ class GigastepTorchRLEnv(EnvBase):
     # --- EnvBase ------------------------------------------------------------------------
     def _step(self, tensordict: TensorDictBase) -> TensorDict:
         obs, rewards, dones, ep_dones, info = self._venv.step(self._joint_actions(tensordict))
-        # games that ended were restarted inside the step: all their agents are alive
+        # games that ended were restarted inside the step: all their agents are alive (with
+        # a team draw, all their present agents: the states say which)
         fresh_state = info["state_vector"][:, self.team] if self.state else None
-        self._fresh_obs = (obs, ~dones | ep_dones.unsqueeze(1), fresh_state)
+        if self.config.team_draw is None:
+            fresh_alive = ~dones | ep_dones.unsqueeze(1)
+        else:
+            fresh_alive = self._alive_now()
+        self._fresh_obs = (obs, fresh_alive, fresh_state)
         self._pending = ep_dones
         final_alive = ~dones  # the finished step's agents, whose final observation this is
         final_state = info["final_state_vector"][:, self.team] if self.state else None
@@ -305,6 +313,8 @@ class GigastepTorchRLEnv(EnvBase):
             alive = torch.ones(
                 self.num_envs, self._venv.n_agents, dtype=torch.bool, device=self.device
             )
+            if self.config.team_draw is not None:
+                alive = self._alive_now()
             self._fresh_obs = (obs, alive, self._state_vectors())
         else:
             running = mask & ~self._pending
@@ -314,6 +324,13 @@ class GigastepTorchRLEnv(EnvBase):
         obs, alive, state = self._fresh_obs
         zeros = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         return self._output(obs, alive, zeros, zeros, state=state)
+
+    def _alive_now(self) -> torch.Tensor:
+        """(B, m) bool: the controlled agents alive in the games as they are now."""
+        alive = self._venv.states.agents.alive
+        if isinstance(self._venv.game, VersusEnv):
+            alive = jax.vmap(self._venv.game.team_view)(alive)
+        return jax_to_torch(alive)
 
     def _state_vectors(self) -> torch.Tensor | None:
         """(B, S) float32: the current games' state vectors seen from `team` (with `state`)."""

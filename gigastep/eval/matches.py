@@ -92,11 +92,14 @@ SEGMENT_STEPS = 32  # steps per compiled call of the scripted loop (progress, ea
 
 
 def symmetric(config: EnvConfig) -> bool:
-    """Whether both teams have the same agent types in the same order (so that swapping the
-    teams gives the same game)."""
+    """Whether both teams have the same agent types in the same order, and with a team draw
+    the same sizes and type weights (so that swapping the teams gives the same game)."""
     teams = np.asarray(config.teams)
     rows = [np.flatnonzero(teams == t) for t in (0, 1)]
     if len(rows[0]) != len(rows[1]):
+        return False
+    draw = config.team_draw
+    if draw is not None and (draw.sizes[0], draw.weights[0]) != (draw.sizes[1], draw.weights[1]):
         return False
     tables = [getattr(config, t) for t in PER_AGENT_FIELDS]
     if config.type_names:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -83,15 +84,35 @@ def _maps_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
 
 
 def _team_sizes_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
-    return frozenset([tuple(config.team_sizes)])
+    """Every (size of team 0, size of team 1) the item can play: the fixed sizes, or every
+    pair a team draw can give."""
+    draw = config.team_draw
+    if draw is None:
+        return frozenset([tuple(config.team_sizes)])
+    (lo0, hi0), (lo1, hi1) = draw.sizes
+    return frozenset(itertools.product(range(lo0, hi0 + 1), range(lo1, hi1 + 1)))
+
+
+def _team_mixes(config: EnvConfig, team: int) -> set[tuple[tuple[str, int], ...]]:
+    """Every type mix (sorted (type, count) pairs, zero counts left out) team `team` can field."""
+    names = [t for t, k in zip(config.type_names, config.teams, strict=True) if k == team]
+    slots = {n: names.count(n) for n in dict.fromkeys(names)}
+    draw = config.team_draw
+    if draw is None:
+        return {tuple(sorted(slots.items()))}
+    lo, hi = draw.sizes[team]
+    weights = dict(draw.weights[team]) or dict.fromkeys(slots, 1.0)
+    usable = [n for n in slots if weights.get(n, 0) > 0]
+    mixes = set()
+    for counts in itertools.product(*(range(slots[n] + 1) for n in usable)):
+        if lo <= sum(counts) <= hi:
+            mixes.add(tuple(sorted((n, c) for n, c in zip(usable, counts, strict=True) if c)))
+    return mixes
 
 
 def _type_mix_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
-    mix = []
-    for team in (0, 1):
-        names = [t for t, k in zip(config.type_names, config.teams, strict=True) if k == team]
-        mix.append(tuple(sorted((n, names.count(n)) for n in set(names))))
-    return frozenset([tuple(mix)])
+    """Every (team 0's mix, team 1's mix) the item can play."""
+    return frozenset(itertools.product(_team_mixes(config, 0), _team_mixes(config, 1)))
 
 
 def _opponents_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
@@ -114,6 +135,31 @@ def _observation_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
     return frozenset([tuple((f, getattr(config, f)) for f in _SENSING)])
 
 
+def _level_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
+    """The item's levels: (generator without its seeds, lo, hi); a generator without level
+    seeds draws from every key, so it holds every level [0, 2^31)."""
+    from gigastep.game.procmaps import MAX_SEED
+
+    generator = config.map_generator
+    if generator is None:
+        raise ValueError(
+            f"item {item.id!r} of a procedural_maps split needs a map generator (map_set = a "
+            f"generator's name, or [items.env] map_generator = {{ base = ..., seeds = [lo, hi] }})"
+        )
+    lo, hi = generator.seeds if generator.seeds is not None else (0, MAX_SEED)
+    return frozenset([(repr(dataclasses.replace(generator, seeds=None)), lo, hi)])
+
+
+def _shared_levels(a: frozenset[Any], b: frozenset[Any]) -> frozenset[Any]:
+    """Level ranges of one generator that meet: [max lo, min hi)."""
+    return frozenset(
+        f"levels [{max(lo, lo2)}, {min(hi, hi2)})"
+        for gen, lo, hi in a
+        for gen2, lo2, hi2 in b
+        if gen == gen2 and max(lo, lo2) < min(hi, hi2)
+    )
+
+
 @dataclass(frozen=True)
 class Family:
     """The axis along which a split of this family holds its test items out."""
@@ -121,6 +167,8 @@ class Family:
     name: str
     axis: str  # what the held-out values are, for errors and docs
     values: Callable[[EnvConfig, SplitItem], frozenset[Any]]
+    # the values two items share (default: the same values)
+    shared: Callable[[frozenset[Any], frozenset[Any]], frozenset[Any]] = frozenset.intersection
 
 
 FAMILIES: dict[str, Family] = {
@@ -132,6 +180,12 @@ FAMILIES: dict[str, Family] = {
         Family("opponents", "opponent players (scripted names)", _opponents_axis),
         Family("populations", "opponent players (checkpoints of other runs)", _opponents_axis),
         Family("observation", f"sensing settings ({', '.join(_SENSING)})", _observation_axis),
+        Family(
+            "procedural_maps",
+            "procedural levels (a generator's level seeds)",
+            _level_axis,
+            _shared_levels,
+        ),
     )
 }
 """Every family a split may name, by name."""
@@ -233,7 +287,7 @@ class Split:
                     )
         for test in self.role("test"):
             for other in (*self.role("train"), *self.role("validation")):
-                shared = values[test.id] & values[other.id]
+                shared = family.shared(values[test.id], values[other.id])
                 if shared:
                     raise ValueError(
                         f"split {self.name!r} ({self.family}): test item {test.id!r} shares "

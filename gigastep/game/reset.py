@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gigastep.game import dynamics, interactions
+from gigastep.game import dynamics, interactions, rosters
 from gigastep.game import random as grandom
-from gigastep.game.arena import MapArrays, map_arrays
+from gigastep.game.arena import MapArrays, generated_boxes, map_arrays
 from gigastep.game.types import AgentState, EnvConfig, EnvState, EpisodeState
 from gigastep.game.xla import platform_form, varying_like
 
@@ -32,11 +32,17 @@ __all__ = [
 
 
 def placement_conflicts(
-    config: EnvConfig, agents: AgentState, boxes: jax.Array, box_valid: jax.Array, margin: float
+    config: EnvConfig,
+    agents: AgentState,
+    boxes: jax.Array,
+    box_valid: jax.Array,
+    margin: float,
+    present: jax.Array | None = None,
 ) -> jax.Array:
     """(n,) bool: an agent too close to a lower-index agent (radius and altitude enlarged by
     `margin`) or inside a box enlarged by `margin`. Only the later agent of a close pair is
-    redrawn, so each round resolves more conflicts than redrawing both would."""
+    redrawn, so each round resolves more conflicts than redrawing both would. With `present`
+    ((n,) bool), absent agents are never in conflict and never cause one."""
     n = config.n_agents
     conflict = jnp.zeros(n, bool)
     if config.collision_range > 0 and n > 1:
@@ -45,6 +51,8 @@ def placement_conflicts(
         radius = np.float32((config.collision_range + margin) ** 2)
         close = (geo.d2 < radius) & (dz < config.collision_altitude + margin)
         earlier = jnp.asarray(np.tri(n, k=-1, dtype=bool))  # [i, j]: j < i
+        if present is not None:
+            earlier = earlier & present[None, :]
         conflict = jnp.any(close & earlier, axis=1)
     x, y = agents.x[:, None], agents.y[:, None]
     inside = (
@@ -53,7 +61,8 @@ def placement_conflicts(
         & (y > boxes[None, :, 1] - margin)
         & (y < boxes[None, :, 3] + margin)
     )
-    return conflict | jnp.any(inside & box_valid[None, :], axis=1)
+    conflict = conflict | jnp.any(inside & box_valid[None, :], axis=1)
+    return conflict if present is None else conflict & present
 
 
 def reset_state(config: EnvConfig, key: jax.Array) -> tuple[EnvState, jax.Array]:
@@ -82,17 +91,27 @@ def placement_uniforms(config: EnvConfig, k_place: jax.Array, round_: int | jax.
 
 
 def place_agents(
-    config: EnvConfig, maps: MapArrays, map_idx: jax.Array, k_place: jax.Array
+    config: EnvConfig,
+    maps: MapArrays,
+    map_idx: jax.Array,
+    k_place: jax.Array,
+    present: jax.Array | None = None,
+    drawn: tuple[jax.Array, jax.Array] | None = None,
 ) -> AgentState:
     """The agents of a fresh game on map `map_idx`: placed, redrawn while in conflict (see
-    `reset_state_streamed`), at full health, alive, at speed 1, with no locks."""
+    `reset_state_streamed`), at full health, alive, at speed 1, with no locks. With `present`
+    ((n,) bool), absent agents start dead at health 0 and play no part in the conflicts.
+    `drawn`: the (boxes, box_valid) of a generated map, which replace the map's boxes."""
     n = config.n_agents
     teams = np.asarray(config.teams)
     region = jnp.asarray(maps.start)[map_idx][teams]  # (n, 4)
     heights = jnp.asarray(maps.height)[map_idx]  # (2,)
     headings = jnp.asarray(maps.heading)[map_idx][teams]  # (n, 2)
-    boxes = jnp.asarray(maps.boxes)[map_idx]
-    box_valid = jnp.asarray(maps.box_valid)[map_idx]
+    if drawn is None:
+        boxes = jnp.asarray(maps.boxes)[map_idx]
+        box_valid = jnp.asarray(maps.box_valid)[map_idx]
+    else:
+        boxes, box_valid = drawn
 
     def draw(round_: int | jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         u = placement_uniforms(config, k_place, round_)
@@ -105,6 +124,9 @@ def place_agents(
 
     x, y, z, heading = draw(0)
     max_health = jnp.asarray(config.max_health, jnp.float32)
+    alive = jnp.ones(n, bool)
+    if present is not None:
+        max_health, alive = jnp.where(present, max_health, 0.0), present
     agents = AgentState(
         x=x,
         y=y,
@@ -112,12 +134,12 @@ def place_agents(
         v=jnp.ones(n, jnp.float32),
         heading=dynamics.wrap_angle(heading),
         health=max_health,
-        alive=jnp.ones(n, bool),
+        alive=alive,
         tracked=jnp.zeros((n, n), jnp.int32),
     )
 
     def conflicts(a: AgentState) -> jax.Array:
-        return placement_conflicts(config, a, boxes, box_valid, 0.1)
+        return placement_conflicts(config, a, boxes, box_valid, 0.1, present)
 
     def cond(carry: tuple[jax.Array, AgentState, jax.Array]) -> jax.Array:
         round_, a, need = carry
@@ -156,7 +178,7 @@ def place_agents(
     # Inside shard_map the rounds' draws vary over the mesh axes of the key and the map: the
     # carry (with constants such as the health) is marked as varying like them, so that the
     # counted loop's carry keeps its type and both forms return the same types.
-    start = varying_like((k_place, map_idx), (jnp.int32(1), agents, conflicts(agents)))
+    start = varying_like((k_place, map_idx, boxes), (jnp.int32(1), agents, conflicts(agents)))
     return platform_form(start, cpu=open_loop, gpu=counted)[1]
 
 
@@ -166,7 +188,9 @@ def reset_state_streamed(
     """(state, comm, stream): a fresh game, the communication noise of its first observation
     and that noise's counter stream (None when communication is deterministic).
 
-    The map is drawn uniformly from the config's map set; each team's agents are placed
+    The map is drawn uniformly from the config's map set, or, with a `map_generator`, its
+    boxes are drawn by the generator from `fold_in(k_map, 1)` (`gigastep.game.procmaps`,
+    stored in the episode state); each team's agents are placed
     uniformly in its start region with a heading drawn from its heading range (both from one
     round of `placement_uniforms`). An agent in conflict is redrawn (position, altitude and
     heading together): one closer than `collision_range + 0.1` in the plane and
@@ -182,6 +206,12 @@ def reset_state_streamed(
     of identical_20_vs_5's games (20 agents in a 8 x 2 band) started with a conflict, 0.4%
     with 20 rounds, none in 4096 with 30; hence the default of 100.
 
+    Team draws: with `config.team_draw`, the composition is drawn first
+    (`rosters.draw_present`, from the key folded with `rosters.TEAM_DRAW_STREAM`, so the map
+    and placement draws are those of the same config without a draw); absent agents start
+    dead at health 0 where their round-0 draw put them, and are never redrawn nor make a
+    present agent be redrawn.
+
     Platform forms (`gigastep.game.xla.platform_form`): on the CPU the rounds are a `while`
     loop that stops at the first round without conflicts; elsewhere (GPUs, where XLA reads a
     loop's predicate on the host every round) a counted loop of exactly `reset_max_rounds`
@@ -196,7 +226,14 @@ def reset_state_streamed(
     k_map, k_place, k_comm = reset_keys(key)
     maps = map_arrays(config)
     map_idx = map_index(config, k_map)
-    agents = place_agents(config, maps, map_idx, k_place)
+    present = None
+    if config.team_draw is not None:
+        k_team = jax.random.fold_in(key, rosters.TEAM_DRAW_STREAM)
+        present = rosters.draw_present(config.team_draw, config.teams, config.type_names, k_team)
+    drawn = None
+    if config.map_generator is not None:
+        drawn = generated_boxes(config, jax.random.fold_in(k_map, 1))
+    agents = place_agents(config, maps, map_idx, k_place, present, drawn)
     episode = EpisodeState(
         map_idx=jnp.asarray(map_idx, jnp.int32),
         waypoint=jnp.zeros(4, jnp.float32),
@@ -204,6 +241,8 @@ def reset_state_streamed(
         aux_rewards_factor=jnp.ones((), jnp.float32),
         step=jnp.zeros((), jnp.int32),
         returns=jnp.zeros(n, jnp.float32),
+        present=present,
+        **({} if drawn is None else {"boxes": drawn[0], "box_valid": drawn[1]}),
     )
     if config.stochastic_comm:
         seed = grandom.seed_words(k_comm)

@@ -27,6 +27,7 @@ class RewardInputs(PytreeData):
     hazard_death: chex.Array  # (n,) bool, died by leaving the map or entering a box this step
     detected: chex.Array  # (n, n) bool, HD[i, j]
     damage: chex.Array  # (n, n) float32, damage units j deals to i
+    present: chex.Array | None = None  # (n,) bool, the episode's present agents (team draws)
 
 
 TERMS = (
@@ -67,6 +68,16 @@ def _team_counts(config: EnvConfig, alive: jax.Array) -> tuple[jax.Array, jax.Ar
     return jnp.sum(alive) - a1, a1
 
 
+def _own_team_size(config: EnvConfig, present: jax.Array | None) -> jax.Array:
+    """(n,) float32: the size of each agent's team, counting present agents only."""
+    if present is None:
+        return jnp.asarray(np.array(config.team_sizes, np.float32)[np.asarray(config.teams)])
+    team1 = jnp.asarray(np.asarray(config.teams) == 1)
+    n1 = jnp.sum(present & team1)
+    n0 = jnp.sum(present) - n1
+    return jnp.where(team1, n1, n0).astype(jnp.float32)
+
+
 def reward_terms(config: EnvConfig, r: RewardInputs) -> dict[str, chex.Array]:
     """Unweighted per-agent reward terms, (n,) float32 each (positive = good for the agent)."""
     dt = config.dt
@@ -101,7 +112,8 @@ def total_reward(config: EnvConfig, r: RewardInputs, aux_factor: jax.Array) -> c
     """The step reward (n,) float32.
 
     r_i = (aux * (sum_k w_k term_k + idle_reward_i) + w_won game_won_i) / team_size_i,
-    times [alive before the step] (agents dead before the step earn nothing).
+    times [alive before the step] (agents dead before the step earn nothing). With a team
+    draw, team_size_i counts the present agents of i's team.
     """
     terms = reward_terms(config, r)
     base = jnp.asarray(config.idle_reward, jnp.float32)
@@ -113,6 +125,5 @@ def total_reward(config: EnvConfig, r: RewardInputs, aux_factor: jax.Array) -> c
     if config.reward_game_won != 0:
         total = total + np.float32(config.reward_game_won) * terms["game_won"]
     if config.divide_reward_by_team_size:
-        sizes = np.array(config.team_sizes, np.float32)[np.asarray(config.teams)]
-        total = total / jnp.asarray(sizes)
+        total = total / _own_team_size(config, r.present)
     return total * r.alive_pre.astype(jnp.float32)

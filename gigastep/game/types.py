@@ -22,7 +22,9 @@ from jax.typing import ArrayLike, DTypeLike
 
 from gigastep._util.checks import closest, float_tuple
 from gigastep._util.pytree import PytreeData, pytree_dataclass
-from gigastep.game.maps import MapSpec, map_set
+from gigastep.game.maps import MapSpec, map_set, map_set_names
+from gigastep.game.procmaps import ProcMaps, builtin_generators, generator_names
+from gigastep.game.rosters import TeamDraw
 
 __all__ = [
     "OBS_TYPES",
@@ -32,8 +34,10 @@ __all__ = [
     "EnvState",
     "EpisodeState",
     "MapSpec",
+    "ProcMaps",
     "StepInfo",
     "StepNoise",
+    "TeamDraw",
     "check_fields",
     "closest",
 ]
@@ -187,7 +191,10 @@ class EnvConfig:
     maps: tuple[MapSpec, ...] = ()
     """Maps drawn uniformly at each reset (empty tuple: the built-in set named by `map_set`)."""
     map_set: str = "empty"
-    """Name of the map set (`"all"`, `"empty"`, a built-in map name, or a custom name)."""
+    """Name of the map set (`"all"`, `"empty"`, a built-in map name, a built-in generator
+    name such as `"procgen_dense"`, or a custom name)."""
+    map_generator: ProcMaps | None = None
+    """Procedural maps: a new layout drawn at every reset (replaces `maps`); None: the maps."""
 
     # --- dynamics ------------------------------------------------------------------------
     dt: float = 0.1
@@ -292,6 +299,12 @@ class EnvConfig:
     """Most redraws of conflicting start positions at reset (the loop stops as soon as none
     conflicts; 10 left 9% of identical_20_vs_5's games starting with a close pair)."""
 
+    # --- team compositions ---------------------------------------------------------------
+    team_draw: TeamDraw | None = None
+    """Draw the team compositions at each reset from the agents above as a roster (sizes and
+    type weights per team, `gigastep.game.rosters`); agents left out are absent for the
+    episode (rules: "Absent agents"). None: every agent plays every episode."""
+
     def __post_init__(self) -> None:
         teams = tuple(self.teams)
         n = len(teams)
@@ -344,7 +357,26 @@ class EnvConfig:
                 f" (closest: {closest(str(self.obs_type), OBS_TYPES, 1)[0]!r})"
             )
         self._check_numbers()
-        if not self.maps:
+        generator = self.map_generator
+        if generator is None and not self.maps and self.map_set in generator_names():
+            generator = builtin_generators()[self.map_set]
+        if isinstance(generator, dict):  # a TOML table: a built-in generator's name and changes
+            generator = _generator_from_table(generator)
+        if generator is not None:
+            if not isinstance(generator, ProcMaps):
+                raise TypeError(
+                    f"map_generator must be a gigastep.ProcMaps or None, got {generator!r}"
+                )
+            _set(self, "map_generator", generator)
+            _set(self, "map_set", generator.name)
+            _set(self, "maps", (generator.start_map(),))
+        elif not self.maps:
+            if self.map_set not in map_set_names():
+                names = (*map_set_names(), *generator_names())
+                raise ValueError(
+                    f"unknown map set {self.map_set!r}; expected one of {list(names)} "
+                    f"(closest: {closest(str(self.map_set), names)})"
+                )
             _set(self, "maps", map_set(self.map_set))
         else:
             maps = tuple(self.maps)
@@ -364,6 +396,14 @@ class EnvConfig:
                 f"seconds, got {self.waypoint_lifetime!r}"
             )
         _set(self, "waypoint_lifetime", lifetime)
+        if isinstance(self.team_draw, dict):
+            _set(self, "team_draw", TeamDraw(**self.team_draw))
+        if self.team_draw is not None:
+            if not isinstance(self.team_draw, TeamDraw):
+                raise TypeError(
+                    f"team_draw must be a gigastep.TeamDraw or None, got {self.team_draw!r}"
+                )
+            self.team_draw.check_roster(self.teams, self.type_names)
 
     def _check_numbers(self) -> None:
         for f in dataclasses.fields(self):
@@ -497,7 +537,10 @@ class EnvConfig:
 
     @property
     def max_boxes(self) -> int:
-        """Boxes per map after zero padding (the largest box count in the map set)."""
+        """Boxes per map after zero padding (the largest box count in the map set, or the
+        generator's slots)."""
+        if self.map_generator is not None:
+            return self.map_generator.slots
         return max(len(m.boxes) for m in self.maps)
 
     @property
@@ -531,7 +574,37 @@ class EnvConfig:
         check_fields(changes)
         if "map_set" in changes and "maps" not in changes:
             changes["maps"] = ()
+        if "map_set" in changes and "map_generator" not in changes:
+            changes["map_generator"] = None  # a generator's name resolves to it again
+        if "map_generator" in changes:
+            changes.setdefault("maps", ())
+            if changes["map_generator"] is None and self.map_generator is not None:
+                changes.setdefault("map_set", "empty")
         return dataclasses.replace(self, **changes)
+
+
+def _generator_from_table(table: dict[str, Any]) -> ProcMaps:
+    """A `ProcMaps` from a table: `base` (a built-in generator's name, default the defaults)
+    and any `ProcMaps` fields that change it, e.g. {"base": "procgen_dense", "seeds": [0, 16]}."""
+    fields = dict(table)
+    base = fields.pop("base", None)
+    known = builtin_generators()
+    if base is not None and base not in known:
+        raise ValueError(
+            f"map_generator: unknown base generator {base!r}; expected one of {list(known)} "
+            f"(closest: {closest(str(base), known)})"
+        )
+    names = [f.name for f in dataclasses.fields(ProcMaps)]
+    for key in fields:
+        if key not in names:
+            raise ValueError(
+                f"map_generator: unknown field {key!r}; expected 'base' or one of {names} "
+                f"(closest: {closest(key, names)})"
+            )
+    for key in ("count", "box_width", "box_height", "seeds", "start_team0", "start_team1"):
+        if isinstance(fields.get(key), list):
+            fields[key] = tuple(fields[key])
+    return dataclasses.replace(known[base] if base else ProcMaps(), **fields)
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -596,6 +669,12 @@ class EpisodeState(PytreeData):
     aux_rewards_factor: chex.Array  # () float32, curriculum factor of every term but game-won
     step: chex.Array  # () int32, steps taken in this episode
     returns: chex.Array  # (n,) float32, undiscounted reward summed over this episode
+    present: chex.Array | None = None  # (n,) bool, the agents drawn into this episode
+    # (`EnvConfig.team_draw`); None without a draw (every agent present)
+    # The map drawn at reset by `config.map_generator`, in world units (None without one, so a
+    # config with fixed maps keeps its state's leaves); read through `arena.episode_boxes`.
+    boxes: chex.Array | None = None  # (B, 4) float32 [x1, y1, x2, y2], zero where not valid
+    box_valid: chex.Array | None = None  # (B,) bool
 
 
 @pytree_dataclass
@@ -621,18 +700,29 @@ class EnvState(PytreeData):
         waypoint_time: ArrayLike = 0.0,
         aux_rewards_factor: ArrayLike = 1.0,
         step: ArrayLike = 0,
+        present: VectorLike | None = None,
+        boxes: ArrayLike | None = None,
+        box_valid: ArrayLike | None = None,
     ) -> EnvState:
         """Build a state by hand (tests, scripted starts). Unspecified fields take reset values.
 
         Args:
             config: the environment's config (gives n and max health).
             x, y: (n,) positions. z defaults to 0, v to 1, heading to 0, health to max_health,
-                alive to True, tracked to 0.
+                alive to True (to `present` when given), tracked to 0.
+            present: (n,) bool, the agents present in the episode (configs with a
+                `team_draw` only; default all). An absent agent starts dead, at health 0.
+            boxes, box_valid: the drawn map of a config with a `map_generator`, (B, 4) world
+                units and (B,) bool (default: no boxes); ignored without one.
 
         Raises:
             ValueError: a position, speed or heading is not finite (NaN or infinite).
         """
         n = config.n_agents
+        if present is not None and config.team_draw is None:
+            raise ValueError(
+                "present is only for configs with a team_draw (without one every agent is present)"
+            )
 
         def vec(
             value: VectorLike | None, default: VectorLike, dtype: DTypeLike = jnp.float32
@@ -640,6 +730,13 @@ class EnvState(PytreeData):
             arr = jnp.broadcast_to(jnp.asarray(default if value is None else value, dtype), (n,))
             return jnp.array(arr)
 
+        mask = None
+        if config.team_draw is not None:
+            mask = vec(present, True, jnp.bool_)
+            if alive is None:
+                alive = mask
+            if health is None:
+                health = jnp.where(mask, jnp.asarray(config.max_health, jnp.float32), 0.0)
         agents = AgentState(
             x=vec(x, 0.0),
             y=vec(y, 0.0),
@@ -661,7 +758,18 @@ class EnvState(PytreeData):
             aux_rewards_factor=jnp.asarray(aux_rewards_factor, jnp.float32),
             step=jnp.asarray(step, jnp.int32),
             returns=jnp.zeros(n, jnp.float32),
+            present=mask,
         )
+        if config.map_generator is not None:  # the same leaves as a reset state's
+            b = config.max_boxes
+            episode = episode.replace(
+                boxes=jnp.zeros((b, 4), jnp.float32)
+                if boxes is None
+                else jnp.asarray(boxes, jnp.float32).reshape(b, 4),
+                box_valid=jnp.zeros(b, bool)
+                if box_valid is None
+                else jnp.asarray(box_valid, bool).reshape(b),
+            )
         state = EnvState(agents=agents, episode=episode)
         check_finite_state(state, "EnvState.create")
         return state

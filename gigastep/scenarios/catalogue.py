@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 from gigastep._util.checks import check_team
 from gigastep._util.resources import read_catalog_toml
 from gigastep.game.maps import builtin_maps, map_set_names
+from gigastep.game.procmaps import ProcMaps, generator_names
+from gigastep.game.rosters import TeamDraw
 from gigastep.game.types import EnvConfig, MapSpec, check_fields, closest
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "ScenarioSpec",
     "agent_types",
     "base_scenarios",
+    "list_distributions",
     "list_scenarios",
     "make_config",
     "parse_name",
@@ -73,7 +76,7 @@ _STRUCTURAL = {
     "limit_x": "set the world size with set_map(size=...) (`map_size` in a file)",
     "limit_y": "set the world size with set_map(size=...) (`map_size` in a file)",
 }
-_SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env")
+_SCENARIO_KEYS = ("version", "team0", "team1", "map", "map_size", "presets", "env", "draw")
 
 
 # ------------------------------------------------------------------------------------------
@@ -197,7 +200,8 @@ class _Catalog:
     types: dict[str, AgentType]
     presets: dict[str, dict[str, Any]]
     maps: dict[str, MapSpec]  # maps defined by the source (not the built-in ones)
-    scenarios: dict[str, dict[str, Any]]
+    scenarios: dict[str, dict[str, Any]]  # scenarios and distributions (tables with a draw)
+    generators: dict[str, ProcMaps] = dataclasses.field(default_factory=dict)  # likewise
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -245,6 +249,22 @@ def _parse_maps(table: Any, where: str) -> dict[str, MapSpec]:
     return maps
 
 
+def _parse_generators(table: Any, where: str) -> dict[str, ProcMaps]:
+    fields = [f.name for f in dataclasses.fields(ProcMaps) if f.name != "name"]
+    taken = {*map_set_names(), *generator_names()}
+    generators = {}
+    for name, row in _table(table, where).items():
+        if name in taken:
+            raise ValueError(f"{where}: generator {name!r} is built in; choose another name")
+        _check_table_keys(row, fields, f"{where}: generator {name!r}")
+        row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+        try:
+            generators[name] = ProcMaps(name=name, **row)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{where}: {err}") from None
+    return generators
+
+
 def _parse_presets(table: Any, where: str) -> dict[str, dict[str, Any]]:
     presets = {}
     for name, fields in _table(table, where).items():
@@ -256,14 +276,23 @@ def _parse_presets(table: Any, where: str) -> dict[str, dict[str, Any]]:
 def _builtin_catalog() -> _Catalog:
     types_file = read_catalog_toml("agent_types.toml")
     scen_file = read_catalog_toml("scenarios.toml")
+    dist_file = read_catalog_toml("distributions.toml")
     _check_table_keys(types_file, ("types",), "agent_types.toml")
     _check_table_keys(scen_file, ("presets", "suffixes", "scenarios"), "scenarios.toml")
+    _check_table_keys(dist_file, ("distributions",), "distributions.toml")
+    scenarios = dict(scen_file.get("scenarios", {}))
+    distributions = dict(dist_file.get("distributions", {}))
+    for name, table in distributions.items():
+        if name in scenarios:
+            raise ValueError(f"distributions.toml: {name!r} is also a scenario of scenarios.toml")
+        if not isinstance(table, dict) or "draw" not in table:
+            raise ValueError(f"distributions.toml: distribution {name!r} has no draw table")
     catalog = _Catalog(
         source="the built-in catalogue",
         types=_parse_types(types_file.get("types", {}), "agent_types.toml"),
         presets=_parse_presets(scen_file.get("presets", {}), "scenarios.toml"),
         maps={},
-        scenarios=dict(scen_file.get("scenarios", {})),
+        scenarios={**scenarios, **distributions},
     )
     _check_base_names(catalog)
     return catalog
@@ -287,7 +316,7 @@ def _load_file(path: Path) -> _Catalog:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"malformed scenario file {path}: {err}") from None
     where = str(path)
-    _check_table_keys(data, ("types", "presets", "maps", "scenarios"), where)
+    _check_table_keys(data, ("types", "presets", "maps", "generators", "scenarios"), where)
     builtin = _builtin_catalog()
     scenarios = data.get("scenarios", {})
     if not isinstance(scenarios, dict) or not scenarios:
@@ -298,6 +327,7 @@ def _load_file(path: Path) -> _Catalog:
         presets={**builtin.presets, **_parse_presets(data.get("presets", {}), where)},
         maps=_parse_maps(data.get("maps", {}), where),
         scenarios=scenarios,
+        generators=_parse_generators(data.get("generators", {}), where),
     )
     _check_base_names(catalog)
     return catalog
@@ -334,9 +364,26 @@ def _builder_from_table(catalog: _Catalog, name: str) -> ScenarioBuilder:
                 )
             builder.set(**catalog.presets[preset])
         builder.set(**_check_env_table(table.get("env", {}), "env"))
+        if "draw" in table:
+            builder.set(team_draw=_parse_draw(table["draw"]))
     except (TypeError, ValueError) as err:
         raise type(err)(f"{where}: {err}") from None
     return builder
+
+
+def _parse_draw(table: Any) -> TeamDraw:
+    """The `TeamDraw` of a distribution's `draw` table: {team0 = {sizes, weights}, team1 = ...}."""
+    _check_table_keys(table, ("team0", "team1"), "draw")
+    sizes, weights = [], []
+    for key in ("team0", "team1"):
+        if key not in table:
+            raise ValueError(f"draw has no {key} table; give draw.{key} = {{ sizes = [MIN, MAX] }}")
+        team = _check_table_keys(table[key], ("sizes", "weights"), f"draw.{key}")
+        if "sizes" not in team:
+            raise ValueError(f"draw.{key} has no sizes; give sizes = [MIN, MAX]")
+        sizes.append(tuple(team["sizes"]) if isinstance(team["sizes"], list) else team["sizes"])
+        weights.append(tuple(_table(team.get("weights", {}), f"draw.{key}.weights").items()))
+    return TeamDraw(sizes=(sizes[0], sizes[1]), weights=(weights[0], weights[1]))
 
 
 def _team_members(team: Any, key: str) -> list[str]:
@@ -361,15 +408,23 @@ def _select_map(builder: ScenarioBuilder, catalog: _Catalog, choice: Any) -> Non
     names = [choice] if isinstance(choice, str) else choice
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise TypeError(f"map must be a map name or a list of map names, got {choice!r}")
+    if isinstance(choice, str) and choice in catalog.generators:
+        builder.set_map_generator(catalog.generators[choice])
+        return
     if isinstance(choice, str) and choice not in catalog.maps:
         builder.set_map(choice)
         return
     known = {**builtin_maps(), **catalog.maps}
     builder._map_set, builder._maps = "empty", ()
     for n in names:
+        if n in catalog.generators or n in generator_names():
+            raise ValueError(
+                f"map {n!r} is a map generator; choose it alone (map = {n!r}), not in a list"
+            )
         if n not in known:
             raise ValueError(
-                f"unknown map {n!r}; closest: {closest(n, [*known, *map_set_names()])}"
+                f"unknown map {n!r}; closest: "
+                f"{closest(n, [*known, *map_set_names(), *generator_names()])}"
             )
         builder.add_map(known[n])
 
@@ -460,6 +515,7 @@ class ScenarioBuilder:
         self._agents: list[tuple[int, AgentType]] = []
         self._map_set = "empty"
         self._maps: tuple[MapSpec, ...] = ()  # () = the built-in set named by _map_set
+        self._generator: ProcMaps | None = None  # draws the map at each reset when set
         self._size: tuple[float, float] | None = None
         self._env: dict[str, Any] = {}
         self._where = f"scenario {self.name!r}"  # prefix of error messages
@@ -517,29 +573,42 @@ class ScenarioBuilder:
     def set_map(
         self, name: str, size: tuple[float, float] | list[float] | None = None, **map_fields: Any
     ) -> ScenarioBuilder:
-        """Choose the maps: `"all"`, `"empty"`, a built-in map, or a new map.
+        """Choose the maps: `"all"`, `"empty"`, a built-in map, a built-in map generator
+        (`"procgen_dense"`: a new map drawn at every reset), or a new map.
 
         With `map_fields` (`boxes`, `start_team0`, ... of `MapSpec`, in 10 x 10 reference
         coordinates) it defines a new map called `name`. `size=(limit_x, limit_y)` sets the
         world size that the maps are scaled to.
         """
+        self._generator = None
         if map_fields:
             self._map_set, self._maps = "empty", ()
             self.add_map(MapSpec(name=name, **map_fields))
-        elif name in map_set_names():
+        elif name in map_set_names() or name in generator_names():
             self._map_set, self._maps = name, ()
         else:
+            names = (*map_set_names(), *generator_names())
             raise ValueError(
-                f"unknown map {name!r}; expected one of {list(map_set_names())} "
-                f"(closest: {closest(str(name), map_set_names())}), "
+                f"unknown map {name!r}; expected one of {list(names)} "
+                f"(closest: {closest(str(name), names)}), "
                 "or give boxes=... to define a new map"
             )
         if size is not None:
             self.set_map_size(size)
         return self
 
+    def set_map_generator(self, generator: ProcMaps) -> ScenarioBuilder:
+        """Draw a new map at every reset with `generator` (a `gigastep.ProcMaps`), instead of
+        choosing among maps; `set_map` or `add_map` go back to maps."""
+        if not isinstance(generator, ProcMaps):
+            raise TypeError(f"set_map_generator takes a gigastep.ProcMaps, got {generator!r}")
+        self._generator = generator
+        self._map_set, self._maps = generator.name, ()
+        return self
+
     def add_map(self, spec: MapSpec) -> ScenarioBuilder:
         """Add a map to the set drawn at reset (replacing a built-in selection)."""
+        self._generator = None
         if not isinstance(spec, MapSpec):
             raise TypeError(f"add_map takes a gigastep.MapSpec, got {spec!r}")
         if spec.name in map_set_names() and spec != builtin_maps().get(spec.name):
@@ -581,6 +650,7 @@ class ScenarioBuilder:
             "type_names": tuple(t.name for _, t in self._agents),
             "map_set": self._map_set,
             "maps": self._maps,
+            "map_generator": self._generator,
         }
         for type_field, config_field in _TYPE_TO_CONFIG.items():
             fields[config_field] = tuple(getattr(t, type_field) for _, t in self._agents)
@@ -625,7 +695,15 @@ def agent_types() -> dict[str, AgentType]:
 
 def base_scenarios() -> tuple[str, ...]:
     """The 18 base scenario names, in catalogue order."""
-    return tuple(_builtin_catalog().scenarios)
+    catalog = _builtin_catalog()
+    return tuple(n for n, t in catalog.scenarios.items() if "draw" not in t)
+
+
+def list_distributions() -> list[str]:
+    """The base names of the catalogue's distributions (`envs/distributions.toml`): scenarios
+    whose team compositions are drawn per episode. Each takes the name suffixes too."""
+    catalog = _builtin_catalog()
+    return [n for n, t in catalog.scenarios.items() if "draw" in t]
 
 
 @cache
@@ -712,10 +790,11 @@ def _find(name_or_path: str | Path) -> tuple[int, EnvConfig, ScenarioName]:
         assert name is not None  # a catalogue name (`_split_path` returns one with no file)
         parsed = parse_name(name)
         if parsed.base not in _builtin_catalog().scenarios:
-            choices = [*base_scenarios(), *_all_names()]
+            choices = [*base_scenarios(), *_all_names(), *list_distributions()]
             raise ValueError(
                 f"unknown scenario {name!r}; closest: {closest(name, choices)}. "
-                f"gigastep.list_scenarios() lists all {len(_all_names())} names"
+                f"gigastep.list_scenarios() lists all {len(_all_names())} names, "
+                f"gigastep.list_distributions() the {len(list_distributions())} distributions"
             )
         return (*_builtin_base(parsed.base), parsed)
     catalog = _load_file(path)

@@ -760,7 +760,9 @@ def _flat(state: EnvState) -> dict[str, np.ndarray]:
     for part in ("agents", "episode"):
         sub = getattr(state, part)
         for f in dataclasses.fields(sub):
-            out[f"{part}.{f.name}"] = np.asarray(getattr(sub, f.name))
+            value = getattr(sub, f.name)
+            if value is not None:  # an optional field left out (the drawn map of a generator)
+                out[f"{part}.{f.name}"] = np.asarray(value)
     return out
 
 
@@ -790,8 +792,9 @@ def load_state(path: StrPath) -> EnvState:
         raise ValueError(f"{path!r} is not a Gigastep state file (format {STATE_FORMAT!r})")
     parts: dict[str, Any] = {}
     for part, cls in (("agents", AgentState), ("episode", EpisodeState)):
-        names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if f"{part}.{n}" not in arrays]
+        fields = dataclasses.fields(cls)
+        names = [f.name for f in fields if f"{part}.{f.name}" in arrays]
+        missing = [f.name for f in fields if f.name not in names and f.default is not None]
         if missing:
             raise ValueError(f"{path!r} lacks the state fields {part}.{missing}")
         parts[part] = cls(**{n: jnp.asarray(arrays[f"{part}.{n}"]) for n in names})

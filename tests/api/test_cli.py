@@ -72,6 +72,19 @@ def test_info_reads_a_scenario_file(tmp_path, capsys):
     assert "center_block (1 map:" in out
 
 
+def test_info_describes_a_procedural_map(tmp_path, capsys):
+    path = tmp_path / "duel.toml"
+    path.write_text(
+        '[scenarios.duel]\nteam0 = ["default"]\nteam1 = ["default"]\nmap = "procgen_dense"\n'
+        '[scenarios.duel.env]\nobs_type = "vector"\n'
+    )
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    # envs/maps.toml: 8 to 14 boxes in 16 slots; vector length 9 x 2 agents + 4 x 16 slots
+    assert "procgen_dense (procedural: 8-14 boxes drawn at each reset in 16 slots" in out
+    assert "(82,)" in out
+
+
 def test_an_unknown_name_exits_2_with_a_suggestion_and_no_traceback(capsys):
     assert main(["info", "identical_5_vs_4"]) == 2
     captured = capsys.readouterr()

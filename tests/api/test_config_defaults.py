@@ -48,6 +48,7 @@ SPEC_DEFAULTS = {
     "limit_x": (10.0, "§1 limit_x"),
     "limit_y": (10.0, "§1 limit_y"),
     "map_set": ("empty", "§1 maps"),
+    "map_generator": (None, "§8.4: the maps of map_set unless a generator is chosen"),
     "enable_waypoints": (False, "§1 enable_waypoints"),
     "waypoint_size": (0.6, "§1 waypoint_size"),
     "waypoint_spawn_prob": (0.05, "§4.2 step 5: a 5% chance per step"),
@@ -82,6 +83,7 @@ SPEC_DEFAULTS = {
     "damage_range": ((1.0,) * 10, "§1 per_agent_damage_range"),
     "thrust": ((1.0,) * 10, "§1 per_agent_thrust"),
     "idle_reward": ((0.0,) * 10, "§1 per_agent_idle_reward"),
+    "team_draw": (None, "rules, Absent agents: no draw, every agent plays every episode"),
 }
 # Fields that are not game constants: names shown by `gigastep info`, and the map objects
 # (pinned by tests/game/test_map_data.py through `map_set`).

@@ -24,6 +24,7 @@ import pytest
 import gigastep
 from gigastep.env import GigastepEnv
 from gigastep.game.maps import map_set_names
+from gigastep.game.procmaps import generator_names
 from gigastep.game.types import REWARD_FIELDS
 from gigastep.scenarios import ScenarioBuilder, make_config
 from gigastep.types import EnvConfig, EnvState
@@ -364,7 +365,8 @@ def test_an_unknown_map_set_lists_each_valid_name_once():
         make_config("identical_5_vs_5", map_set="nope")
     listed = re.search(r"expected one of \[(.*?)\]", str(err.value)).group(1).split(", ")
     assert listed.count("'empty'") == 1
-    assert len(listed) == len(set(listed)) == len(map_set_names())
+    # the map sets and maps, then the map generators (a name each chooses too)
+    assert len(listed) == len(set(listed)) == len(map_set_names()) + len(generator_names())
 
 
 # ------------------------------------------------------------------------------------------

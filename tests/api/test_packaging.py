@@ -110,7 +110,7 @@ def test_the_wheel_ships_the_catalogue_and_the_command(wheel):
         names = set(z.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         scripts = z.read(entry_points).decode()
-    for file in ("agent_types.toml", "scenarios.toml", "maps.toml"):
+    for file in ("agent_types.toml", "scenarios.toml", "maps.toml", "distributions.toml"):
         assert f"gigastep/_envs/{file}" in names
     assert {
         "gigastep/scenarios/catalogue.py",

@@ -129,6 +129,14 @@ def test_symmetry_needs_the_same_agent_types_in_the_same_order():
     assert not symmetric(EnvConfig(**base, max_health=(1, 3, 3, 1)))
 
 
+def test_symmetry_needs_the_same_team_draw_for_both_teams():
+    from gigastep import TeamDraw
+
+    base = EnvConfig(teams=(0, 0, 1, 1), obs_type="vector")
+    assert symmetric(base.replace(team_draw=TeamDraw(sizes=((1, 2), (1, 2)))))
+    assert not symmetric(base.replace(team_draw=TeamDraw(sizes=((1, 2), (2, 2)))))
+
+
 def test_games_still_running_after_max_steps_are_not_counted():
     # circle never meets circle: every game lasts until the 200-step limit.
     r = evaluate("circle", "circle", SCENARIO, GAMES, seed=0, max_steps=50, **LIMIT)

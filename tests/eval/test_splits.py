@@ -13,6 +13,7 @@ from gigastep.cli import main as cli
 from gigastep.eval.matches import evaluate
 from gigastep.eval.players import ScriptedPlayer
 from gigastep.eval.splits import (
+    FAMILIES,
     FEW_SHOT_SEED_OFFSET,
     ItemResult,
     SplitResult,
@@ -27,9 +28,12 @@ from gigastep.opponents import POLICIES
 # The shipped splits are frozen: editing one changes its hash and fails here. A changed split
 # is a new file with a new version (and a new row here).
 FROZEN = {
+    "levels-v1": "48317c7b2414",
     "maps-layout-v1": "67213dd3ae61",
+    "mix-v1": "fd6e2fed8f18",
     "opponents-v1": "23f614125b8c",
     "sensing-v1": "4fb6ca5ab22f",
+    "sizes-drawn-v1": "f5ff20844cc2",
     "sizes-v1": "d6ab374d9632",
     "sizes-ent-v1": "6333a555f1de",
 }
@@ -303,3 +307,83 @@ def test_checkpoint_opponents_resolve_next_to_the_split_file(tmp_path):
     split = load_split(path)
     assert split.opponent("pool/seed3.pt") == str(tmp_path / "pool" / "seed3.pt")
     assert split.opponent("random") == "random"
+
+
+def test_a_drawn_size_range_that_covers_a_training_size_is_refused(tmp_path):
+    body = """
+        name = "t"
+        version = 1
+        family = "team_sizes"
+        [[items]]
+        id = "4v4"
+        role = "train"
+        scenario = "identical_3-10_vs_3-10_fobs_ent_void_disc"
+        opponents = ["random"]
+        env = { team_draw = { sizes = [[4, 4], [4, 4]] } }
+        [[items]]
+        id = "3-5"
+        role = "test"
+        scenario = "identical_3-10_vs_3-10_fobs_ent_void_disc"
+        opponents = ["random"]
+        env = { team_draw = { sizes = [[3, 5], [3, 5]] } }
+        """
+    with pytest.raises(ValueError, match=r"test item '3-5' shares team sizes .*\(4, 4\)"):
+        load_split(_write(tmp_path, body))
+
+
+def test_the_type_mixes_of_a_draw_are_every_count_within_caps_and_sizes():
+    # special_5-8_vs_5-8's team 0 has 2 `faster` and 2 `more_range` slots; a draw of 3-4
+    # agents over those two types can field exactly these three mixes
+    split = load_split("mix-v1")
+    (item,) = [i for i in split.items if i.id == "faster+range"]
+    mixes = {mix0 for mix0, _ in FAMILIES["type_mix"].values(split.config(item), item)}
+    assert mixes == {
+        (("faster", 1), ("more_range", 2)),
+        (("faster", 2), ("more_range", 1)),
+        (("faster", 2), ("more_range", 2)),
+    }
+    (train,) = split.role("train")
+    assert all(
+        "faster" not in dict(m0)
+        for m0, _ in FAMILIES["type_mix"].values(split.config(train), train)
+    )
+
+
+def test_the_drawn_sizes_split_plays_one_size_per_item():
+    split = load_split("sizes-drawn-v1")
+    sizes = {i.id: split.config(i).team_draw.sizes for i in split.items}
+    assert sizes["5v3"] == ((5, 5), (3, 3)) and sizes["8v8"] == ((8, 8), (8, 8))
+
+
+def _levels_split(train: str, test: str) -> str:
+    return f"""
+        name = "t"
+        version = 1
+        family = "procedural_maps"
+        [[items]]
+        id = "a"
+        role = "train"
+        scenario = "{TINY}"
+        opponents = ["random"]
+        env = {{ map_generator = {{ base = "procgen_dense", seeds = {train} }} }}
+        [[items]]
+        id = "b"
+        role = "test"
+        scenario = "{TINY}"
+        opponents = ["random"]
+        env = {{ map_generator = {{ base = "procgen_dense", seeds = {test} }} }}
+        """
+
+
+def test_overlapping_level_ranges_of_one_generator_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"shares .*levels \[10, 16\)"):
+        load_split(_write(tmp_path, _levels_split("[0, 16]", "[10, 20]")))
+    assert load_split(_write(tmp_path, _levels_split("[0, 16]", "[16, 20]"), "ok.toml"))
+
+
+def test_the_shipped_level_ranges_are_disjoint():
+    split = load_split("levels-v1")
+    ranges = {i.id: split.config(i).map_generator.seeds for i in split.items}
+    (lo, hi) = ranges["unseen"]
+    for other in ("levels-16", "levels-1024", "validation"):
+        assert ranges[other][1] <= lo or ranges[other][0] >= hi

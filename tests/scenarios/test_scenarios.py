@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from gigastep import scenarios
+from gigastep import ProcMaps, scenarios
 from gigastep.registry import make, make_scenario
 from gigastep.scenarios import (
     ScenarioBuilder,
@@ -799,10 +799,16 @@ def _changed(config: EnvConfig, name: str):
         return (MapSpec("other"),)
     if name == "map_set":
         return "empty" if value != "empty" else "all"
+    if name == "map_generator":
+        return ProcMaps(name="other") if value is None else None
     if name == "obs_type":
         return "vector" if value != "vector" else "rgb"
     if name == "waypoint_lifetime":
         return (value[0], value[1] + 1.0)
+    if name == "team_draw":
+        from gigastep import TeamDraw
+
+        return TeamDraw(sizes=tuple((1, n) for n in config.team_sizes))
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from gigastep.game import interactions
-from gigastep.game.arena import background, map_arrays
+from gigastep.game.arena import episode_background, episode_boxes
 from gigastep.game.interactions import Geometry
 from gigastep.game.observations import rgb
 from gigastep.game.observations.entity import entity_observations
@@ -52,7 +52,7 @@ def observe(
     # One CPU kernel for visibility + vector observation (the same values; XLA on the CPU
     # recomputes the bit sets and the sort per element of the gathered rows, the kernel once);
     # the JAX code everywhere else.
-    boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
+    boxes = episode_boxes(config, episode)[0]
     args = (agents, episode, geo.dist, detected, comm_noise, boxes, comm_stream)
 
     def cpu(*a: Any) -> Observation:
@@ -84,13 +84,11 @@ def _observe_jax(
     if config.obs_type in ("rgb", "rgb_vector"):
         out.append(_rgb_images(config, agents, episode, seen, took_damage))
     if config.obs_type in ("vector", "rgb_vector"):
-        boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
+        boxes = episode_boxes(config, episode)[0]
         out.append(vector_observations(config, agents, episode, geo.dist, seen, boxes))
     if config.obs_type == "entity":
         # the boxes of the current map, read here only (padding rows have box_valid False)
-        maps = map_arrays(config)
-        boxes = jnp.asarray(maps.boxes)[episode.map_idx]
-        box_valid = jnp.asarray(maps.box_valid)[episode.map_idx]
+        boxes, box_valid = episode_boxes(config, episode)
         out.append(entity_observations(config, agents, episode, seen, boxes, box_valid))
     return out[0] if len(out) == 1 else (out[0], out[1])  # (rgb, vector)
 
@@ -111,7 +109,7 @@ def _rgb_images(
 ) -> jax.Array:
     """The ego images: drawn by the native kernel on the CPU (the same bytes, one image at a
     time while it is in the cache), by the JAX code everywhere else."""
-    images = jnp.asarray(background(config))
+    images = episode_background(config, episode)
     args = (agents, episode, seen, took_damage)
     if rgb.native_rgb_supported(config):
         return jax.lax.platform_dependent(
@@ -124,7 +122,8 @@ def _rgb_images(
 
 def global_view(config: EnvConfig, state: EnvState) -> jax.Array:
     """The team-coloured top view of one game, (res_x, res_y, 3) uint8 (rules §5.4)."""
-    return rgb.global_view(config, jnp.asarray(background(config)), state.agents, state.episode)
+    images = episode_background(config, state.episode)
+    return rgb.global_view(config, images, state.agents, state.episode)
 
 
 def first_observation(

@@ -16,8 +16,10 @@ W = 1 when waypoints are enabled (else 0), the layout is
       boxes (4 B): the current map's boxes, x / limit_x and y / limit_y as in the vector
           observation ]
 
-Dead agents keep their last position and speed (alive = 0, health 0). Unlike observations the
-state vector is not limited by detection: it is the whole state, for training only.
+Dead agents keep their last position and speed (alive = 0, health 0). The rows of absent
+agents (a team draw left them out of the episode) and their locks are all zero. Unlike
+observations the state vector is not limited by detection: it is the whole state, for
+training only.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gigastep._util.checks import check_team
-from gigastep.game.arena import map_arrays
+from gigastep.game.arena import episode_boxes
 from gigastep.game.types import EnvConfig, EnvState
 
 __all__ = ["STATE_AGENT_FEATURES", "agent_order", "state_vector", "state_vector_size"]
@@ -93,6 +95,10 @@ def state_vector(
     )
     locks = a.tracked[take][:, take].astype(jnp.float32)
     locks = jnp.clip(locks / max(config.max_tracking_steps, 1), 0.0, 1.0)
+    if episode.present is not None:
+        present = episode.present[take]
+        per_agent = jnp.where(present[:, None], per_agent, 0.0)
+        locks = jnp.where(present[:, None] & present[None, :], locks, 0.0)
     limit = config.max_episode_length
     step = episode.step.astype(jnp.float32) / limit if limit else jnp.zeros((), jnp.float32)
     parts = [per_agent.reshape(-1), locks.reshape(-1), step[None]]
@@ -102,7 +108,7 @@ def state_vector(
         parts += [w * active, active[None]]
     if config.max_boxes:
         if boxes is None:
-            boxes = jnp.asarray(map_arrays(config).boxes)[episode.map_idx]
+            boxes = episode_boxes(config, episode)[0]
         scale = jnp.asarray([lx, ly, lx, ly], jnp.float32)
         parts.append((boxes[: config.max_boxes] / scale).reshape(-1))
     return jnp.concatenate(parts).astype(jnp.float32)
