@@ -18,7 +18,7 @@ EDGES = graph("gigastep", "baselines", "benchmarks", "tools")
 # Deprecated paths kept for one release; each is an edge up that goes in gigastep 0.3.
 DEPRECATED = {
     ("gigastep.scenarios", "gigastep.registry"),  # gigastep.scenarios.make
-    ("gigastep.scenarios.catalogue", "gigastep.registry"),  # ScenarioBuilder.make()
+    ("gigastep.scenarios.builder", "gigastep.registry"),  # ScenarioBuilder.make()
 }
 
 LAYERS = [

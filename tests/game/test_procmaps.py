@@ -293,7 +293,7 @@ def test_a_map_set_change_replaces_the_generator_and_back():
 
 def test_configs_without_a_generator_keep_their_hash_form():
     config = make_config("identical_5_vs_5")
-    from gigastep.scenarios.catalogue import _canonical
+    from gigastep.scenarios.hashing import _canonical
 
     assert "map_generator" not in _canonical(config)
     with_gen = config.replace(map_generator=GENERATORS["procgen_dense"])
