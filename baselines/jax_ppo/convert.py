@@ -169,7 +169,7 @@ def load_jax_policy(path: str | os.PathLike) -> JaxPolicy:
                 f"{path}: learner {learner['name']!r}'s weights do not fit its architecture "
                 f"(missing or misshapen {err})"
             ) from None
-    norm_obs = bool(ckpt["config"]["norm_obs"])
+    norm_obs = bool(ckpt["config"]["norm_obs"]) and spec.obs_norm_size > 0
     game = GameSpec(**ckpt["game"])
     return JaxPolicy(spec, params, norms, norm_obs, game, values if spec.value_norm else None)
 

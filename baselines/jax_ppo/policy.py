@@ -8,7 +8,8 @@ frameworks start from the same distributions (orthogonal weights, HiPPO eigenval
 
 Shapes: N agents, T steps, L vector size, K types, H hidden width. Recurrent states: S5
 complex64 ``[layers, N, P / 2]``, GRU float32 ``[N, H]``, MLP float32 ``[N, 0]`` (the agent
-axis is `state_axis`). Vector observations only (the CNN encoder is PyTorch-only).
+axis is `state_axis`). Vector observations (the MLP encoder) and entity observations (the
+entity encoder, `baselines.policies.EntityEncoder`); the CNN encoder is PyTorch-only.
 
 A separate critic (`PolicySpec.separate_critic`) has the PyTorch module's layout: its own
 ``critic_encoder.*``, ``critic_core.*`` and ``critic_head.*`` parameters, ``heads`` holds the
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import s5_jax
-from ..policies import FACTOR_INDEX, PolicySpec
+from ..policies import ENTITY_FEATURES, FACTOR_INDEX, PolicySpec
 
 __all__ = [
     "BUFFERS",
@@ -61,10 +62,10 @@ def check_spec(spec: PolicySpec) -> None:
     Raises:
         ValueError: image observations (the CNN encoder is PyTorch-only).
     """
-    if spec.obs_type != "vector":
+    if spec.obs_type not in ("vector", "entity"):
         raise ValueError(
-            f"--framework jax supports vector observations only, got {spec.obs_type!r} "
-            "(use a scenario with the _vec suffix, or --framework torch)"
+            f"--framework jax supports vector and entity observations, got {spec.obs_type!r} "
+            "(use a scenario with the _vec or _ent suffix, or --framework torch)"
         )
 
 
@@ -148,8 +149,29 @@ def state_rows(spec: PolicySpec, h: jax.Array, index: jax.Array) -> jax.Array:
 def _encode(p: Params, obs: jax.Array, types: jax.Array, prefix: str = "") -> jax.Array:
     """[..., L] obs and [..., K] one-hot -> [..., H] features (prefix "critic_": the
     separate critic's encoder)."""
+    if prefix + "encoder.embed.0.weight" in p:
+        return _encode_entities(p, obs, types, prefix + "encoder.")
     x = jnp.concatenate([obs, types], -1)
     return jax.nn.relu(_linear(p, prefix + "encoder.vector.0", x))
+
+
+def _encode_entities(p: Params, obs: jax.Array, types: jax.Array, name: str) -> jax.Array:
+    """`baselines.policies.EntityEncoder`: [..., G * F] entity rows -> [..., H] features."""
+    rows = obs.reshape(*obs.shape[:-1], -1, ENTITY_FEATURES)
+    e = jax.nn.relu(_linear(p, name + "embed.0", rows))  # [..., G, H]
+    ego, others = e[..., 0, :], e[..., 1:, :]
+    present = rows[..., 1:, 0] > 0.5
+    weight = present.astype(e.dtype)
+    count = weight.sum(-1, keepdims=True)
+    pooled = (others * weight[..., None]).sum(-2) / jnp.maximum(count, 1.0)
+    q = _linear(p, name + "query", jnp.concatenate([ego, types], -1))
+    k, v = _linear(p, name + "key", others), _linear(p, name + "value", others)
+    scores = jnp.einsum("...h,...gh->...g", q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    scores = jnp.where(present, scores, jnp.finfo(scores.dtype).min)
+    attn = jnp.einsum("...g,...gh->...h", jax.nn.softmax(scores, axis=-1), v)
+    attn = attn * (count > 0).astype(e.dtype)
+    fused = jnp.concatenate([ego, attn, pooled, types], -1)
+    return jax.nn.relu(_linear(p, name + "fuse.0", fused))
 
 
 def _gru_step(p: Params, x: jax.Array, first: jax.Array, h: jax.Array, prefix: str = ""):

@@ -68,10 +68,10 @@ def unsupported(config: PPOConfig) -> str | None:
     """Why `--framework jax` cannot run `config` (None: it can)."""
     if env_int(os.environ, "WORLD_SIZE", "1", 1) > 1:
         return "several processes (torchrun) are not supported by --framework jax"
-    if config.encoder in ("cnn", "both", "entity"):
+    if config.encoder in ("cnn", "both"):
         return (
-            f"--encoder {config.encoder} is not supported by --framework jax (vector "
-            "observations and the mlp encoder only; train it with --framework torch)"
+            f"--encoder {config.encoder} is not supported by --framework jax (vector and "
+            "entity observations only; train it with --framework torch)"
         )
     if config.init_from or config.agent_steps:
         flag = "--init-from" if config.init_from else "--agent-steps"
@@ -254,7 +254,10 @@ class JaxTrainer:
                 types = torch.nn.functional.one_hot(
                     torch.as_tensor(view.row_type), spec.n_types
                 ).float()
-                net, norm = ActorCritic(spec), ObsNormalizer(spec.vector_size, "cpu", cfg.norm_obs)
+                net, norm = (
+                    ActorCritic(spec),
+                    ObsNormalizer(spec.obs_norm_size, "cpu", cfg.norm_obs),
+                )
                 learners.append((f"learner{i}", net, norm, rows, types))
             self.warm_started.append(
                 warm_start(venv, learners, cfg.warm_start, seed, cfg.warm_start_updates)

@@ -438,7 +438,7 @@ class _Acting:
         self.types = _one_hot(view.row_type, spec.n_types)
         self.rew_scale = running.reward_scale(part["rew_norm"])
         self.moments = _state_moments(view, part)
-        self.norm_obs = cfg.norm_obs
+        self.norm_obs = cfg.norm_obs and spec.obs_norm_size > 0  # none for entity rows
 
     def norm(self, raw):
         return running.normalize(self.part["obs_norm"], raw, self.norm_obs)
@@ -560,7 +560,8 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             kj = jax.random.fold_in(jax.random.fold_in(frozen_key, j), t)
             raw_j = env["obs"].reshape(b * n, -1)[jnp.asarray(f.rows)]
             first_j = env["first"][f.row_game]
-            a_j, player = frozen.act(f, player, raw_j, first_j, kj, cfg.norm_obs, runs)
+            norm_obs = cfg.norm_obs and spec.obs_norm_size > 0
+            a_j, player = frozen.act(f, player, raw_j, first_j, kj, norm_obs, runs)
             full = full.at[jnp.asarray(f.rows)].set(a_j.astype(act_dtype))
             moved.append({k: v for k, v in player.items() if k in _DYNAMIC})
         env_key, obs_next, states, rewards, dones, ended, info = _env_step(
@@ -618,7 +619,8 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         buf["h0"] = h0[i]
         part = dict(a.part, h=hs[i], returns=returns[i])
         if cfg.norm_obs:
-            part["obs_norm"] = running.merge(a.part["obs_norm"], sums[i]["obs"])
+            if spec.obs_norm_size:  # entity rows are not normalised
+                part["obs_norm"] = running.merge(a.part["obs_norm"], sums[i]["obs"])
             if spec.central_critic:
                 part["state_norm"] = running.merge(a.part["state_norm"], sums[i]["state"])
         if cfg.scale_rewards:

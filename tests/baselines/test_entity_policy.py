@@ -132,10 +132,10 @@ def test_the_entity_encoder_is_refused_on_vector_games():
         policy_spec(PPOConfig(encoder="entity"), game)
 
 
-def test_the_jax_trainer_refuses_what_it_does_not_have():
+def test_the_jax_trainer_refuses_the_fine_tuning_options():
     from baselines.jax_ppo.trainer import unsupported
 
-    assert "--encoder entity is not supported" in unsupported(PPOConfig(encoder="entity"))
+    assert unsupported(PPOConfig(encoder="entity")) is None  # the JAX twin below
     assert "--init-from" in unsupported(PPOConfig(init_from="x.pt"))
     assert "--agent-steps" in unsupported(PPOConfig(agent_steps=10))
 
@@ -271,3 +271,63 @@ def test_finetune_trains_the_budget_and_changes_the_weights(checkpoint):
     assert tuned.name.endswith("+finetune1")
     with pytest.raises(ValueError, match="agent_steps must be a positive integer"):
         player.finetune(config, ("random",), 0, seed=0)
+
+
+# --- the JAX twin of the encoder ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("g", [1, 7])
+def test_the_jax_entity_encoder_acts_as_pytorchs(g):
+    """The same actions, log-probs, values and states from the same parameters, on rows
+    with absent slots, an agent alone and a dead agent (all zeros)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from baselines.jax_ppo import policy
+
+    spec = _spec(rows=g, core="gru")
+    params = policy.init_params(spec, seed=3)
+    net = ActorCritic(spec)
+    net.load_state_dict(policy.params_to_torch(params))
+    obs = torch.cat([_rows(3, g, present=min(2, g - 1), seed=1), torch.zeros(1, g * F)])
+    obs = torch.cat([obs, _rows(2, g, present=0, seed=2)])
+    n = obs.shape[0]
+    types = torch.zeros(n, 2)
+    types[:, 0] = 1.0
+    first = torch.ones(n, dtype=torch.bool)
+    h_t = net.initial_state(n)
+    with torch.no_grad():
+        a_t, logp_t, v_t, h_t = net.act(obs, types, first, h_t, deterministic=True)
+    a_j, logp_j, v_j, h_j = policy.act(
+        spec,
+        params,
+        jnp.asarray(obs.numpy()),
+        jnp.asarray(types.numpy()),
+        jnp.asarray(first.numpy()),
+        policy.initial_state(spec, n),
+        None,
+        jax.random.key(0),
+        True,
+    )
+    np.testing.assert_array_equal(np.asarray(a_j), a_t.numpy())
+    np.testing.assert_allclose(np.asarray(logp_j), logp_t.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(v_j), v_t.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(h_j), h_t.numpy(), atol=1e-5)
+    assert np.isfinite(np.asarray(logp_j)).all()
+
+
+@pytest.mark.slow
+def test_a_jax_entity_run_trains_and_its_checkpoint_plays_other_sizes_in_pytorch(tmp_path):
+    from baselines.checkpoint import load_policy
+    from baselines.jax_ppo.trainer import JaxTrainer
+    from gigastep.eval.matches import evaluate
+
+    config = dataclasses.replace(TINY, framework="jax", updates=1, out=str(tmp_path))
+    JaxTrainer(config).run()
+    policy = load_policy(tmp_path / "checkpoint.pt")
+    assert policy.spec.obs_type == "entity" and policy.update == 1
+    result = evaluate(
+        str(tmp_path / "checkpoint.pt"), "random", ENT.format(5, 1), games=2, batch_size=2, **SHORT
+    )
+    assert result.games == 2
