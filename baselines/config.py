@@ -58,7 +58,7 @@ class PPOConfig:
     """Torch and JAX device: cpu or cuda[:k]."""
     framework: Literal["torch", "jax"] = "torch"
     """torch: the PyTorch trainer (baselines.train); jax: the JAX twin (baselines.jax_ppo), one
-    compiled program per update (vector observations, one process)."""
+    compiled program per update (vector or entity observations, one process)."""
     seeds: int = 1
     """Independent runs of this config with seeds seed, seed+1, ...; each in out/seed_<s> when
     > 1 (jax: vectorised over runs in one program; torch: one run after the other)."""

@@ -64,7 +64,8 @@ def check_spec(spec: PolicySpec) -> None:
     """
     if spec.obs_type not in ("vector", "entity"):
         raise ValueError(
-            f"--framework jax supports vector and entity observations, got {spec.obs_type!r} "
+            f"--framework jax supports vector observations and entity observations, got "
+            f"{spec.obs_type!r} "
             "(use a scenario with the _vec or _ent suffix, or --framework torch)"
         )
 
