@@ -58,8 +58,8 @@ MUTATIONS = [
     Mutation(
         "reset_health_min_1",
         "gigastep/game/reset.py",
-        "health=max_health,\n        alive=jnp.ones(n, bool),",
-        "health=jnp.minimum(max_health, 1.0),\n        alive=jnp.ones(n, bool),",
+        "health=max_health,\n        alive=alive,",
+        "health=jnp.minimum(max_health, 1.0),\n        alive=alive,",
         (RESET + "test_agents_start_at_their_own_max_health", "tests/game/test_reference_reset.py"),
         "reset starts agents at min(max_health, 1) (the 2023 behaviour)",
     ),
@@ -115,8 +115,8 @@ MUTATIONS = [
     Mutation(
         "reset_padding_boxes_count",
         "gigastep/game/reset.py",
-        "return conflict | jnp.any(inside & box_valid[None, :], axis=1)",
-        "return conflict | jnp.any(inside, axis=1)",
+        "conflict = conflict | jnp.any(inside & box_valid[None, :], axis=1)",
+        "conflict = conflict | jnp.any(inside, axis=1)",
         (RESET + "test_padding_boxes_do_not_force_redraws",),
         "zero padding boxes force redraws near the origin (the 2023 behaviour)",
     ),

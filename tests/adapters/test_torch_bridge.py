@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+import gigastep.adapters.dlpack as bridge
 import gigastep.adapters.torch as gt
 from gigastep.adapters.torch import TorchVecEnv, jax_to_torch, torch_to_jax
 from gigastep.env import GigastepEnv
@@ -94,25 +95,25 @@ def test_copy_predicate_flags_misaligned_and_non_contiguous_tensors():
     """`_needs_copy` on CPU tensors (the predicate is the same for CUDA ones): XLA's GPU
     executables take parameters at multiples of 16 bytes only."""
     base = torch.arange(64, dtype=torch.float32)
-    assert base.data_ptr() % gt.XLA_PARAMETER_ALIGNMENT == 0  # torch aligns its allocations
-    assert not gt._needs_copy(base)
-    assert gt._needs_copy(base[1:])  # 4 bytes in
-    assert gt._needs_copy(base[2:])  # 8 bytes in
-    assert not gt._needs_copy(base[4:])  # 16 bytes in: aligned
-    assert gt._needs_copy(base.reshape(8, 8).T)  # aligned, not contiguous
-    assert gt._needs_copy(base[::2])
-    assert not gt._needs_copy(base.reshape(8, 8)[2:])  # 64 bytes in
+    assert base.data_ptr() % bridge.XLA_PARAMETER_ALIGNMENT == 0  # torch aligns its allocations
+    assert not bridge._needs_copy(base)
+    assert bridge._needs_copy(base[1:])  # 4 bytes in
+    assert bridge._needs_copy(base[2:])  # 8 bytes in
+    assert not bridge._needs_copy(base[4:])  # 16 bytes in: aligned
+    assert bridge._needs_copy(base.reshape(8, 8).T)  # aligned, not contiguous
+    assert bridge._needs_copy(base[::2])
+    assert not bridge._needs_copy(base.reshape(8, 8)[2:])  # 64 bytes in
     as_bytes = torch.arange(64, dtype=torch.uint8)
-    assert gt._needs_copy(as_bytes[15:]) and not gt._needs_copy(as_bytes[16:])
-    assert not gt._needs_copy(base[1:1])  # empty: nothing to align
+    assert bridge._needs_copy(as_bytes[15:]) and not bridge._needs_copy(as_bytes[16:])
+    assert not bridge._needs_copy(base[1:1])  # empty: nothing to align
 
 
 def test_a_misaligned_view_is_copied_with_the_right_values(torch_device):
     t = torch.arange(33, dtype=torch.float32, device=torch_device)[1:]
-    assert t.data_ptr() % gt.XLA_PARAMETER_ALIGNMENT != 0
+    assert t.data_ptr() % bridge.XLA_PARAMETER_ALIGNMENT != 0
     x = torch_to_jax(t)
     assert x.unsafe_buffer_pointer() != t.data_ptr()  # a copy, not a view
-    assert x.unsafe_buffer_pointer() % gt.XLA_PARAMETER_ALIGNMENT == 0
+    assert x.unsafe_buffer_pointer() % bridge.XLA_PARAMETER_ALIGNMENT == 0
     doubled = jax.jit(lambda a: a * 2)(x)  # a compiled program takes it as a parameter
     np.testing.assert_array_equal(np.asarray(doubled), 2 * np.arange(1, 33, dtype=np.float32))
 
@@ -132,7 +133,7 @@ def test_non_array_leaves_are_rejected_with_their_type():
 @pytest.mark.subprocess
 def test_import_turns_jax_preallocation_off_when_nothing_is_set():
     root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k not in gt._MEMORY_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in bridge._MEMORY_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     code = (
         "import os, gigastep.adapters.torch as g; "
@@ -153,17 +154,17 @@ def test_import_turns_jax_preallocation_off_when_nothing_is_set():
 def test_a_users_memory_setting_is_left_alone(monkeypatch):
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
-    assert gt._configure_jax_gpu_memory() == "user"
+    assert bridge._configure_jax_gpu_memory() == "user"
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
 
 
 def test_a_late_import_changes_nothing_and_warns_only_where_jax_runs_on_a_gpu(monkeypatch):
-    for name in gt._MEMORY_VARIABLES:
+    for name in bridge._MEMORY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     on_gpu = any(d.platform == "gpu" for d in jax.devices())  # a backend is running
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert gt._configure_jax_gpu_memory() == "late"
+        assert bridge._configure_jax_gpu_memory() == "late"
     late = [w for w in caught if "imported after JAX started on the GPU" in str(w.message)]
     assert len(late) == (1 if on_gpu else 0), [str(w.message) for w in caught]
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ

@@ -101,7 +101,7 @@ def _variables_read() -> set[str]:
         for path in (ROOT / folder).rglob("*.py"):
             for a, b in _READ.findall(path.read_text()):
                 found.add(a or b)
-    text = (ROOT / "gigastep" / "adapters" / "torch.py").read_text()
+    text = (ROOT / "gigastep" / "adapters" / "dlpack.py").read_text()
     block = text.split("_MEMORY_VARIABLES = (", 1)[1].split(")", 1)[0]
     found |= set(re.findall(r'"([A-Z_]+)"', block))
     return found
