@@ -17,7 +17,8 @@ policy, in the checkpoint format both frameworks read, plays as a PyTorch player
 Pool and checkpoint-file opponents play inside the update (`baselines.jax_ppo.frozen`);
 with `--train-both` the state holds a second learner (`update.learner_state`). Options the
 JAX side does not support fail at start, naming the option (`unsupported`): image
-observations, several processes, --compile, --init-from and --agent-steps. `--threads` is PyTorch's and is ignored.
+observations, several processes, --compile, --init-from and --agent-steps. `--threads` is
+PyTorch's and is ignored.
 Metrics columns are the PyTorch trainer's; since the rollout and the learning are one
 program, `rollout_s` and `rollout_agent_steps_per_s` are empty and `update_s` is the whole
 update.
