@@ -66,9 +66,14 @@ class PPOPlayer(PolicyPlayer):
             from gigastep.adapters.torch import TorchVecEnv
 
             return TorchVecEnv(
-                env, num_envs, seed=seed, device=device, scripted=scripted,
-                state_vectors=state_vectors, window=window,
-            )  # fmt: skip
+                env,
+                num_envs,
+                seed=seed,
+                device=device,
+                scripted=scripted,
+                state_vectors=state_vectors,
+                window=window,
+            )
 
         saved = from_dict(dict(self.policy.config))
         device = str(next(iter(self.policy.nets.values())).heads.weight.device)

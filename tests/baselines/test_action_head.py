@@ -78,9 +78,14 @@ def test_jax_and_pytorch_factored_heads_agree():
     actions = torch.randint(0, 27, (6, 3))
     logp, entropy, value = net.evaluate(obs, types, first, net.initial_state(3), actions)
     j_logp, j_entropy, j_value = jpolicy.evaluate(
-        spec, params, jnp.asarray(obs.numpy()), jnp.asarray(types.numpy()),
-        jnp.asarray(first.numpy()), jpolicy.initial_state(spec, 3), jnp.asarray(actions.numpy()),
-    )  # fmt: skip
+        spec,
+        params,
+        jnp.asarray(obs.numpy()),
+        jnp.asarray(types.numpy()),
+        jnp.asarray(first.numpy()),
+        jpolicy.initial_state(spec, 3),
+        jnp.asarray(actions.numpy()),
+    )
     np.testing.assert_allclose(np.asarray(j_logp), logp.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(np.asarray(j_entropy), entropy.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(np.asarray(j_value), value.detach().numpy(), atol=1e-5)

@@ -143,9 +143,17 @@ def test_a_dead_agents_action_contributes_nothing_to_the_policy_loss_but_its_val
         e = torch.tensor(ent, requires_grad=True)
         args = [torch.tensor(x) for x in (old, adv)]
         out = ppo_loss(
-            lp, args[0], args[1], v, v.detach(), torch.tensor(ret), e, torch.tensor(alive),
-            value_mask=torch.tensor(valued), **kw,
-        )  # fmt: skip
+            lp,
+            args[0],
+            args[1],
+            v,
+            v.detach(),
+            torch.tensor(ret),
+            e,
+            torch.tensor(alive),
+            value_mask=torch.tensor(valued),
+            **kw,
+        )
         out.loss.backward()
         g_logp, g_v, g_e = lp.grad.numpy(), v.grad.numpy(), e.grad.numpy()
     else:
@@ -153,9 +161,17 @@ def test_a_dead_agents_action_contributes_nothing_to_the_policy_loss_but_its_val
 
         def loss(lp, v, e):
             return algorithm.ppo_loss(
-                lp, jnp.asarray(old), jnp.asarray(adv), v, v, jnp.asarray(ret), e,
-                jnp.asarray(alive), value_mask=jnp.asarray(valued), **kw,
-            )[0]  # fmt: skip
+                lp,
+                jnp.asarray(old),
+                jnp.asarray(adv),
+                v,
+                v,
+                jnp.asarray(ret),
+                e,
+                jnp.asarray(alive),
+                value_mask=jnp.asarray(valued),
+                **kw,
+            )[0]
 
         grads = jax.grad(loss, argnums=(0, 1, 2))(*(jnp.asarray(x) for x in (logp, values, ent)))
         g_logp, g_v, g_e = (np.asarray(g) for g in grads)

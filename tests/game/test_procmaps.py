@@ -153,9 +153,15 @@ def test_every_layout_connects_the_start_regions(name):
 def test_a_wall_sealing_a_team_in_is_removed():
     # one 0.5 x 10 wall, which must stand between the regions (x in [3, 7]) to clear them
     wall = ProcMaps(
-        name="wall", slots=1, count=(1, 1), box_width=(0.5, 0.5), box_height=(10, 10),
-        start_team0=LEFT, start_team1=RIGHT, tries=64,
-    )  # fmt: skip
+        name="wall",
+        slots=1,
+        count=(1, 1),
+        box_width=(0.5, 0.5),
+        box_height=(10, 10),
+        start_team0=LEFT,
+        start_team1=RIGHT,
+        tries=64,
+    )
     layout = _draw_many(wall, 20)
     assert layout.placed[:, 0].all() and not layout.box_valid[:, 0].any()
 
@@ -164,9 +170,15 @@ def test_a_wall_leaving_a_gap_is_kept():
     # a 0.5 x 9 wall leaves 1.0 of height free; y1 in [0, 1) leaves a whole 0.5 cell free at
     # the bottom (y1 >= 0.5) or the top (y1 + 9 <= 9.5), so the regions stay connected
     wall = ProcMaps(
-        name="gap", slots=1, count=(1, 1), box_width=(0.5, 0.5), box_height=(9, 9),
-        start_team0=LEFT, start_team1=RIGHT, tries=64,
-    )  # fmt: skip
+        name="gap",
+        slots=1,
+        count=(1, 1),
+        box_width=(0.5, 0.5),
+        box_height=(9, 9),
+        start_team0=LEFT,
+        start_team1=RIGHT,
+        tries=64,
+    )
     layout = _draw_many(wall, 20)
     assert layout.placed[:, 0].all() and layout.box_valid[:, 0].all()
 
@@ -383,8 +395,9 @@ def test_rgb_images_of_a_drawn_map_equal_those_of_the_same_fixed_map():
     boxes = np.asarray(ep.boxes) / ref  # the same boxes in a 10 x 10 world (scale 1)
     spec = MapSpec(name="same", boxes=tuple(map(tuple, boxes[np.asarray(ep.box_valid)].tolist())))
     fixed_config = EnvConfig(maps=(spec,), **unit)
-    state = EnvState.create(fixed_config, x=[1.0, 1.5, 8.5, 9.0], y=[3.0, 6.0, 4.0, 7.0],
-                            heading=[0.0, 0.3, 3.0, 2.5])  # fmt: skip
+    state = EnvState.create(
+        fixed_config, x=[1.0, 1.5, 8.5, 9.0], y=[3.0, 6.0, 4.0, 7.0], heading=[0.0, 0.3, 3.0, 2.5]
+    )
     b = (
         jnp.zeros((gen_config.max_boxes, 4), jnp.float32)
         .at[: len(spec.boxes)]
