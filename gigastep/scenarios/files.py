@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,49 +31,50 @@ class _Catalog:
     generators: dict[str, ProcMaps] = dataclasses.field(default_factory=dict)  # likewise
 
 
-def _parse_types(table: Any, where: str, existing: Collection[str] = ()) -> dict[str, AgentType]:
-    fields = tuple(_TYPE_TO_CONFIG)
-    types: dict[str, AgentType] = {}
+def _parse_rows(
+    table: Any,
+    where: str,
+    kind: str,
+    make: Callable[..., Any],
+    fields: Collection[str],
+    taken: Collection[str],
+    lists_as_tuples: bool = False,
+) -> dict[str, Any]:
+    """`{name: make(name=name, **row)}` of each row of a named table (agent types, maps,
+    generators): a name in `taken` (built in) or a key not in `fields` is refused, and an
+    error of `make` names `where`. `lists_as_tuples` turns TOML arrays into tuples first (for
+    frozen, hashable classes)."""
+    out = {}
     for name, row in _table(table, where).items():
-        if name in existing:
-            raise ValueError(f"{where}: agent type {name!r} is built in; choose another name")
-        _check_table_keys(row, fields, f"{where}: agent type {name!r}")
+        if name in taken:
+            raise ValueError(f"{where}: {kind} {name!r} is built in; choose another name")
+        _check_table_keys(row, fields, f"{where}: {kind} {name!r}")
+        if lists_as_tuples:
+            row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
         try:
-            types[name] = AgentType(name=name, **row)
+            out[name] = make(name=name, **row)
         except (TypeError, ValueError) as err:
             raise type(err)(f"{where}: {err}") from None
-    return types
+    return out
+
+
+def _fields_but_name(cls: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.name != "name"]
+
+
+def _parse_types(table: Any, where: str, existing: Collection[str] = ()) -> dict[str, AgentType]:
+    return _parse_rows(table, where, "agent type", AgentType, tuple(_TYPE_TO_CONFIG), existing)
 
 
 def _parse_maps(table: Any, where: str) -> dict[str, MapSpec]:
-    fields = [f.name for f in dataclasses.fields(MapSpec) if f.name != "name"]
-    builtin = set(map_set_names())
-    maps = {}
-    for name, row in _table(table, where).items():
-        if name in builtin:
-            raise ValueError(f"{where}: map {name!r} is built in; choose another name")
-        _check_table_keys(row, fields, f"{where}: map {name!r}")
-        try:
-            maps[name] = MapSpec(name=name, **row)
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{where}: {err}") from None
-    return maps
+    taken = set(map_set_names())
+    return _parse_rows(table, where, "map", MapSpec, _fields_but_name(MapSpec), taken)
 
 
 def _parse_generators(table: Any, where: str) -> dict[str, ProcMaps]:
-    fields = [f.name for f in dataclasses.fields(ProcMaps) if f.name != "name"]
     taken = {*map_set_names(), *generator_names()}
-    generators = {}
-    for name, row in _table(table, where).items():
-        if name in taken:
-            raise ValueError(f"{where}: generator {name!r} is built in; choose another name")
-        _check_table_keys(row, fields, f"{where}: generator {name!r}")
-        row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
-        try:
-            generators[name] = ProcMaps(name=name, **row)
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{where}: {err}") from None
-    return generators
+    fields = _fields_but_name(ProcMaps)
+    return _parse_rows(table, where, "generator", ProcMaps, fields, taken, lists_as_tuples=True)
 
 
 def _parse_presets(table: Any, where: str) -> dict[str, dict[str, Any]]:
