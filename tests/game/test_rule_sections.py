@@ -3,7 +3,7 @@
 The other rules of these sections are tested in test_dynamics.py (§3), test_rules.py (§4, §5.1),
 test_vector_obs.py (§5.2), test_rgb.py (§5.3, §5.4), test_reset_rules.py (§6) and
 tests/api/test_wrappers.py and test_transforms.py (§7); what every wrapper and adapter returns on
-the last step of an episode is in tests/adapters/test_last_step.py. Here, besides the missing
+the last step of an episode is in tests/api/test_last_step.py. Here, besides the missing
 rules, are the asymmetric cases: agents of different types and ranges (one sees and shoots the
 other but not the other way round), a team of agents of different types, a world that is not
 square (each axis scaled by its own limit) and an enemy within communication range.

@@ -2,7 +2,7 @@
 §4.9, §7.1, §7.3): the final observation is the terminal one (not the fresh game's), the episode
 flags, and the episode statistics of `info`. The adapters' last steps are tested beside their
 other tests, to share their compiled steps (`-k last_step` selects them all):
-tests/adapters/test_torch_bridge.py (TorchVecEnv, whose CPU step is the batched auto-reset
+tests/adapters/: test_torch_bridge.py (TorchVecEnv, whose CPU step is the batched auto-reset
 step behind `v_step_autoreset`), test_gymnasium.py, test_pettingzoo.py and test_torchrl.py.
 
 One deterministic 1-vs-1 game (deterministic detection and communication, no waypoints, so its
