@@ -20,11 +20,11 @@ environment given by `--benchmarl-python`.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks._common import check_vector_player, training_throughput
 
 try:
     from benchmarl.experiment.callback import Callback
@@ -159,16 +159,6 @@ def train(
         for i, (t, r) in enumerate(zip(budget.trained, budget.returns, strict=False))
     ]
 
-    def rate(steps: int, seconds: float) -> dict[str, Any]:
-        per_s = steps / seconds if seconds > 0 else None
-        return {
-            "env_steps_per_s": per_s,
-            "agent_steps_per_s": None if per_s is None else per_s * n,
-            "env_steps": steps,
-            "seconds": seconds,
-            "games": games,
-        }
-
     return {
         "updates": iters,
         "env_steps": sum(frames),
@@ -184,7 +174,7 @@ def train(
             "model": _plain(model),
             "critic_model": _plain(critic),
         },
-        "throughput": {"training": rate(timed, training_s), "rollout": rate(timed, rollout_s)},
+        "throughput": training_throughput(timed, training_s, rollout_s, n, games),
         "curve": curve,
         "files": {"policy": str(policy_file), "experiment": str(experiment.folder_name)},
         "player": BenchMARLPlayer(policy, group, game.config.vector_size),
@@ -206,16 +196,11 @@ def _save_state_dict(state: dict[str, Any], path: Path) -> None:
     entries, such as shapes, are left out), atomically (temporary file, then rename)."""
     import torch
 
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tensors = {k: v.detach().cpu() for k, v in state.items() if isinstance(v, torch.Tensor)}
+    from gigastep._util.files import atomic_path
+
+    tensors = {k: v.detach().cpu() for k, v in state.items() if isinstance(v, torch.Tensor)}
+    with atomic_path(path) as tmp:
         torch.save(tensors, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class BenchMARLPlayer:
@@ -231,16 +216,7 @@ class BenchMARLPlayer:
         self.name = "benchmarl-mappo"
 
     def check(self, config, team: int) -> None:
-        if config.obs_type != "vector" or not config.discrete_actions:
-            raise ValueError(
-                f"{self.name} plays vector observations and discrete actions; this game has "
-                f"obs_type={config.obs_type!r}, discrete_actions={config.discrete_actions}"
-            )
-        if config.vector_size != self.obs_size:
-            raise ValueError(
-                f"{self.name} was trained on observations of length {self.obs_size}; this "
-                f"game's have length {config.vector_size}"
-            )
+        check_vector_player(self.name, self.obs_size, config)
 
     def actor(self, config, team: int, num_envs: int, device=None, seed: int = 0):
         import torch

@@ -29,6 +29,7 @@ __all__ = [
     "Column",
     "Timing",
     "add_options",
+    "check_vector_player",
     "config_hash",
     "cpu_model",
     "device_info",
@@ -40,10 +41,12 @@ __all__ = [
     "option",
     "options_from_args",
     "peak_rss_mb",
+    "rate",
     "run_info",
     "run_worker",
     "time_interleaved",
     "time_repeats",
+    "training_throughput",
     "versions",
     "write_json",
     "run_cases",
@@ -114,8 +117,11 @@ def device_info() -> dict[str, Any]:
     }
 
 
-def versions() -> dict[str, str | None]:
-    """Versions of Python, jax, jaxlib, numpy, gigastep (and torch if already imported)."""
+def versions(*packages: str) -> dict[str, str | None]:
+    """Versions of Python, jax, jaxlib, numpy, gigastep (and torch if already imported), and
+    of each installed distribution named in `packages` (None where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import jax
     import jaxlib
     import numpy as np
@@ -131,6 +137,11 @@ def versions() -> dict[str, str | None]:
     }
     if "torch" in sys.modules:
         out["torch"] = sys.modules["torch"].__version__
+    for name in packages:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
     return out
 
 
@@ -367,6 +378,50 @@ def run_cases(
         row["machine"] = info
         rows.append(row)
     return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Trainers' rows (benchmarks.external_learning and the trainers it runs)
+# ------------------------------------------------------------------------------------------
+
+
+def rate(env_steps: int, seconds: float, n_agents: int, games: int) -> dict[str, Any]:
+    """env-steps/s and agent-steps/s (every agent of the game) of `env_steps` steps of `games`
+    games in `seconds` (rates None where no time was measured)."""
+    per_s = env_steps / seconds if seconds > 0 else None
+    return {
+        "env_steps_per_s": per_s,
+        "agent_steps_per_s": None if per_s is None else per_s * n_agents,
+        "env_steps": env_steps,
+        "seconds": seconds,
+        "games": games,
+    }
+
+
+def training_throughput(
+    env_steps: int, training_s: float, rollout_s: float, n_agents: int, games: int
+) -> dict[str, dict[str, Any]]:
+    """A trainer's `throughput` field: the `rate` of `env_steps` over its training (rollouts
+    and updates, `training_s`) and over its rollouts alone (`rollout_s`)."""
+    return {
+        "training": rate(env_steps, training_s, n_agents, games),
+        "rollout": rate(env_steps, rollout_s, n_agents, games),
+    }
+
+
+def check_vector_player(name: str, obs_size: int, config: Any) -> None:
+    """The `check` of a player trained on vector observations of length `obs_size` with
+    discrete actions: raises ValueError naming what `config`'s game has instead."""
+    if config.obs_type != "vector" or not config.discrete_actions:
+        raise ValueError(
+            f"{name} plays vector observations and discrete actions; this game has "
+            f"obs_type={config.obs_type!r}, discrete_actions={config.discrete_actions}"
+        )
+    if config.vector_size != obs_size:
+        raise ValueError(
+            f"{name} was trained on observations of length {obs_size}; this "
+            f"game's have length {config.vector_size}"
+        )
 
 
 # ------------------------------------------------------------------------------------------

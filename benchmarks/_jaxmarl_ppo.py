@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks._common import check_vector_player
+from gigastep._util.files import atomic_path
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 
 __all__ = [
@@ -641,16 +642,10 @@ def save_params(path: str | os.PathLike, params: Any, meta: dict[str, Any]) -> N
     if "__meta__" in flat:
         raise ValueError("a parameter is named '__meta__', which the file format reserves")
     header = json.dumps({"format": FORMAT, **meta}, sort_keys=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            arrays: dict[str, Any] = {"__meta__": np.array(header), **flat}
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    arrays: dict[str, Any] = {"__meta__": np.array(header), **flat}
+    # a file object: np.savez adds ".npz" to a file name that does not end in it
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def load_params(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
@@ -712,16 +707,7 @@ class JaxPolicyPlayer:
         return cls(params, meta, name)
 
     def check(self, config, team: int) -> None:
-        if config.obs_type != "vector" or not config.discrete_actions:
-            raise ValueError(
-                f"{self.name} plays vector observations and discrete actions; this game has "
-                f"obs_type={config.obs_type!r}, discrete_actions={config.discrete_actions}"
-            )
-        if config.vector_size != self.obs_size:
-            raise ValueError(
-                f"{self.name} was trained on observations of length {self.obs_size}; this "
-                f"game's have length {config.vector_size}"
-            )
+        check_vector_player(self.name, self.obs_size, config)
 
     def actor(self, config, team: int, num_envs: int, device=None, seed: int = 0) -> _Actor:
         return _Actor(self, seed)

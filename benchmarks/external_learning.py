@@ -67,7 +67,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import Column, format_number, markdown_table, run_info, write_json
+from benchmarks._common import (
+    Column,
+    format_number,
+    markdown_table,
+    run_info,
+    training_throughput,
+    versions,
+    write_json,
+)
 
 __all__ = ["TRAINERS", "main", "render_table", "run_trainer"]
 
@@ -99,20 +107,6 @@ FIELDS = (
 
 def _log(message: str) -> None:
     print(f"[external_learning] {message}", file=sys.stderr, flush=True)
-
-
-def _versions(*names: str) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from benchmarks._common import versions
-
-    out: dict[str, str | None] = dict(versions())
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def parse_opponents(text: str, trainer: str) -> tuple[tuple[str, float], ...]:
@@ -149,26 +143,12 @@ def _shares(mix) -> list[tuple[str, float]]:
     return [(n, w / total) for n, w in mix]
 
 
-def _throughput(env_steps: int, seconds: float, n_agents: int, games: int) -> dict[str, Any]:
-    rate = env_steps / seconds if seconds > 0 else None
-    return {
-        "env_steps_per_s": rate,
-        "agent_steps_per_s": None if rate is None else rate * n_agents,
-        "env_steps": env_steps,
-        "seconds": seconds,
-        "games": games,
-    }
-
-
 def _evaluate(player, opts, seed: int) -> list[dict[str, Any]]:
-    from benchmarks.learning import evaluate_player
+    from benchmarks.learning import describe_final, evaluate_player
 
     final = evaluate_player(player, opts.scenario, opts.eval_opponents, opts.games, 10_000 + seed)
     for f in final:
-        _log(
-            f"  vs {f['opponent']}: win rate {f['win_rate']:.3f} [{f['ci_low']:.3f}, "
-            f"{f['ci_high']:.3f}] over {f['games']} games"
-        )
+        _log(f"  {describe_final(f)}")
     return final
 
 
@@ -219,10 +199,9 @@ def _jaxmarl(trainer: str, opts, folder: Path) -> dict[str, Any]:
         "training_opponents": [[o, n / config.num_envs] for o, n in result.opponents],
         "training_games": [list(o) for o in result.opponents],
         "hyperparameters": jp.config_dict(config),
-        "throughput": {
-            "training": _throughput(result.timed_env_steps, timed, n, config.num_envs),
-            "rollout": _throughput(result.timed_env_steps, result.rollout_s, n, config.num_envs),
-        },
+        "throughput": training_throughput(
+            result.timed_env_steps, timed, result.rollout_s, n, config.num_envs
+        ),
         "curve": result.curve,
         "files": {"params": str(params_file)},
         "final": _evaluate(player, opts, opts.seed),
@@ -276,10 +255,7 @@ def _gigastep_ppo(opts, folder: Path) -> dict[str, Any]:
             [o, w] for o, w in _shares(parse_opponents(config["opponent"], "gigastep-ppo"))
         ],
         "hyperparameters": {"recipe": [*RECIPE, *flags], "config": config},
-        "throughput": {
-            "training": _throughput(env_steps, rollout_s + update_s, n, games),
-            "rollout": _throughput(env_steps, rollout_s, n, games),
-        },
+        "throughput": training_throughput(env_steps, rollout_s + update_s, rollout_s, n, games),
         "curve": row["curve"],
         "files": {"run_dir": str(run_dir)},
         "final": row["final"],
@@ -328,7 +304,7 @@ def run_trainer(trainer: str, opts) -> dict[str, Any]:
     game = gigastep.make(opts.scenario)
     row = {
         "trainer": trainer,
-        "versions": _versions(*extra),
+        "versions": versions(*extra),
         "scenario": opts.scenario,
         "scenario_hash": game.spec.hash,
         "seed": opts.seed,

@@ -43,6 +43,7 @@ from gigastep.eval.aggregates import (
 __all__ = [
     "PRESETS",
     "Run",
+    "describe_final",
     "evaluate_checkpoint",
     "evaluate_player",
     "interquartile_mean",
@@ -234,6 +235,14 @@ def evaluate_player(player, scenario: str, opponents, games: int, seed: int) -> 
     return final
 
 
+def describe_final(f: dict) -> str:
+    """One row of `evaluate_player` as a line of a log: the win rate, its interval, the games."""
+    return (
+        f"vs {f['opponent']}: win rate {f['win_rate']:.3f} [{f['ci_low']:.3f}, "
+        f"{f['ci_high']:.3f}] over {f['games']} games"
+    )
+
+
 def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list[dict]:
     """Train and evaluate every run; one result row per (run, budget)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -276,12 +285,7 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                 folder / f"checkpoint_{budget:.0f}s.pt", run, games, seed=10_000 + run.seed
             )
             for f in final:
-                print(
-                    f"[learning]   vs {f['opponent']}: win rate {f['win_rate']:.3f} "
-                    f"[{f['ci_low']:.3f}, {f['ci_high']:.3f}] over {f['games']} games",
-                    file=log,
-                    flush=True,
-                )
+                print(f"[learning]   {describe_final(f)}", file=log, flush=True)
             config = json.loads((folder / "config.json").read_text())
             rows.append(
                 {

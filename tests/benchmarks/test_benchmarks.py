@@ -253,6 +253,42 @@ def test_timing_statistics_are_those_of_the_recorded_times():
     assert t.spread == pytest.approx(9.0 / 2.5)
 
 
+def test_a_trainers_throughput_is_its_steps_per_second_of_training_and_of_rollout():
+    # 1200 env-steps of 4 games of 10 agents: training 6 s -> 200/s, rollouts 2 s -> 600/s
+    t = _common.training_throughput(1200, 6.0, 2.0, n_agents=10, games=4)
+    assert t["training"] == {
+        "env_steps_per_s": 200.0,
+        "agent_steps_per_s": 2000.0,
+        "env_steps": 1200,
+        "seconds": 6.0,
+        "games": 4,
+    }
+    assert t["rollout"]["env_steps_per_s"] == 600.0 and t["rollout"]["seconds"] == 2.0
+    # no measured time: no rate (never a division by zero)
+    none = _common.rate(0, 0.0, 10, 4)
+    assert none["env_steps_per_s"] is None and none["agent_steps_per_s"] is None
+
+
+def test_versions_name_the_asked_distributions_and_none_for_a_missing_one():
+    v = _common.versions("numpy", "no-such-distribution-gigastep")
+    assert v["numpy"] and v["no-such-distribution-gigastep"] is None
+    assert {"python", "jax", "jaxlib", "gigastep"} <= set(v)
+
+
+def test_a_vector_player_refuses_a_game_it_was_not_trained_for():
+    import gigastep
+
+    vec = gigastep.make("identical_2_vs_2_fobs_vec_void_disc").config
+    _common.check_vector_player("p", vec.vector_size, vec)  # its own game: no error
+    with pytest.raises(ValueError, match="p was trained on observations of length 3; this game"):
+        _common.check_vector_player("p", 3, vec)
+    cont = gigastep.make("identical_2_vs_2_fobs_vec_void_cont").config
+    with pytest.raises(
+        ValueError, match="discrete actions; this game has .*discrete_actions=False"
+    ):
+        _common.check_vector_player("p", cont.vector_size, cont)
+
+
 def test_hlo_census_counts_opcodes():
     text = """ENTRY %main (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
