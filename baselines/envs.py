@@ -31,6 +31,7 @@ __all__ = [
     "shooter_credit_weights",
     "training_env",
     "unshaped_config",
+    "vec_env_factory",
 ]
 
 
@@ -207,14 +208,20 @@ def gigastep_game(
     Raises:
         ValueError: unknown scenario name or field (with the closest names).
     """
-    from gigastep.adapters.torch import TorchVecEnv
-
     env = training_env(scenario, overrides, shooter_credit)
     spec = game_spec_from_config(env.config, env.spec.name if env.spec else scenario)
     # where the overrides shape the reward, each step also reports the unshaped one
-    score = unshaped_config(scenario, env.config)
+    return spec, vec_env_factory(env, score=unshaped_config(scenario, env.config))
+
+
+def vec_env_factory(env, score=None) -> Callable:
+    """`factory(num_envs, seed, device, scripted, state_vectors, window)`: a `TorchVecEnv` of
+    `env`'s games (`score`: the config whose rewards each step also reports, see
+    `TorchVecEnv`)."""
 
     def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
+        from gigastep.adapters.torch import TorchVecEnv
+
         return TorchVecEnv(
             env,
             num_envs,
@@ -226,4 +233,4 @@ def gigastep_game(
             score=score,
         )
 
-    return spec, factory
+    return factory

@@ -23,7 +23,7 @@ import tempfile
 
 from .actor import PolicyActor, PolicyPlayer
 from .checkpoint import load_policy, policy_from_checkpoint
-from .envs import game_spec_from_config
+from .envs import game_spec_from_config, vec_env_factory
 
 __all__ = ["PPOPlayer", "PolicyActor", "PolicyPlayer", "load"]
 
@@ -62,19 +62,7 @@ class PPOPlayer(PolicyPlayer):
         env = GigastepEnv(config)
         game = game_spec_from_config(config, f"{self.scenario} fine-tuned")
 
-        def factory(num_envs, seed, device, scripted=(), state_vectors=False, window=None):
-            from gigastep.adapters.torch import TorchVecEnv
-
-            return TorchVecEnv(
-                env,
-                num_envs,
-                seed=seed,
-                device=device,
-                scripted=scripted,
-                state_vectors=state_vectors,
-                window=window,
-            )
-
+        factory = vec_env_factory(env)
         saved = from_dict(dict(self.policy.config))
         device = str(next(iter(self.policy.nets.values())).heads.weight.device)
         with tempfile.TemporaryDirectory(prefix="gigastep-finetune-") as out:
