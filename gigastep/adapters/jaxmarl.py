@@ -82,10 +82,11 @@ import numpy as np
 
 from gigastep import env as _env
 from gigastep._util.checks import check_team
+from gigastep.adapters._names import agent_names
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.observations.global_state import state_vector, state_vector_size
-from gigastep.game.types import EnvConfig, EnvState, Observation
+from gigastep.game.types import EnvState, Observation
 from gigastep.opponents import (
     EnvLike,
     Policy,
@@ -106,16 +107,6 @@ except ImportError as error:
     ) from error
 
 __all__ = ["GigastepJaxMARLEnv", "agent_names", "make"]
-
-
-def agent_names(config: EnvConfig) -> list[str]:
-    """`team{t}_agent{k}` for every agent, in agent order (k = index within the team)."""
-    seen = [0, 0]
-    names: list[str] = []
-    for t in config.teams:
-        names.append(f"team{t}_agent{seen[t]}")
-        seen[t] += 1
-    return names
 
 
 def _one_array(obs: Observation) -> jax.Array:

@@ -37,6 +37,7 @@ from pettingzoo import ParallelEnv
 
 from gigastep import env as _env
 from gigastep._util.checks import check_seed
+from gigastep.adapters._names import agent_names
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvConfig, EnvState, Observation, check_finite_state, closest
 from gigastep.opponents import EnvLike, observe_state, resolve_env, team_outcome
@@ -48,16 +49,6 @@ _NOOP_DISCRETE = 13  # ACTION_TABLE row (0, 0, 0)
 
 AgentObservation: TypeAlias = "np.ndarray | tuple[np.ndarray, ...]"
 """One agent's observation on the host: an array, or (rgb, vector) for "rgb_vector"."""
-
-
-def agent_names(config: EnvConfig) -> list[str]:
-    """`team{t}_agent{k}` for every agent, in agent order (k = index within the team)."""
-    seen = [0, 0]
-    names: list[str] = []
-    for t in config.teams:
-        names.append(f"team{t}_agent{seen[t]}")
-        seen[t] += 1
-    return names
 
 
 @partial(jax.jit, static_argnums=0)
