@@ -4,7 +4,9 @@ Every benchmark records where and how it ran (`run_info`), times a compiled func
 `time_repeats` (median and spread over repeats, compile time reported apart), measures the
 peak resident memory of its process (`peak_rss_mb`; run each configuration in a fresh
 process with `run_worker` so that peaks do not accumulate), and prints its rows with
-`markdown_table` or `latex_table` and writes them with `write_json`.
+`markdown_table` or `latex_table` and writes them with `write_json`. The trainers that
+`benchmarks.external_learning` compares share their rows' throughput (`training_throughput`)
+and their players' check (`check_vector_player`).
 """
 
 from __future__ import annotations
