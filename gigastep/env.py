@@ -1,58 +1,51 @@
-"""`GigastepEnv`: the phases of the game composed into pure `reset` and `step` functions.
+"""`GigastepEnv`: a config's pure `reset` and `step`, compiled, as methods.
 
-The phases live in `gigastep.game` (movement `dynamics`, `waypoints`, hazards and combat in
-`interactions`, `rewards`, `observations`, the `reset` placement and the masked batch
-computation of the auto-reset in `batching`); this module only composes them.
-
-The module-level functions take the static `EnvConfig` as their first argument and are pure;
-the class is a thin, stateless holder of a config that offers them as methods (unbatched,
-batched with `vmap`, and auto-resetting), all compiled with the config as static argument.
+The game itself is in `gigastep.game`: its phases, one module each, composed into one game's
+`reset` and `step` (`gigastep.game.step`) and their batched forms (`gigastep.game.batched`).
+This module compiles them with the config as static argument and offers them as the methods of
+a thin, stateless holder of a config (unbatched, batched with `vmap`, and auto-resetting),
+checking the inputs first. The functional forms stay importable from here: they are the
+library's public names of the engine's functions.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gigastep._util import checks as _checks
-from gigastep._util.checks import check_actions
-from gigastep._util.pytree import PytreeData, pytree_dataclass
-from gigastep.game import dynamics, interactions, rewards, waypoints
-from gigastep.game.arena import episode_boxes
+from gigastep.game import dynamics
+from gigastep.game.batched import batched_reset, batched_step, batched_step_autoreset
 from gigastep.game.batching import reset_where, select_games, where_masked
-from gigastep.game.observations import first_observation, global_view, observe
+from gigastep.game.observations import global_view, observe
 from gigastep.game.observations.global_state import state_vector, state_vector_size
-from gigastep.game.random import seed_words, split, stream_from_seed, uniforms_from_seed
-from gigastep.game.reset import reset_state, reset_state_streamed
-from gigastep.game.rewards import check_score
-from gigastep.game.types import (
-    EnvConfig,
-    EnvState,
-    Observation,
-    StepInfo,
-    StepNoise,
-    check_fields,
+from gigastep.game.reset import reset_state
+from gigastep.game.state_checks import check_batch, check_batched_state, check_single_state
+from gigastep.game.step import Advanced as Advanced  # re-exported (the class does not use it)
+from gigastep.game.step import (
+    AutoresetResult,
+    StepResult,
+    episode_winner,
+    reset,
+    sample_noise,
+    step,
+    step_autoreset,
+    team_outcome,
+    transition,
 )
-from gigastep.game.xla import count_sum
+from gigastep.game.step import advance as advance  # re-exported
+from gigastep.game.step import score_rewards as score_rewards  # re-exported
+from gigastep.game.types import EnvConfig, EnvState, Observation, StepNoise, check_fields
 from gigastep.spaces import Box, Discrete, Tuple, entity_bounds, vector_bounds
 
 if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
     from gigastep.scenarios import ScenarioSpec
-
-StepResult: TypeAlias = "tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array]"
-"""What `step` returns: (obs, state, rewards, dones, episode_done)."""
-
-AutoresetResult: TypeAlias = (
-    "tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array, StepInfo]"
-)
-"""What `step_autoreset` returns: (obs, state, rewards, dones, episode_done, info)."""
 
 __all__ = [
     "GigastepEnv",
@@ -68,369 +61,13 @@ __all__ = [
     "sample_noise",
     "step",
     "step_autoreset",
+    "team_outcome",
     "transition",
     "where_masked",
 ]
 
-
 # ------------------------------------------------------------------------------------------
-# Input checks (trace time: shapes and dtypes only, no compute)
-# ------------------------------------------------------------------------------------------
-
-
-def _games(batch: tuple[int, ...]) -> str:
-    count = int(np.prod(batch))
-    shape = f", shape {batch}" if len(batch) > 1 else ""
-    return f"{count} game{'s' if count != 1 else ''}{shape}"
-
-
-def _state_batch(config: EnvConfig, state: object, what: str) -> tuple[int, ...]:
-    """The batch shape of `state` (() for one game); a TypeError unless it is an `EnvState`,
-    a ValueError unless its games have this config's agent count."""
-    if not isinstance(state, EnvState):
-        raise TypeError(
-            f"{what} must be a gigastep EnvState (as returned by reset or v_reset), "
-            f"got {type(state).__name__}"
-        )
-    shape = tuple(np.shape(state.agents.x))
-    if not shape or shape[-1] != config.n_agents:
-        raise ValueError(
-            f"{what} holds {shape[-1] if shape else 0} agents per game but this game has "
-            f"{config.n_agents} (a state of another scenario?)"
-        )
-    return shape[:-1]
-
-
-def check_single_state(config: EnvConfig, state: object, batched_form: str = "v_step") -> None:
-    """Raise a clear error unless `state` is one game of `config` (shapes only: trace time).
-
-    `batched_form` names the batched function to suggest for a batch of games."""
-    batch = _state_batch(config, state, "state")
-    if batch:
-        raise ValueError(
-            f"this state is batched ({_games(batch)}); use {batched_form} for a batch of games, "
-            "or index one game out of it"
-        )
-
-
-def check_batch(
-    config: EnvConfig, states: object, actions: Any, keys: Any, single_form: str = "step"
-) -> int:
-    """The batch size B of `states` after checking that they are a batch of games of `config`
-    (one leading axis) and that `actions` and `keys` hold B games too (shapes only)."""
-    batch = _state_batch(config, states, "states")
-    if not batch:
-        raise ValueError(
-            f"this state is a single game (no batch axis); use {single_form} for one game, "
-            "or v_reset(jax.random.split(key, B)) to start a batch"
-        )
-    if len(batch) != 1:
-        raise ValueError(f"states must have one batch axis, got batch shape {batch}")
-    b = batch[0]
-    for what, value in (("actions", actions), ("keys", keys)):
-        shape = np.shape(value)
-        if not shape or shape[0] != b:
-            got = f"{shape[0]} games (shape {shape})" if shape else f"a scalar {value!r}"
-            raise ValueError(f"states hold {b} games but {what} hold {got}")
-    _checks.check_keys(keys)
-    return b
-
-
-def check_batched_state(config: EnvConfig, states: object, single_form: str) -> int:
-    """The batch size B of `states` after checking that they are a batch of games of
-    `config` with one leading axis (shapes only); `single_form` names the one-game form."""
-    batch = _state_batch(config, states, "states")
-    if len(batch) != 1:
-        hint = f"; use {single_form} for one game" if not batch else ""
-        raise ValueError(f"states must have one batch axis, got batch shape {batch}{hint}")
-    return batch[0]
-
-
-# ------------------------------------------------------------------------------------------
-# Reset (the phase itself: `gigastep.game.reset`)
-# ------------------------------------------------------------------------------------------
-
-
-def reset(config: EnvConfig, key: jax.Array) -> tuple[Observation, EnvState]:
-    """Start a game: returns (obs, state)."""
-    _checks.check_key(key)
-    state, comm, stream = reset_state_streamed(config, key)
-    return first_observation(config, state, comm, stream), state
-
-
-# ------------------------------------------------------------------------------------------
-# Step
-# ------------------------------------------------------------------------------------------
-
-
-def sample_noise(config: EnvConfig, key: jax.Array) -> StepNoise:
-    """Every random number of one step, from one key. Each draw has a fixed place in the
-    stream whatever the flags, so switching a feature off leaves the others' draws unchanged."""
-    return _noise_and_stream(config, key)[0]
-
-
-def _noise_and_stream(config: EnvConfig, key: jax.Array) -> tuple[StepNoise, jax.Array | None]:
-    """(`sample_noise(config, key)`, the counter stream of its comm noise or None), with the
-    key's seed words drawn once."""
-    n = config.n_agents
-    skip = [
-        i
-        for i, on in enumerate(
-            (config.stochastic_obs, config.stochastic_comm, config.enable_waypoints)
-        )
-        if not on
-    ]
-    seed = seed_words(key)
-    detection, comm, waypoint = uniforms_from_seed(seed, _noise_shapes(n), skip=skip)
-    noise = StepNoise(detection=detection, comm=comm, waypoint=waypoint)
-    if not config.stochastic_comm:
-        return noise, None
-    return noise, stream_from_seed(seed, _noise_shapes(n), 1)
-
-
-def _noise_shapes(n: int) -> list[tuple[int, ...]]:
-    return [(n, n), (n, n), (4,)]  # detection, comm, waypoint
-
-
-@pytree_dataclass
-class Advanced(PytreeData):
-    """A step's outcome before its observation (what `advance` returns): the next state, the
-    geometry and combat it was computed with, rewards (n,), terminated () and truncated (),
-    and what the rewards were computed from (`score_rewards` weighs it again)."""
-
-    state: EnvState
-    geo: interactions.Geometry
-    combat: interactions.Combat
-    rewards: chex.Array
-    terminated: chex.Array
-    truncated: chex.Array
-    reward_inputs: rewards.RewardInputs
-
-
-def advance(config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepNoise) -> Advanced:
-    """Everything of a step but the observation: move, waypoints, hazards, combat, health,
-    termination and rewards."""
-    check_actions(actions, config.n_agents, config.discrete_actions)
-    agents, episode = state.agents, state.episode
-    alive_pre = agents.alive
-    moved = dynamics.move(config, agents, dynamics.decode_actions(config, actions))
-    hit, waypoint, waypoint_time = waypoints.update_waypoint(
-        config, moved, episode, alive_pre, noise.waypoint
-    )
-    geo = interactions.geometry(moved)
-    boxes, box_valid = episode_boxes(config, episode)
-    hz = interactions.hazards(config, moved, geo, boxes, box_valid)
-    fight = interactions.combat(config, moved, geo, hz.alive, noise.detection)
-    max_health = jnp.asarray(config.max_health, jnp.float32)
-    health = (
-        moved.health
-        - count_sum(fight.damage, axis=1) * np.float32(config.damage_per_second * config.dt)
-        + np.float32(config.healing_per_second * config.dt)
-        + max_health * hit
-    )
-    health = jnp.clip(jnp.where(hz.alive, health, 0.0), 0.0, max_health)
-    alive = hz.alive & (health > 0)
-    reward_inputs = rewards.RewardInputs(
-        alive_pre=alive_pre,
-        alive=alive,
-        hit_waypoint=hit,
-        collided=hz.collided,
-        hazard_death=alive_pre & (hz.oob | hz.in_box),
-        detected=fight.detected,
-        damage=fight.damage,
-        present=episode.present,
-    )
-    reward = rewards.total_reward(config, reward_inputs, episode.aux_rewards_factor)
-    team1 = jnp.asarray(np.asarray(config.teams) == 1)
-    a1 = jnp.sum(alive & team1)
-    a0 = jnp.sum(alive) - a1
-    if config.episode_ends_one_team_dead:
-        terminated = (a0 == 0) | (a1 == 0)
-    else:
-        terminated = (a0 == 0) & (a1 == 0)
-    length = episode.step + 1
-    truncated = jnp.zeros((), bool)
-    if config.max_episode_length is not None:
-        truncated = (length >= config.max_episode_length) & ~terminated
-    new = EnvState(
-        agents=moved.replace(health=health, alive=alive, tracked=fight.tracked),
-        episode=episode.replace(
-            waypoint=waypoint,
-            waypoint_time=waypoint_time,
-            step=length,
-            returns=episode.returns + reward,
-        ),
-    )
-    return Advanced(
-        state=new,
-        geo=geo,
-        combat=fight,
-        rewards=reward,
-        terminated=terminated,
-        truncated=truncated,
-        reward_inputs=reward_inputs,
-    )
-
-
-def score_rewards(score: EnvConfig, adv: Advanced) -> jax.Array:
-    """(n,) float32: the reward of the step `adv` under `score`'s reward weights
-    (`rewards.check_score`); with the game's own config, exactly `adv.rewards`."""
-    return rewards.total_reward(score, adv.reward_inputs, adv.state.episode.aux_rewards_factor)
-
-
-def transition(
-    config: EnvConfig, state: EnvState, actions: ArrayLike, noise: StepNoise
-) -> StepResult:
-    """One step with its randomness given: (obs, state, rewards, dones, episode_done)."""
-    check_single_state(config, state, "jax.vmap(transition)")
-    return _transition_streamed(config, state, actions, noise)
-
-
-def _transition_streamed(
-    config: EnvConfig,
-    state: EnvState,
-    actions: ArrayLike,
-    noise: StepNoise,
-    comm_stream: jax.Array | None = None,
-) -> StepResult:
-    adv = advance(config, state, actions, noise)
-    obs = observe(
-        config,
-        adv.state,
-        adv.geo,
-        adv.combat.detected,
-        adv.combat.took_damage,
-        noise.comm,
-        comm_stream,
-    )
-    done = adv.terminated | adv.truncated
-    return obs, adv.state, adv.rewards, ~adv.state.agents.alive, done
-
-
-def episode_winner(config: EnvConfig, alive: ArrayLike, episode_done: ArrayLike) -> jax.Array:
-    """The winning team of episodes that end: int32 of `episode_done`'s shape.
-
-    At the end of an episode the winner is the only team that still has an agent alive
-    (0 or 1); -1 means no winner: a draw (both teams, or neither, have survivors: the time
-    limit, or both eliminated in one step) or an episode that goes on.
-
-    Args:
-        alive: bool (..., n), the agents alive after the step.
-        episode_done: bool (...), the episode ended at this step.
-    """
-    team1 = jnp.asarray(np.asarray(config.teams) == 1)
-    left1 = jnp.any(alive & team1, axis=-1)
-    left0 = jnp.any(alive & ~team1, axis=-1)
-    winner = jnp.where(left0 & ~left1, 0, jnp.where(left1 & ~left0, 1, -1))
-    return jnp.where(episode_done, winner, -1).astype(jnp.int32)
-
-
-def step(config: EnvConfig, state: EnvState, actions: ArrayLike, key: jax.Array) -> StepResult:
-    """One step: (obs, state, rewards (n,), dones (n,), episode_done ()).
-
-    `dones[i]` is True for every dead agent; the step never resets a finished game (see
-    `step_autoreset` for that).
-    """
-    check_single_state(config, state, "v_step")
-    _checks.check_key(key)
-    return _transition_streamed(config, state, actions, *_noise_and_stream(config, key))
-
-
-def step_autoreset(
-    config: EnvConfig,
-    state: EnvState,
-    actions: ArrayLike,
-    key: jax.Array,
-    final_obs: bool = True,
-    final_state: bool = False,
-    score: EnvConfig | None = None,
-) -> AutoresetResult:
-    """A step that replaces a finished game by a fresh one inside the same call.
-
-    Returns (obs, state, rewards, dones, episode_done, info): obs and state are the fresh
-    game's where `episode_done`; rewards, dones and episode_done are the finished step's.
-    `info.final_obs` holds the last observation of the finished game (computed only when
-    `final_obs` is True, else it repeats `obs`); with `final_state`, `info.final_state` is
-    the state the step ended in before any reset (else None). With `score`, a config that
-    differs from `config` only in its reward weights (`rewards.WEIGHT_FIELDS`), `info.score`
-    holds the step's rewards (n,) under `score`'s weights: e.g. the unshaped reward of a game
-    trained with an extra shaping term (else None).
-
-    This is the one-game form: it computes a fresh game on every call and keeps it only when
-    the game ended. Under `jax.vmap` that is a full reset per game per step; for a batch use
-    `GigastepEnv.v_step_autoreset`, which resets only the games that finished
-    (`gigastep.game.batching`).
-    """
-    check_single_state(config, state, "v_step_autoreset")
-    if score is not None:
-        check_score(config, score)
-    _checks.check_key(key)
-    k_step, k_reset = split(key)
-    noise, step_stream = _noise_and_stream(config, k_step)
-    adv = advance(config, state, actions, noise)
-    done = adv.terminated | adv.truncated
-    fresh, fresh_comm, fresh_stream = reset_state_streamed(config, k_reset)
-    return _finish_autoreset(
-        config,
-        adv,
-        noise,
-        fresh,
-        fresh_comm,
-        done,
-        final_obs,
-        (step_stream, fresh_stream),
-        final_state,
-        score,
-    )
-
-
-def _finish_autoreset(
-    config: EnvConfig,
-    adv: Advanced,
-    noise: StepNoise,
-    fresh: EnvState,
-    fresh_comm: jax.Array,
-    done: jax.Array,
-    final_obs: bool,
-    streams: tuple[jax.Array | None, jax.Array | None] = (None, None),
-    final_state: bool = False,
-    score: EnvConfig | None = None,
-) -> AutoresetResult:
-    """Take the fresh game where `done`, observe the result once (and the finished game's
-    last observation when `final_obs`), and assemble the auto-reset step's outputs.
-    `streams`: the counter streams of (noise.comm, fresh_comm), or Nones."""
-    nxt = select_games(done, fresh, adv.state)
-    geo = interactions.geometry(nxt.agents)
-    step_stream, fresh_stream = streams
-    stream: jax.Array | None = None
-    if step_stream is not None:
-        assert fresh_stream is not None  # both streams, or neither (without stochastic_comm)
-        stream = jnp.where(done, fresh_stream, step_stream)
-    obs = observe(
-        config,
-        nxt,
-        geo,
-        adv.combat.detected & ~done,
-        adv.combat.took_damage & ~done,
-        jnp.where(done, fresh_comm, noise.comm),
-        stream,
-    )
-    last = _last_observation(config, adv, noise, step_stream) if final_obs else obs
-    info = StepInfo(
-        terminated=adv.terminated,
-        truncated=adv.truncated,
-        final_obs=last,
-        episode_return=adv.state.episode.returns,
-        episode_length=adv.state.episode.step,
-        winner=episode_winner(config, adv.state.agents.alive, done),
-        final_state=adv.state if final_state else None,
-        score=None if score is None else score_rewards(score, adv),
-    )
-    return obs, nxt, adv.rewards, ~adv.state.agents.alive, done, info
-
-
-# ------------------------------------------------------------------------------------------
-# Compiled batched forms (config static; shared by every env with an equal config)
+# Compiled forms (config static; shared by every env with an equal config)
 # ------------------------------------------------------------------------------------------
 
 
@@ -441,19 +78,6 @@ _step_autoreset = jax.jit(step_autoreset, static_argnums=(0, 4))
 _global_view = jax.jit(global_view, static_argnums=0)
 
 
-def batched_reset(config: EnvConfig, keys: jax.Array) -> tuple[Observation, EnvState]:
-    """`reset` of every game of a batch: keys (B,) -> (obs, states) with leading axis B."""
-    return jax.vmap(partial(reset, config))(keys)
-
-
-def batched_step(
-    config: EnvConfig, states: EnvState, actions: ArrayLike, keys: jax.Array
-) -> StepResult:
-    """`step` of every game of a batch (pure; `GigastepEnv.v_step` is its compiled form)."""
-    check_batch(config, states, actions, keys, "step")
-    return jax.vmap(partial(step, config))(states, actions, keys)
-
-
 @partial(jax.jit, static_argnums=0)
 def _v_reset(config: EnvConfig, keys: jax.Array) -> tuple[Observation, EnvState]:
     return batched_reset(config, keys)
@@ -462,73 +86,6 @@ def _v_reset(config: EnvConfig, keys: jax.Array) -> tuple[Observation, EnvState]
 @partial(jax.jit, static_argnums=0)
 def _v_step(config: EnvConfig, states: EnvState, actions: ArrayLike, keys: jax.Array) -> StepResult:
     return batched_step(config, states, actions, keys)
-
-
-def _reset_finished(
-    config: EnvConfig, done: jax.Array, keys: jax.Array
-) -> tuple[EnvState, jax.Array, jax.Array | None]:
-    """(fresh states, their comm noise (B, n, n), its streams (B, 3) or None):
-    `reset_state_streamed(config, keys[b])` for every game b where `done` (see
-    `reset_where`)."""
-    return reset_where(partial(reset_state_streamed, config), done, keys)
-
-
-def batched_step_autoreset(
-    config: EnvConfig,
-    states: EnvState,
-    actions: ArrayLike,
-    keys: jax.Array,
-    final_obs: bool = True,
-    final_state: bool = False,
-    score: EnvConfig | None = None,
-) -> AutoresetResult:
-    """`jax.vmap(partial(step_autoreset, config, final_obs=final_obs, final_state=final_state,
-    score=score))(states, actions, keys)`, bit for bit, without resetting the games that go
-    on.
-
-    The batch is advanced as in `step_autoreset` (each game's key split into its step and reset
-    keys), the finished games are reset by `_reset_finished`, and the observation is computed
-    once on the resulting state (plus the finished games' last one when `final_obs`).
-    Called on a batch (leading axis B on every argument); pure, so it traces inside a caller's
-    jit or scan (under a further vmap its branches become selects, costing a full reset).
-    """
-    check_batch(config, states, actions, keys, "step_autoreset")
-    if score is not None:
-        check_score(config, score)
-
-    def advance_one(
-        state: EnvState, acts: ArrayLike, key: jax.Array
-    ) -> tuple[Advanced, StepNoise, jax.Array, jax.Array | None]:
-        _checks.check_key(key)
-        k_step, k_reset = split(key)
-        noise, stream = _noise_and_stream(config, k_step)
-        return advance(config, state, acts, noise), noise, k_reset, stream
-
-    adv, noise, k_reset, step_stream = jax.vmap(advance_one)(states, actions, keys)
-    done = adv.terminated | adv.truncated
-    fresh, fresh_comm, fresh_stream = _reset_finished(config, done, k_reset)
-
-    # The finished games' last observations are computed for those games only (a step in
-    # which few games end observes a few games twice, not the whole batch).
-    finish = partial(
-        _finish_autoreset, config, final_obs=False, final_state=final_state, score=score
-    )
-    obs, nxt, rewards, dones, done, info = jax.vmap(finish)(
-        adv, noise, fresh, fresh_comm, done, streams=(step_stream, fresh_stream)
-    )
-    if final_obs:
-        last = where_masked(partial(_last_observation, config), done, adv, noise, step_stream)
-        info = info.replace(final_obs=select_games(done, last, obs))
-    return obs, nxt, rewards, dones, done, info
-
-
-def _last_observation(
-    config: EnvConfig, adv: Advanced, noise: StepNoise, stream: jax.Array | None
-) -> Observation:
-    """The observation of the state a step ended in (before any reset)."""
-    return observe(
-        config, adv.state, adv.geo, adv.combat.detected, adv.combat.took_damage, noise.comm, stream
-    )
 
 
 @partial(jax.jit, static_argnums=(0, 4))
