@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
 from gigastep.game.types import EnvConfig
-from gigastep.opponents import EnvLike, Policy
+from gigastep.opponents import Policy
 from gigastep.rollout import (
     _TRACES,
     PolicyLike,
@@ -51,6 +51,7 @@ from gigastep.rollout import (
     game_keys,
     play_games,
 )
+from gigastep.versus import EnvLike
 
 _NO_CHECK = {"check_vma": False}
 

@@ -55,7 +55,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gigastep import env as _env
-from gigastep import opponents
+from gigastep import opponents, versus
 from gigastep._util.checks import check_actions, check_key, check_positive_int
 from gigastep._util.pytree import PytreeData, pytree_dataclass
 from gigastep.game.types import EnvConfig, EnvState, Observation, StepInfo
@@ -225,13 +225,13 @@ def joint_policy(policy_team0: PolicyLike, policy_team1: PolicyLike) -> JointPol
 # ------------------------------------------------------------------------------------------
 
 
-def _resolve_env(env: opponents.EnvLike) -> _env.GigastepEnv:
-    if isinstance(env, opponents.VersusEnv):
+def _resolve_env(env: versus.EnvLike) -> _env.GigastepEnv:
+    if isinstance(env, versus.VersusEnv):
         raise TypeError(
             "rollout plays every agent of a GigastepEnv; instead of a VersusEnv pass its env "
             "and policy=joint_policy(...) (e.g. joint_policy(None, 'pursuit') scripts team 1)"
         )
-    return opponents.resolve_env(env)
+    return versus.resolve_env(env)
 
 
 def _key_data(key: jax.Array) -> tuple[jax.Array, str]:
@@ -249,7 +249,7 @@ def _key_data(key: jax.Array) -> tuple[jax.Array, str]:
 
 
 def check_arguments(
-    env: opponents.EnvLike,
+    env: versus.EnvLike,
     num_envs: int,
     num_steps: int,
     key: jax.Array,
@@ -421,7 +421,7 @@ def _compiled(
 
 
 def rollout(
-    env: opponents.EnvLike,
+    env: versus.EnvLike,
     num_envs: int,
     num_steps: int,
     key: jax.Array,

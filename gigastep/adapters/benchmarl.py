@@ -82,7 +82,8 @@ from torchrl.envs import EnvBase
 
 from gigastep._util.checks import check_team
 from gigastep.adapters.torchrl import GigastepTorchRLEnv
-from gigastep.opponents import get_policy, resolve_env
+from gigastep.opponents import get_policy
+from gigastep.versus import resolve_env
 
 try:
     from benchmarl.environments.common import TaskClass

@@ -43,11 +43,13 @@ from gymnasium.vector.utils import batch_space
 
 from gigastep import env as _env
 from gigastep._util.checks import check_positive_int, check_seed, check_team
+from gigastep.env import team_outcome
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvState, Observation
-from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env, team_outcome
+from gigastep.opponents import Policy
 from gigastep.spaces import entity_bounds, vector_bounds
+from gigastep.versus import EnvLike, VersusEnv, resolve_env
 
 __all__ = ["ENV_ID", "TeamEnv", "TeamVectorEnv", "team_spaces"]
 

@@ -83,19 +83,14 @@ import numpy as np
 from gigastep import env as _env
 from gigastep._util.checks import check_team
 from gigastep.adapters._names import agent_names
+from gigastep.env import team_outcome
 from gigastep.game.batching import select_games
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.observations.global_state import state_vector, state_vector_size
 from gigastep.game.types import EnvState, Observation
-from gigastep.opponents import (
-    EnvLike,
-    Policy,
-    VersusEnv,
-    observe_state,
-    resolve_env,
-    team_outcome,
-)
+from gigastep.opponents import Policy
 from gigastep.spaces import float_bounds
+from gigastep.versus import EnvLike, VersusEnv, observe_state, resolve_env
 
 try:
     from jaxmarl.environments import spaces as _spaces
@@ -264,7 +259,7 @@ class GigastepJaxMARLEnv(MultiAgentEnv):
         return self._assemble(obs, nxt, rewards, dead, done, self._outcome(nxt, done), obs)
 
     def get_obs(self, state: EnvState) -> dict[str, jax.Array]:
-        """The observations of `state` as at a reset (`gigastep.opponents.observe_state`:
+        """The observations of `state` as at a reset (`gigastep.versus.observe_state`:
         nothing detected yet, communication noise from a fixed key)."""
         obs = observe_state(self.config, state, jax.random.PRNGKey(0))
         return self._observations(self._take(_one_array(obs)), state)

@@ -38,9 +38,10 @@ from pettingzoo import ParallelEnv
 from gigastep import env as _env
 from gigastep._util.checks import check_seed
 from gigastep.adapters._names import agent_names
+from gigastep.env import team_outcome
 from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.types import EnvConfig, EnvState, Observation, check_finite_state, closest
-from gigastep.opponents import EnvLike, observe_state, resolve_env, team_outcome
+from gigastep.versus import EnvLike, observe_state, resolve_env
 
 __all__ = ["GigastepParallelEnv", "agent_names", "parallel_env"]
 

@@ -35,8 +35,9 @@ from gigastep.adapters.dlpack import (
 from gigastep.env import AutoresetResult
 from gigastep.game.observations.global_state import state_vector
 from gigastep.game.types import EnvConfig, EnvState, Observation, check_finite_state
-from gigastep.opponents import EnvLike, Policy, VersusEnv, get_policy, observe_state, resolve_env
+from gigastep.opponents import Policy, get_policy
 from gigastep.spaces import Box, Discrete, Tuple
+from gigastep.versus import EnvLike, VersusEnv, observe_state, resolve_env
 
 __all__ = [
     "JAX_MEMORY_SETTING",

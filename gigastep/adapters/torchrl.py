@@ -69,8 +69,9 @@ from gigastep.game.dynamics import N_DISCRETE_ACTIONS
 from gigastep.game.observations import global_view
 from gigastep.game.observations.global_state import state_vector_size
 from gigastep.game.types import EnvConfig, EnvState
-from gigastep.opponents import EnvLike, Policy, VersusEnv, resolve_env
+from gigastep.opponents import Policy
 from gigastep.spaces import float_bounds
+from gigastep.versus import EnvLike, VersusEnv, resolve_env
 
 __all__ = ["GigastepTorchRLEnv"]
 

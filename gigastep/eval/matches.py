@@ -53,7 +53,8 @@ from gigastep.eval.players import (
 )
 from gigastep.eval.statistics import MatchResult, SeatResult, wilson_interval
 from gigastep.game.types import PER_AGENT_FIELDS, EnvConfig, EnvState
-from gigastep.opponents import POLICIES, EnvLike, Policy, resolve_env
+from gigastep.opponents import POLICIES, Policy
+from gigastep.versus import EnvLike, resolve_env
 
 if TYPE_CHECKING:
     import torch

@@ -46,7 +46,7 @@ from gigastep.eval.statistics import MatchResult, normal_quantile
 if TYPE_CHECKING:
     from gigastep.eval.matches import Progress
     from gigastep.eval.players import Device, Player, PlayerLike
-    from gigastep.opponents import EnvLike
+    from gigastep.versus import EnvLike
 
 Outcome: TypeAlias = "MatchResult | tuple[str, str, int, int, int]"
 """A match: a `MatchResult`, or (player_a, player_b, wins, draws, losses) counted for A."""

@@ -36,7 +36,7 @@ from jaxmarl.wrappers.baselines import (  # noqa: E402
 import gigastep  # noqa: E402
 from gigastep import env as _env  # noqa: E402
 from gigastep.jaxmarl import GigastepJaxMARLEnv, agent_names, make  # noqa: E402
-from gigastep.opponents import VersusEnv  # noqa: E402
+from gigastep.versus import VersusEnv  # noqa: E402
 
 SMALL_RGB = dict(resolution_x=16, resolution_y=16)
 SCENARIOS = [
@@ -245,7 +245,7 @@ def test_reset_state_restarts_a_finished_game_from_it():
     assert bool(dones["__all__"]) and _tree_equal(nxt, start)
     at_reset = env.get_obs(start)
     k_obs = jax.random.split(jax.random.PRNGKey(1))[1]
-    from gigastep.opponents import observe_state
+    from gigastep.versus import observe_state
 
     expected = observe_state(env.config, start, k_obs)
     for i, a in enumerate(env.agents):

@@ -1,5 +1,6 @@
-"""The module paths of 0.1 still import for one release, warn, and give the moved objects;
-the adapters keep their short public names (`gigastep.torch`, ...) without a warning."""
+"""The module paths and names of 0.1 still import for one release, warn, and give the moved
+objects; the adapters keep their short public names (`gigastep.torch`, ...) and `gigastep.env`
+its functional forms without a warning."""
 
 from __future__ import annotations
 
@@ -73,6 +74,92 @@ def test_gigastep_scenarios_make_is_deprecated_and_still_makes():
     ):
         make = gigastep.scenarios.make
     assert make is gigastep.make
+
+
+OPPONENTS_MOVED = {  # names of gigastep.opponents that moved, and their new module
+    "VersusEnv": "gigastep.versus",
+    "EnvLike": "gigastep.versus",
+    "observe_state": "gigastep.versus",
+    "resolve_env": "gigastep.versus",
+    "team_outcome": "gigastep.env",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPPONENTS_MOVED))
+def test_a_moved_name_of_gigastep_opponents_warns_and_is_the_new_one(name):
+    import gigastep.opponents
+
+    new = OPPONENTS_MOVED[name]
+    with pytest.warns(
+        DeprecationWarning, match=rf"gigastep\.opponents\.{name} moved to {new}"
+    ) as caught:
+        old = getattr(gigastep.opponents, name)
+    assert caught[0].filename == __file__  # it points at the caller's line
+    assert old is getattr(importlib.import_module(new), name)
+    assert name not in gigastep.opponents.__all__
+
+
+def test_from_gigastep_opponents_import_versus_env_still_works():
+    with pytest.warns(DeprecationWarning, match="gigastep 0.3"):
+        from gigastep.opponents import VersusEnv
+    from gigastep.versus import VersusEnv as new
+
+    assert VersusEnv is new
+
+
+def test_gigastep_opponents_names_what_it_does_not_have():
+    import gigastep.opponents
+
+    with pytest.raises(AttributeError, match="no attribute 'VersusEnvs'"):
+        gigastep.opponents.VersusEnvs  # noqa: B018
+
+
+# gigastep.env's functional forms live in the engine now; gigastep.env keeps them (no warning)
+ENV_NAMES = {
+    "gigastep.game.step": (
+        "Advanced",
+        "advance",
+        "episode_winner",
+        "reset",
+        "sample_noise",
+        "score_rewards",
+        "step",
+        "step_autoreset",
+        "team_outcome",
+        "transition",
+    ),
+    "gigastep.game.batched": ("batched_reset", "batched_step", "batched_step_autoreset"),
+    "gigastep.game.state_checks": ("check_batch", "check_batched_state", "check_single_state"),
+}
+
+
+@pytest.mark.parametrize("home", sorted(ENV_NAMES))
+def test_the_engine_functions_stay_importable_from_gigastep_env_without_a_warning(home):
+    import warnings
+
+    import gigastep.env
+
+    module = importlib.import_module(home)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ENV_NAMES[home]:
+            assert getattr(gigastep.env, name) is getattr(module, name), name
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "gigastep.env",
+        "gigastep.opponents",
+        "gigastep.versus",
+        "gigastep.game.step",
+        "gigastep.game.batched",
+        "gigastep.game.state_checks",
+    ],
+)
+def test_a_split_module_exports_what_its_all_names(module):
+    mod = importlib.import_module(module)
+    assert all(hasattr(mod, name) for name in mod.__all__)
 
 
 def test_gigastep_types_is_the_public_name_of_the_engine_types():

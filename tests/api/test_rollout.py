@@ -338,7 +338,7 @@ def test_a_policy_with_the_wrong_action_format_is_named_in_the_error():
 
 
 def test_a_versus_env_is_refused_with_a_pointer_to_joint_policy():
-    from gigastep.opponents import VersusEnv
+    from gigastep.versus import VersusEnv
 
     with pytest.raises(TypeError, match="joint_policy"):
         rollout(VersusEnv(GigastepEnv(MAIN), "pursuit"), 2, 3, KEY)

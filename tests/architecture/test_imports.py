@@ -3,8 +3,8 @@
 Every import counts (top level, function-local, type-only), so a circle cannot hide behind a
 lazy import. `gigastep/`'s layers, lowest first (docs/development-layout.md):
 
-    _util  <  game  <  scenarios, spaces, types  <  env, wrappers  <  registry, opponents,
-    rollout, parallel  <  adapters  <  eval  <  viz  <  cli, the package itself
+    _util  <  game  <  scenarios, spaces, types, opponents  <  env, wrappers  <  registry,
+    versus, rollout, parallel  <  adapters  <  eval  <  viz  <  cli, the package itself
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ EDGES = graph("gigastep", "baselines", "benchmarks", "tools")
 DEPRECATED = {
     ("gigastep.scenarios", "gigastep.registry"),  # gigastep.scenarios.make
     ("gigastep.scenarios.builder", "gigastep.registry"),  # ScenarioBuilder.make()
+    ("gigastep.opponents", "gigastep.versus"),  # gigastep.opponents.VersusEnv, ...
+    ("gigastep.opponents", "gigastep.env"),  # gigastep.opponents.team_outcome
 }
 
 LAYERS = [
     ("gigastep._util",),
     ("gigastep.game",),
-    ("gigastep.scenarios", "gigastep.spaces", "gigastep.types"),
+    ("gigastep.scenarios", "gigastep.spaces", "gigastep.types", "gigastep.opponents"),
     ("gigastep.env", "gigastep.wrappers"),
-    ("gigastep.registry", "gigastep.opponents", "gigastep.rollout", "gigastep.parallel"),
+    ("gigastep.registry", "gigastep.versus", "gigastep.rollout", "gigastep.parallel"),
     ("gigastep.adapters",),
     ("gigastep.eval",),
     ("gigastep.viz",),

@@ -50,9 +50,9 @@ def run_cases(strict: bool) -> dict[str, dict]:
     from gigastep import env as genv
     from gigastep.env import GigastepEnv
     from gigastep.game.batching import autoreset_capacity
-    from gigastep.opponents import VersusEnv
     from gigastep.scenarios import make_config
     from gigastep.types import EnvState
+    from gigastep.versus import VersusEnv
 
     vec = make_config(
         "identical_2_vs_2_pobs_vec_maps_cont", enable_waypoints=True, waypoint_spawn_prob=0.5
