@@ -45,7 +45,16 @@ from gigastep._util import files as _files
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["MetricsLogger", "current_rss_mb", "peak_rss_mb"]
+    from .config import PPOConfig
+
+__all__ = [
+    "MainProcessLog",
+    "MetricsLogger",
+    "current_rss_mb",
+    "peak_rss_mb",
+    "progress_bar",
+    "progress_postfix",
+]
 
 
 def peak_rss_mb() -> float:
@@ -223,3 +232,50 @@ class MetricsLogger:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+
+
+class MainProcessLog:
+    """The metrics logger on the main process; nothing elsewhere (every call is a no-op).
+
+    `resumed` is (update, agent_steps) of the checkpoint a run resumes from, else
+    (None, None)."""
+
+    def __init__(self, out, columns, resumed, cfg: PPOConfig, main: bool):
+        update, step = resumed
+        self.logger = None
+        if main:
+            self.logger = MetricsLogger(
+                out, columns, update, cfg.tensorboard, cfg.plots, resume_step=step
+            )
+
+    def __getattr__(self, name):
+        if self.logger is None:
+            return lambda *a, **k: None
+        return getattr(self.logger, name)
+
+
+def progress_bar(cfg: PPOConfig, start: int, main: bool = True):
+    """The run's tqdm bar over `cfg.updates` updates from `start` (shown with --progress, on
+    the main process)."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=cfg.updates,
+        initial=start,
+        disable=not (cfg.progress and main),
+        unit="update",
+        dynamic_ncols=True,
+        desc="ppo",
+    )
+
+
+def progress_postfix(row: dict, labels) -> str:
+    """The progress bar's text of a metrics row: the agent-steps per second so far and the
+    win rate against each opponent kind of `labels` but self-play."""
+    rate = row["agent_steps"] / max(row["wall_s"], 1e-9)
+    parts = [f"{rate / 1e3:.0f}k agent-steps/s"]
+    for label in labels:
+        w = row.get(f"win_rate/{label}")
+        if w is not None and label != "self":
+            parts.append(f"win {label} {w:.2f}")
+    return ", ".join(parts)

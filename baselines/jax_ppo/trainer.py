@@ -394,7 +394,8 @@ class JaxTrainer:
 
     def rows(self, stats: dict, seconds: float, lr: float) -> list[dict]:
         """One metrics row per run from the update's stats (host numpy)."""
-        from ..train import LEARN_COLUMNS, outcome_row
+        from ..collect import outcome_row
+        from ..learn import LEARN_COLUMNS
 
         cfg, labels = self.config, self.setup.labels
         steps = cfg.rollout_steps * cfg.num_envs * self.setup.game.n_agents
@@ -465,7 +466,7 @@ class JaxTrainer:
             return self._run(dirs)
 
     def _run(self, dirs: list[Path]) -> Path:
-        from ..train import _Log, _postfix, _progress
+        from ..metrics import MainProcessLog, progress_bar, progress_postfix
 
         cfg = self.config
         out = Path(cfg.out)
@@ -500,12 +501,12 @@ class JaxTrainer:
                 _files.write_text(folder / "warm_start.json", text)
                 print(f"ppo: warm start from {cfg.warm_start}: {text}", file=sys.stderr)
             resumed = (self.update, self.agent_steps) if resuming else (None, None)
-            logs.append(_Log(folder, self.columns(), resumed, cfg, True))
+            logs.append(MainProcessLog(folder, self.columns(), resumed, cfg, True))
             self.evaluators[i].open(folder, resumed)
         t0 = time.perf_counter()
         self._compiled = self._update.lower(self.state, jnp.float32(cfg.lr)).compile()
         self.compile_s = time.perf_counter() - t0
-        bar = _progress(cfg, self.update)
+        bar = progress_bar(cfg, self.update)
         try:
             while self.update < cfg.updates and not (
                 cfg.time_budget_s > 0 and self.wall_s >= cfg.time_budget_s
@@ -515,7 +516,7 @@ class JaxTrainer:
                 for log, row in zip(logs, rows, strict=True):
                     log.log(row)
                 bar.update(1)
-                bar.set_postfix_str(_postfix(rows[0], self.setup.labels), refresh=False)
+                bar.set_postfix_str(progress_postfix(rows[0], self.setup.labels), refresh=False)
                 last = self.update == cfg.updates or (
                     cfg.time_budget_s > 0 and self.wall_s >= cfg.time_budget_s
                 )

@@ -356,7 +356,7 @@ def _begin_frozen(setup: Setup, state: dict, key: jax.Array) -> list[dict]:
 
 
 N_OUTCOMES = 7
-"""Rows of the outcome counts: `baselines.train.OUTCOME_COLUMNS`."""
+"""Rows of the outcome counts: `baselines.collect.OUTCOME_COLUMNS`."""
 
 
 def _outcomes(setup: Setup, ended, info, running) -> tuple:

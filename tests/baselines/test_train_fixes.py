@@ -258,7 +258,7 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
         before = [p.h.clone() for p in pool]
         swap()
         for p, h in zip(pool, before, strict=True):
-            mid = ~trainer.first[p.rows.game]
+            mid = ~trainer.collector.first[p.rows.game]
             assert torch.equal(p.h[..., mid, :], h[..., mid, :]), "state lost mid-episode"
             mid_episode.append(bool(mid.any()))
 
@@ -310,7 +310,7 @@ def test_the_unshaped_return_sums_the_rewards_of_the_game_without_its_shaping(tm
         trainer = Trainer(_tiny(tmp_path / name, env=env, **HIDE))
         trainer.start()
         rows[name], trainers[name] = trainer.step(), trainer
-    running = trainers["shaped"].outcomes.running
+    running = trainers["shaped"].collector.outcomes.running
     kept = torch.tensor(np.array(trainers["plain"].venv.states.episode.returns))
     assert bool((running != 0).any())
     assert torch.equal(running, kept)

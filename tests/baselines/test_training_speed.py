@@ -12,9 +12,10 @@ import torch
 
 from baselines import noise
 from baselines.config import PPOConfig
+from baselines.learn import UPDATE_STATS, PPOUpdate
 from baselines.policies import ActorCritic, PolicySpec
 from baselines.s5 import S5Block
-from baselines.train import UPDATE_STATS, Trainer
+from baselines.train import Trainer
 
 TINY = PPOConfig(
     scenario="identical_2_vs_2_fobs_vec_void_disc",
@@ -142,18 +143,19 @@ def test_nothing_on_the_acting_path_reads_a_tensor_on_the_host(policy, env, tmp_
 
 
 @pytest.mark.slow
-def test_target_kl_stops_on_the_mean_kl_of_the_epoch_just_done(tmp_path):
+def test_target_kl_stops_on_the_mean_kl_of_the_epoch_just_done(tmp_path, monkeypatch):
     """Epoch 1's minibatches have KL 0.1, epoch 2's 1.0: epoch 2's mean (1.0) exceeds 0.6, so
     the update stops after 2 epochs; the mean over both epochs' steps (0.55) would not."""
     kl_of_epoch = {0: 0.1, 1: 1.0, 2: 1.0}
 
-    class KnownKL(Trainer):
-        def _minibatch_step(self, index, idx, advantages, returns, epoch, k):
-            stats = torch.zeros(len(UPDATE_STATS), dtype=torch.float64)
-            stats[UPDATE_STATS.index("approx_kl")] = kl_of_epoch[epoch]
-            return stats
+    def known_kl(self, learner, evaluate, idx, advantages, returns, at):
+        _, epoch, _ = at
+        stats = torch.zeros(len(UPDATE_STATS), dtype=torch.float64)
+        stats[UPDATE_STATS.index("approx_kl")] = kl_of_epoch[epoch]
+        return stats
 
-    trainer = KnownKL(dataclasses.replace(TINY, target_kl=0.6, out=str(tmp_path)))
+    monkeypatch.setattr(PPOUpdate, "minibatch_step", known_kl)
+    trainer = Trainer(dataclasses.replace(TINY, target_kl=0.6, out=str(tmp_path)))
     trainer.start()
     trainer.update = 1
     trainer.collect()
