@@ -412,6 +412,8 @@ class PoolPlayer:
                 continue
             mine = self.seat == i
             for k, (old, new) in enumerate(zip(out, step, strict=True)):
+                if new is None:  # a central critic's values: an opponent has no state vector
+                    continue
                 dim = p.net.core.batch_dim if k == 3 else 0
                 shape = [1] * new.ndim
                 shape[dim] = -1

@@ -577,7 +577,9 @@ class ActorCritic(nn.Module):
             types: [N, K] float32 one-hot.
             first: [N] bool, an episode starts at this step (the state restarts first).
             h: recurrent state of the N agents.
-            critic_in: [N, S + slots + K] float32 for a central critic, else None.
+            critic_in: [N, S + slots + K] float32 for a central critic, else None. A central
+                critic's player that only acts (a frozen or pool opponent, an evaluation) passes
+                None and gets None for the values.
             uniforms: [N, noise_width] float32 in (0, 1), the sampling noise (e.g.
                 `baselines.noise.uniforms`); drawn with torch.rand when None. Discrete
                 actions invert the softmax's CDF at the uniform; continuous ones add
@@ -586,10 +588,14 @@ class ActorCritic(nn.Module):
             cache: `step_cache()` of the current parameters (computed here when None).
 
         Returns:
-            (actions [N] int64 or [N, 3] float32, log-prob [N], value [N], new state).
+            (actions [N] int64 or [N, 3] float32, log-prob [N], value [N] (None: a central
+            critic without `critic_in`), new state).
         """
         y, yc, h = self._step(obs, types, first, h, cache)
-        out, value = self._outputs(y, critic_in, yc)
+        if self.spec.central_critic and critic_in is None:
+            out, value = self._joint(self.heads(y)), None
+        else:
+            out, value = self._outputs(y, critic_in, yc)
         actions, logp = self._sample(out, uniforms, deterministic)
         return actions, logp, value, h
 

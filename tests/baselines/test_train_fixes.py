@@ -285,6 +285,24 @@ def test_pool_opponents_keep_their_snapshot_and_state_until_their_episode_ends(
     assert moves > 0  # and new episodes take the newer snapshots
 
 
+def test_a_central_critic_trains_against_frozen_and_pool_copies_of_itself(tmp_path):
+    # The opponents act without the state vector only the learner's critic reads: they get
+    # no values, and their actions come from the same actor head as the learner's.
+    config = _tiny(tmp_path, algo="mappo", opponent="pool:0.5,self:0.5", pool_every=1)
+    trainer = Trainer(config)
+    trainer.start()
+    rows = [trainer.step() for _ in range(2)]
+    assert all(np.isfinite(row[k]) for row in rows for k in ("policy_loss", "value_loss"))
+    net = trainer.learners[0].net
+    assert net.spec.central_critic
+    obs = torch.zeros(3, net.spec.vector_size)
+    types = trainer.learners[0].types[:3]
+    first = torch.ones(3, dtype=torch.bool)
+    u = torch.full((3, net.noise_width), 0.5)
+    actions, logp, value, _ = net.act(obs, types, first, net.initial_state(3), None, u)
+    assert value is None and actions.shape == (3,) and torch.isfinite(logp).all()
+
+
 # ------------------------------------------------------------------------------------------
 # Returns per opponent kind, as trained and unshaped
 # ------------------------------------------------------------------------------------------
