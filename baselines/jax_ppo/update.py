@@ -432,8 +432,8 @@ class _Sums(NamedTuple):
 def _zero_sums(spec: PolicySpec) -> _Sums:
     return _Sums(
         obs=(jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
-        rew=(jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
         state=(jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
+        rew=(jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
     )
 
 
@@ -621,13 +621,14 @@ def rollout(
         )
         return _StepCarry(env, new_h, new_returns, new_sums, totals, moved), records
 
+    totals = Totals(counts=jnp.zeros((N_OUTCOMES, len(setup.labels))), episode=jnp.zeros(4))
     h0 = [a.part.h for a in learners]
     carry = _StepCarry(
         env=state.env,
         h=h0,
         returns=[a.part.returns for a in learners],
         sums=[_zero_sums(spec) for _ in learners],
-        totals=Totals(counts=jnp.zeros((N_OUTCOMES, len(setup.labels))), episode=jnp.zeros(4)),
+        totals=totals,
         frozen=[{k: v for k, v in p.items() if k in _DYNAMIC} for p in players],
     )
     carry, bufs = jax.lax.scan(step, carry, jnp.arange(t_len))
