@@ -756,8 +756,9 @@ def learn(
     valued = buf.get("valued", buf["alive"])  # the team signal's value rows (`rollout`)
     if setup.spec.value_norm:
         assert state.value_norm is not None  # initial_state holds it with --value-norm
-        state = state._replace(value_norm=value_norm_merge(state.value_norm, ret, valued))
-        moments = value_moments(state.value_norm)
+        value_norm = value_norm_merge(state.value_norm, ret, valued)
+        state = state._replace(value_norm=value_norm)
+        moments = value_moments(value_norm)
     total = len(setup.rows)
     size = math.ceil(total / cfg.minibatches)
     chunks = math.ceil(total / size)
