@@ -166,7 +166,7 @@ def _jax_case(case: Case) -> dict[str, Any]:
         # one learner: its buffer is the first (and only) one
         roll = jax.jit(lambda s, key: rollout(setup, s, key)).lower(state, key).compile()
         _, (buf,), _ = _block(roll(state, key))
-        fit_fn = jax.jit(lambda s, b, key: learn(setup, s, b, lr, key))
+        fit_fn = jax.jit(lambda s, b, key: learn(setup, s.learner(0), b, lr, key))
         fit = fit_fn.lower(state, buf, key).compile()
         _block(fit(state, buf, key))
         out["warmup_s"] = time.perf_counter() - t0

@@ -9,6 +9,8 @@ Modules:
     algorithm  GAE and the clipped PPO loss, pure and shape-documented;
     running    running moments (observation normalisation, reward scale), merged per rollout;
     frozen     pool snapshots and checkpoint-file opponents inside the compiled update;
+    state      the `TrainState` pytree and its parts (`Learner`, `EnvCarry`, `ValueNorm`)
+               as named tuples;
     update     one update (rollout scan, GAE, epochs of minibatch steps) as a pure function
                of a `TrainState` pytree, jitted, and vmapped over runs for `--seeds`;
     trainer    the run loop: metrics, checkpoints, evaluation, resume;

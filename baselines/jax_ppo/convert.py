@@ -25,6 +25,7 @@ import torch
 from ..envs import GameSpec
 from ..policies import PolicySpec
 from . import policy
+from .state import ValueNorm
 
 __all__ = [
     "JaxActor",
@@ -51,17 +52,17 @@ def moments_from_torch(state: dict) -> dict:
     return {k: jnp.asarray(state[k].cpu().numpy(), jnp.float32) for k in ("count", "mean", "m2")}
 
 
-def value_norm_to_torch(vn: dict) -> dict:
+def value_norm_to_torch(vn: ValueNorm) -> dict:
     """The JAX value-normalisation statistics (`update.value_norm_merge`: weight, mean,
     variance) as the float64 buffers of `baselines.valuenorm.ValueNorm` in a state dict:
     ``value_norm.mean`` = w * mean, ``value_norm.mean_sq`` = w * (var + mean^2),
     ``value_norm.weight`` = w (computed in float64)."""
-    w, mean, var = (float(np.asarray(vn[k], np.float64)) for k in ("weight", "mean", "var"))
+    w, mean, var = (float(np.asarray(x, np.float64)) for x in (vn.weight, vn.mean, vn.var))
     values = {"mean": w * mean, "mean_sq": w * (var + mean * mean), "weight": w}
     return {f"value_norm.{k}": torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
 
 
-def value_norm_from_torch(model: dict) -> dict:
+def value_norm_from_torch(model: dict) -> ValueNorm:
     """`ValueNorm`'s buffers in a state dict as the JAX statistics (float32; weight 0 and
     moments (0, 1) before its first update, as `ValueNorm.moments`)."""
     w = float(model["value_norm.weight"])
@@ -69,9 +70,7 @@ def value_norm_from_torch(model: dict) -> dict:
     if w > 0:
         mean = float(model["value_norm.mean"]) / w
         var = float(model["value_norm.mean_sq"]) / w - mean * mean
-    return {
-        k: jnp.asarray(v, jnp.float32) for k, v in (("weight", w), ("mean", mean), ("var", var))
-    }
+    return ValueNorm(*(jnp.asarray(x, jnp.float32) for x in (mean, var, w)))
 
 
 def adam_to_torch(spec: PolicySpec, params: policy.Params, opt_state, lr: float) -> dict:
@@ -140,7 +139,7 @@ class JaxPolicy:
     norm_obs: bool
     game: GameSpec
     """The game it was trained on."""
-    value_norm: dict | None = None
+    value_norm: dict[int, ValueNorm] | None = None
     """team -> the value normalisation's statistics (`update.value_moments` reads them), with
     `spec.value_norm`; else None."""
 

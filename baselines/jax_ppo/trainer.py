@@ -15,7 +15,7 @@ policy, in the checkpoint format both frameworks read, plays as a PyTorch player
 `gigastep.eval.matches`.
 
 Pool and checkpoint-file opponents play inside the update (`baselines.jax_ppo.frozen`);
-with `--train-both` the state holds a second learner (`update.learner_state`). Options the
+with `--train-both` the state holds a second learner (`TrainState.learner`). Options the
 JAX side does not support fail at start, naming the option (`unsupported`): image
 observations, several processes, --compile, --init-from and --agent-steps. `--threads` is
 PyTorch's and is ignored.
@@ -50,14 +50,8 @@ from ..evaluator import Evaluator
 from ..metrics import current_rss_mb, peak_rss_mb
 from ..schedule import LRSchedule
 from . import convert, frozen, policy
-from .update import (
-    Setup,
-    initial_state,
-    learner_state,
-    make_optimizer,
-    make_update,
-    with_learner,
-)
+from .state import TrainState
+from .update import Setup, initial_state, make_optimizer, make_update
 
 __all__ = ["RUNS", "JaxTrainer", "make_setup", "unsupported"]
 
@@ -198,7 +192,9 @@ class JaxTrainer:
         else:
             fn = make_update(self.setup)
         self._update = jax.jit(fn, donate_argnums=0)
-        self.state: dict[str, Any] = {}
+        self.state: TrainState
+        """Every run's `TrainState` (stacked on a leading run axis with several seeds); set
+        by `run` (fresh or resumed)."""
         self._compiled: Any = None
         self.compile_s = 0.0
         """Seconds spent compiling the update (not counted in wall_s)."""
@@ -219,7 +215,7 @@ class JaxTrainer:
             self.config, seed=self.seeds[i], seeds=1, out=str(self.run_dirs()[i])
         )
 
-    def _fresh(self) -> dict:
+    def _fresh(self) -> TrainState:
         self.warm_started: list[list[dict]] = []
         states = []
         for s in self.seeds:
@@ -230,7 +226,7 @@ class JaxTrainer:
                     states.append(initial_state(self.setup, s))
         return self._stack(states)
 
-    def _warm_state(self, seed: int) -> dict:
+    def _warm_state(self, seed: int) -> TrainState:
         """`--warm-start`: run `seed`'s fresh state with every learner cloned from the scripted
         player by the PyTorch trainer's `baselines.warmstart.warm_start` (on a `TorchVecEnv`
         of the run's batch and opponents, from the same initial networks as `initial_state`);
@@ -267,28 +263,27 @@ class JaxTrainer:
             state = initial_state(setup, seed)
             for i, (_, net, norm, _, _) in enumerate(learners):
                 params = policy.params_from_torch(net.state_dict())
-                part = dict(
-                    learner_state(state, i),
+                part = state.learner(i)._replace(
                     params=params,
                     opt=make_optimizer(cfg).init(params),
                     obs_norm=convert.moments_from_torch(norm.state_dict()),
                 )
-                state = with_learner(state, i, part)
+                state = state.with_learner(i, part)
         return state
 
-    def _stack(self, states: list[dict]) -> dict:
+    def _stack(self, states: list[TrainState]) -> TrainState:
         if len(states) == 1:
             return jax.device_put(states[0], self.device)
         return jax.device_put(jax.tree_util.tree_map(lambda *x: jnp.stack(x), *states), self.device)
 
-    def run_state(self, i: int) -> dict[str, Any]:
+    def run_state(self, i: int) -> TrainState:
         """Run i's `TrainState` (a slice of the stacked state with several seeds)."""
         if len(self.seeds) == 1:
             return self.state
         return jax.tree_util.tree_map(lambda x: x[i], self.state)
 
     # --- checkpoints ------------------------------------------------------------------------
-    def policy_payload(self, i: int, state: dict | None = None) -> dict:
+    def policy_payload(self, i: int, state: TrainState | None = None) -> dict:
         """Run i's policy as a policy file (as `Trainer.policy_payload`: `load_policy` and
         the `ppo` player read it); `state`: run i's host `TrainState` when already fetched."""
         cfg, setup = self.run_config(i), self.setup
@@ -296,20 +291,20 @@ class JaxTrainer:
             state = jax.device_get(self.run_state(i))
         learners = []
         for k in range(len(setup.learners)):
-            part = learner_state(state, k)
-            model = policy.params_to_torch(part["params"])
-            if setup.spec.value_norm:
-                model.update(convert.value_norm_to_torch(part["value_norm"]))
-            adam = convert.adam_to_torch(setup.spec, part["params"], part["opt"], cfg.lr)
+            part = state.learner(k)
+            model = policy.params_to_torch(part.params)
+            if part.value_norm is not None:  # with --value-norm
+                model.update(convert.value_norm_to_torch(part.value_norm))
+            adam = convert.adam_to_torch(setup.spec, part.params, part.opt, cfg.lr)
             learners.append(
                 {
                     "name": f"learner{k}",
                     "team": k if cfg.train_both else cfg.team,
                     "model": model,
                     "optimizer": adam,
-                    "obs_norm": convert.moments_to_torch(part["obs_norm"]),
-                    "state_norm": convert.moments_to_torch(part["state_norm"]),
-                    "rewards": convert.moments_to_torch(part["rew_norm"]),
+                    "obs_norm": convert.moments_to_torch(part.obs_norm),
+                    "state_norm": convert.moments_to_torch(part.state_norm),
+                    "rewards": convert.moments_to_torch(part.rew_norm),
                 }
             )
         return {

@@ -17,7 +17,7 @@ into one program (and `vmap` batches over runs for `--seeds`). The phases are th
 
 Rows: agent a of game g is row g * n + a of the flattened batch; the learner owns `rows`.
 With `--train-both` a second learner owns `Setup.second`'s rows: its part of the state is
-under ``learner1`` (`learner_state`), and it acts, records and learns on its own. Frozen
+under ``learner1`` (`TrainState.learner`), and it acts, records and learns on its own. Frozen
 opponents (pool parts, checkpoint files: `baselines.jax_ppo.frozen`) act on their rows in
 the same scan, before the step.
 """
@@ -28,7 +28,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,7 @@ from ..config import PPOConfig
 from ..envs import GameSpec
 from ..policies import PolicySpec
 from . import algorithm, frozen, policy, running
+from .state import EnvCarry, Learner, TrainState, ValueNorm
 
 __all__ = [
     "Setup",
@@ -123,12 +124,12 @@ VALUE_NORM_BETA = 0.99
 _VALUE_NORM_EPS = 1e-5
 
 
-def value_norm_init() -> dict:
+def value_norm_init() -> ValueNorm:
     """The statistics before any update: weight 0, and moments (0, 1)."""
-    return {"weight": jnp.zeros(()), "mean": jnp.zeros(()), "var": jnp.ones(())}
+    return ValueNorm(mean=jnp.zeros(()), var=jnp.ones(()), weight=jnp.zeros(()))
 
 
-def value_norm_merge(vn: dict, returns: jax.Array, mask: jax.Array) -> dict:
+def value_norm_merge(vn: ValueNorm, returns: jax.Array, mask: jax.Array) -> ValueNorm:
     """Fold the returns [T, N] where `mask` into the statistics (as `ValueNorm.update`).
 
     `ValueNorm` keeps float64 exponential moving sums of the returns' first and second
@@ -145,23 +146,26 @@ def value_norm_merge(vn: dict, returns: jax.Array, mask: jax.Array) -> dict:
     dev = jnp.where(mask, returns - mean_b, 0.0)
     var_b = (dev * dev).sum() / jnp.maximum(n, 1.0)
     beta = VALUE_NORM_BETA
-    old = beta * vn["weight"]
+    old = beta * vn.weight
     weight = old + (1.0 - beta)
-    mean = vn["mean"] + (1.0 - beta) / weight * (mean_b - vn["mean"])
+    mean = vn.mean + (1.0 - beta) / weight * (mean_b - vn.mean)
     var = (
-        old * (vn["var"] + (vn["mean"] - mean) ** 2) + (1.0 - beta) * (var_b + (mean_b - mean) ** 2)
+        old * (vn.var + (vn.mean - mean) ** 2) + (1.0 - beta) * (var_b + (mean_b - mean) ** 2)
     ) / weight
-    new = {"weight": weight, "mean": mean, "var": var}
+    new = ValueNorm(mean=mean, var=var, weight=weight)
     return jax.tree_util.tree_map(lambda a, b: jnp.where(n >= 1, a, b), new, vn)
 
 
-def value_moments(vn: dict) -> policy.ValueMoments:
+def value_moments(vn: ValueNorm) -> policy.ValueMoments:
     """(mean, std) of the statistics (as `ValueNorm.moments`: (0, 1) before any update)."""
-    return vn["mean"], jnp.sqrt(jnp.maximum(vn["var"], _VALUE_NORM_EPS))
+    return vn.mean, jnp.sqrt(jnp.maximum(vn.var, _VALUE_NORM_EPS))
 
 
-def _state_moments(setup: Setup, state: dict) -> policy.ValueMoments | None:
-    return value_moments(state["value_norm"]) if setup.spec.value_norm else None
+def _state_moments(setup: Setup, part: Learner) -> policy.ValueMoments | None:
+    if not setup.spec.value_norm:
+        return None
+    assert part.value_norm is not None  # initial_state holds it with --value-norm
+    return value_moments(part.value_norm)
 
 
 # ------------------------------------------------------------------------------------------
@@ -202,9 +206,9 @@ def _state_vectors(setup: Setup, states) -> jax.Array:
     return _both_state_vectors(setup.env_config, states)
 
 
-def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) -> dict:
+def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) -> TrainState:
     """The `TrainState` of a fresh run with `seed` (params: torch-initialised when None;
-    with `--value-norm` it also holds the statistics, ``value_norm``).
+    the optional members are those of the setup's options, `baselines.jax_ppo.state`).
 
     The environment's key is `PRNGKey(seed)`, as `TorchVecEnv(seed=seed)`'s; the trainer's
     own draws (actions, permutations) come from a key folded from it.
@@ -216,45 +220,52 @@ def initial_state(setup: Setup, seed: int, params: policy.Params | None = None) 
     key = jax.random.PRNGKey(seed)
     env_key, obs, states = _env_reset(setup)(key)
     b, n, rows = cfg.num_envs, setup.game.n_agents, len(setup.rows)
-    out = {
-        "params": params,
-        "opt": make_optimizer(cfg).init(params),
-        "obs_norm": running.moments(spec.vector_size),
-        "state_norm": running.moments(spec.state_size),
-        "rew_norm": running.moments(1),
-        "returns": jnp.zeros(rows),
-        "h": policy.initial_state(spec, rows),
-        "env": {
-            "states": states,
-            "key": env_key,
-            "obs": obs,
-            "first": jnp.ones(b, bool),
-            "dead": jnp.zeros((b, n), bool),
-            "sv": _state_vectors(setup, states),
-        },
-        "key": jax.random.fold_in(key, 1),
-        "update": jnp.zeros((), jnp.int32),
-    }
-    if spec.value_norm:  # only then: the state of older checkpoints keeps its leaves
-        out["value_norm"] = value_norm_init()
-    if setup.score is not None:  # likewise only with reward shaping
-        out["env"]["unshaped"] = jnp.zeros((b, n), jnp.float32)
+    obs_norm = running.moments(spec.vector_size)
+    value_norm = value_norm_init() if spec.value_norm else None
+    learner0 = Learner(
+        h=policy.initial_state(spec, rows),
+        obs_norm=obs_norm,
+        opt=make_optimizer(cfg).init(params),
+        params=params,
+        returns=jnp.zeros(rows),
+        rew_norm=running.moments(1),
+        state_norm=running.moments(spec.state_size),
+        value_norm=value_norm,
+    )
+    learner1 = None
     if setup.second is not None and second is not None:
-        shared = {k: out[k] for k in LEARNER_KEYS if k in out}
-        out["learner1"] = dict(
-            jax.tree_util.tree_map(jnp.copy, shared),  # own buffers (the update donates)
-            params=second,
+        rows1 = len(setup.second[0])
+        learner1 = jax.tree_util.tree_map(jnp.copy, learner0)._replace(  # own buffers (donated)
+            h=policy.initial_state(spec, rows1),
             opt=make_optimizer(cfg).init(second),
-            returns=jnp.zeros(len(setup.second[0])),
-            h=policy.initial_state(spec, len(setup.second[0])),
+            params=second,
+            returns=jnp.zeros(rows1),
         )
-    if setup.frozen:  # likewise: only with frozen opponents
+    pool, players = None, None
+    if setup.frozen:
         first = None
         if setup.uses_pool:
-            out["pool"] = frozen.pool_init(params, out["obs_norm"], cfg.pool_size)
-            first = {"params": params, "obs_norm": out["obs_norm"]}
-        out["frozen"] = [frozen.initial(f, first) for f in setup.frozen]
-    return out
+            pool = frozen.pool_init(params, obs_norm, cfg.pool_size)
+            first = {"params": params, "obs_norm": obs_norm}
+        players = [frozen.initial(f, first) for f in setup.frozen]
+    env = EnvCarry(
+        dead=jnp.zeros((b, n), bool),
+        first=jnp.ones(b, bool),
+        key=env_key,
+        obs=obs,
+        states=states,
+        sv=_state_vectors(setup, states),
+        unshaped=None if setup.score is None else jnp.zeros((b, n), jnp.float32),
+    )
+    return TrainState(
+        env=env,
+        frozen=players,
+        key=jax.random.fold_in(key, 1),
+        learner1=learner1,
+        pool=pool,
+        update=jnp.zeros((), jnp.int32),
+        **learner0._asdict(),
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -266,7 +277,7 @@ def _one_hot(index: np.ndarray, size: int) -> jax.Array:
     return jax.nn.one_hot(jnp.asarray(index), size, dtype=jnp.float32)
 
 
-def _critic_input(setup: Setup, state: dict, sv: jax.Array) -> jax.Array | None:
+def _critic_input(setup: Setup, part: Learner, sv: jax.Array) -> jax.Array | None:
     """[N, S + slots + K] central-critic input of state vectors [B, 2, S] (None: IPPO)."""
     spec = setup.spec
     if not spec.central_critic:
@@ -274,7 +285,7 @@ def _critic_input(setup: Setup, state: dict, sv: jax.Array) -> jax.Array | None:
     own = sv[setup.row_game, setup.row_team]
     return jnp.concatenate(
         [
-            running.normalize(state["state_norm"], own, setup.config.norm_obs),
+            running.normalize(part.state_norm, own, setup.config.norm_obs),
             _one_hot(setup.row_slot, spec.n_slots),
             _one_hot(setup.row_type, spec.n_types),
         ],
@@ -322,12 +333,12 @@ def _game_step(setup: Setup):
     return step
 
 
-def _env_step(setup: Setup, env: dict, actions: jax.Array):
+def _env_step(setup: Setup, env: EnvCarry, actions: jax.Array):
     """`TorchVecEnv.step`'s compiled body: key split, scripted teams, auto-resetting step."""
     from gigastep.adapters.torch import _apply_scripted
 
-    key, sub = jax.random.split(env["key"])
-    states = env["states"]
+    key, sub = jax.random.split(env.key)
+    states = env.states
     if setup.scripted:
         actions = _apply_scripted(
             setup.env_config, setup.scripted, states, actions, jax.random.fold_in(sub, 1)
@@ -344,13 +355,14 @@ _DYNAMIC = ("h", "seat")
 """The parts of a frozen player's state that change during a rollout."""
 
 
-def _begin_frozen(setup: Setup, state: dict, key: jax.Array) -> list[dict]:
+def _begin_frozen(setup: Setup, state: TrainState, key: jax.Array) -> list[dict]:
     """The frozen players at the rollout's start: each pool part draws its member."""
-    players = list(state.get("frozen", []))
-    first = state["env"]["first"]
+    players = list(state.frozen or [])
+    first = state.env.first
     for j, f in enumerate(setup.frozen):
         if f.kind == "pool":
-            member = frozen.draw(state["pool"], jax.random.fold_in(key, j))
+            assert state.pool is not None  # initial_state holds it with a pool part
+            member = frozen.draw(state.pool, jax.random.fold_in(key, j))
             players[j] = frozen.begin_rollout(players[j], member, first[f.row_game])
     return players
 
@@ -401,55 +413,77 @@ def _outcomes(setup: Setup, ended, info, running) -> tuple:
     return counts, episode, running
 
 
-LEARNER_KEYS = ("params", "opt", "obs_norm", "state_norm", "rew_norm", "returns", "h", "value_norm")
-"""A learner's part of the `TrainState`: learner 0's at the top level, learner 1's (with
-`--train-both`) under ``learner1``."""
 _LEARNER1_STREAM = 2**31 - 2
 """`fold_in` of the rollout key that gives learner 1's draws."""
 
 
-def learner_state(state: dict, i: int) -> dict:
-    """Learner i's part of the `TrainState` (`LEARNER_KEYS`)."""
-    if i == 0:
-        return {k: state[k] for k in LEARNER_KEYS if k in state}
-    return state["learner1"]
+class _Sums(NamedTuple):
+    """One learner's (sum, sum of squares, count) of a rollout (`running.sums`), for the
+    statistics merged at its end."""
+
+    obs: tuple
+    """Of the alive rows' raw observations ([L] features)."""
+    rew: tuple
+    """Of the discounted returns ([1] feature; zeros without `--scale-rewards`)."""
+    state: tuple
+    """Of the alive rows' state vectors ([S] features)."""
 
 
-def with_learner(state: dict, i: int, part: dict) -> dict:
-    """`state` with learner i's part replaced by `part`."""
-    return dict(state, **part) if i == 0 else dict(state, learner1=part)
+def _zero_sums(spec: PolicySpec) -> _Sums:
+    return _Sums(
+        obs=(jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
+        state=(jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
+        rew=(jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
+    )
 
 
-def _zero_sums(spec: PolicySpec) -> dict:
-    return {
-        "obs": (jnp.zeros(spec.vector_size), jnp.zeros(spec.vector_size), jnp.zeros(())),
-        "state": (jnp.zeros(spec.state_size), jnp.zeros(spec.state_size), jnp.zeros(())),
-        "rew": (jnp.zeros(1), jnp.zeros(1), jnp.zeros(())),
-    }
+class Totals(NamedTuple):
+    """The outcomes counted over a rollout (`_outcomes`)."""
+
+    counts: jax.Array
+    """[7, labels] float32: `N_OUTCOMES` rows per opponent kind."""
+    episode: jax.Array
+    """[4] float32: games ended, their summed lengths, team 0's and team 1's returns."""
+
+
+class _StepCarry(NamedTuple):
+    """What the rollout's scan carries from one step to the next (per learner: lists)."""
+
+    env: EnvCarry
+    h: list
+    """Each learner's recurrent state."""
+    returns: list
+    """Each learner's [N] discounted returns."""
+    sums: list[_Sums]
+    totals: Totals
+    frozen: list[dict]
+    """Each frozen player's parts that change during the rollout (`_DYNAMIC`)."""
 
 
 class _Acting:
     """One learner's constants during a rollout: its rows, statistics and parameters."""
 
-    def __init__(self, view: Setup, part: dict, key: jax.Array):
+    def __init__(self, view: Setup, part: Learner, key: jax.Array):
         cfg, spec = view.config, view.spec
         self.view, self.part, self.key = view, part, key
         self.rows, self.row_game = jnp.asarray(view.rows), jnp.asarray(view.row_game)
         self.types = _one_hot(view.row_type, spec.n_types)
-        self.rew_scale = running.reward_scale(part["rew_norm"])
+        self.rew_scale = running.reward_scale(part.rew_norm)
         self.moments = _state_moments(view, part)
         self.norm_obs = cfg.norm_obs and spec.obs_norm_size > 0  # none for entity rows
 
     def norm(self, raw):
-        return running.normalize(self.part["obs_norm"], raw, self.norm_obs)
+        return running.normalize(self.part.obs_norm, raw, self.norm_obs)
 
     def critic_input(self, sv):
         return _critic_input(self.view, self.part, sv)
 
 
-def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
-    """One rollout from `state` (see the module doc): (state, buffers, stats), one buffer per
-    learner (`runs`: the vmap axis name over runs, see `make_update`)."""
+def rollout(
+    setup: Setup, state: TrainState, key: jax.Array, runs: str | None = None
+) -> tuple[TrainState, list[dict], Totals]:
+    """One rollout from `state` (see the module doc): (state, buffers, totals), one buffer
+    per learner (`runs`: the vmap axis name over runs, see `make_update`)."""
     cfg, spec, game = setup.config, setup.spec, setup.game
     b, n, t_len = cfg.num_envs, game.n_agents, cfg.rollout_steps
     act_shape = () if game.discrete else (3,)
@@ -457,7 +491,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
     learners = [
         _Acting(
             view,
-            learner_state(state, i),
+            state.learner(i),
             key if i == 0 else jax.random.fold_in(key, _LEARNER1_STREAM),
         )
         for i, view in enumerate(setup.learners)
@@ -466,14 +500,14 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
     players = _begin_frozen(setup, state, draw_key)
 
     def learner_step(a: _Acting, env, h, t):
-        raw = env["obs"].reshape(b * n, -1)[a.rows]
-        first = env["first"][a.row_game]
-        alive = first | ~env["dead"].reshape(-1)[a.rows]
+        raw = env.obs.reshape(b * n, -1)[a.rows]
+        first = env.first[a.row_game]
+        alive = first | ~env.dead.reshape(-1)[a.rows]
         obs = a.norm(raw)
-        critic_in = a.critic_input(env["sv"])
+        critic_in = a.critic_input(env.sv)
         actions, logp, value, h = policy.act(
             spec,
-            a.part["params"],
+            a.part.params,
             obs,
             a.types,
             first,
@@ -514,9 +548,7 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             if spec.central_critic:
                 fin_crit = a.critic_input(_state_vectors(setup, info.final_state))
             starts = jnp.zeros_like(record["first"])
-            return policy.value(
-                spec, a.part["params"], final, a.types, starts, h, fin_crit, a.moments
-            )
+            return policy.value(spec, a.part.params, final, a.types, starts, h, fin_crit, a.moments)
 
         truncated = info.truncated.any()
         if runs is not None:  # one branch for every run (under vmap, not a select of both)
@@ -534,32 +566,32 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
             r = r * a.rew_scale
         else:
             rew_sums = (jnp.zeros(1), jnp.zeros(1), jnp.zeros(()))
-        sums = {
-            "obs": running.add_sums(sums["obs"], running.sums(raw, alive)),
-            "state": running.add_sums(
-                sums["state"], running.sums(env["sv"][a.view.row_game, a.view.row_team], alive)
+        sums = _Sums(  # (keywords in the order the sums are computed)
+            obs=running.add_sums(sums.obs, running.sums(raw, alive)),
+            state=running.add_sums(
+                sums.state, running.sums(env.sv[a.view.row_game, a.view.row_team], alive)
             ),
-            "rew": running.add_sums(sums["rew"], rew_sums),
-        }
+            rew=running.add_sums(sums.rew, rew_sums),
+        )
         record = dict(record, rewards=r, cont=cont, boot=boot, final_values=fin)
         if team:
             record["valued"] = valued
         return record, returns, sums
 
-    def step(carry, t):
-        env, hs, returns, sums, totals, dynamic = carry
+    def step(carry: _StepCarry, t):
+        env, totals = carry.env, carry.totals
         full = jnp.zeros((b * n, *act_shape), act_dtype)
         acted = []
-        for a, h in zip(learners, hs, strict=True):
+        for a, h in zip(learners, carry.h, strict=True):
             raw, actions, h, record = learner_step(a, env, h, t)
             full = full.at[a.rows].set(actions.astype(act_dtype))
             acted.append((raw, record, h))
         moved = []
         for j, f in enumerate(setup.frozen):
-            player = {**players[j], **dynamic[j]}
+            player = {**players[j], **carry.frozen[j]}
             kj = jax.random.fold_in(jax.random.fold_in(frozen_key, j), t)
-            raw_j = env["obs"].reshape(b * n, -1)[jnp.asarray(f.rows)]
-            first_j = env["first"][f.row_game]
+            raw_j = env.obs.reshape(b * n, -1)[jnp.asarray(f.rows)]
+            first_j = env.first[f.row_game]
             norm_obs = cfg.norm_obs and spec.obs_norm_size > 0
             a_j, player = frozen.act(f, player, raw_j, first_j, kj, norm_obs, runs)
             full = full.at[jnp.asarray(f.rows)].set(a_j.astype(act_dtype))
@@ -569,64 +601,64 @@ def rollout(setup: Setup, state: dict, key: jax.Array, runs: str | None = None):
         )
         after = (states, rewards, dones, ended, info)
         records, new_h, new_returns, new_sums = [], [], [], []
-        for a, (raw, record, h), ret, sm in zip(learners, acted, returns, sums, strict=True):
+        per_learner = zip(learners, acted, carry.returns, carry.sums, strict=True)
+        for a, (raw, record, h), ret, sm in per_learner:
             record, ret, sm = learner_outcome(a, env, raw, record, h, ret, sm, after)
             records.append(record)
             new_h.append(h)
             new_returns.append(ret)
             new_sums.append(sm)
-        counts, episode, unshaped = _outcomes(setup, ended, info, env.get("unshaped"))
-        totals = {"counts": totals["counts"] + counts, "episode": totals["episode"] + episode}
-        env = {
-            "states": states,
-            "key": env_key,
-            "obs": obs_next,
-            "first": ended,
-            "dead": dones,
-            "sv": _state_vectors(setup, states),
-        }
-        if unshaped is not None:
-            env["unshaped"] = unshaped
-        return (env, new_h, new_returns, new_sums, totals, moved), records
+        counts, episode, unshaped = _outcomes(setup, ended, info, env.unshaped)
+        totals = Totals(counts=totals.counts + counts, episode=totals.episode + episode)
+        env = EnvCarry(
+            dead=dones,
+            first=ended,
+            key=env_key,
+            obs=obs_next,
+            states=states,
+            sv=_state_vectors(setup, states),
+            unshaped=unshaped,
+        )
+        return _StepCarry(env, new_h, new_returns, new_sums, totals, moved), records
 
-    totals = {"counts": jnp.zeros((N_OUTCOMES, len(setup.labels))), "episode": jnp.zeros(4)}
-    dynamic = [{k: v for k, v in p.items() if k in _DYNAMIC} for p in players]
-    h0 = [a.part["h"] for a in learners]
-    carry = (
-        state["env"],
-        h0,
-        [a.part["returns"] for a in learners],
-        [_zero_sums(spec) for _ in learners],
-        totals,
-        dynamic,
+    totals = Totals(counts=jnp.zeros((N_OUTCOMES, len(setup.labels))), episode=jnp.zeros(4))
+    h0 = [a.part.h for a in learners]
+    carry = _StepCarry(
+        env=state.env,
+        h=h0,
+        returns=[a.part.returns for a in learners],
+        sums=[_zero_sums(spec) for _ in learners],
+        totals=totals,
+        frozen=[{k: v for k, v in p.items() if k in _DYNAMIC} for p in players],
     )
-    (env, hs, returns, sums, totals, dynamic), bufs = jax.lax.scan(step, carry, jnp.arange(t_len))
-    new = dict(state, env=env)
+    carry, bufs = jax.lax.scan(step, carry, jnp.arange(t_len))
+    env, hs, sums = carry.env, carry.h, carry.sums
+    new = state._replace(env=env)
     if setup.frozen:
-        new["frozen"] = [{**p, **d} for p, d in zip(players, dynamic, strict=True)]
+        new = new._replace(frozen=[{**p, **d} for p, d in zip(players, carry.frozen, strict=True)])
     for i, a in enumerate(learners):
         buf = bufs[i]
         buf["next_values"] = policy.value(
             spec,
-            a.part["params"],
-            a.norm(env["obs"].reshape(b * n, -1)[a.rows]),
+            a.part.params,
+            a.norm(env.obs.reshape(b * n, -1)[a.rows]),
             a.types,
-            env["first"][a.row_game],
+            env.first[a.row_game],
             hs[i],
-            a.critic_input(env["sv"]),
+            a.critic_input(env.sv),
             a.moments,
         )
         buf["h0"] = h0[i]
-        part = dict(a.part, h=hs[i], returns=returns[i])
+        part = a.part._replace(h=hs[i], returns=carry.returns[i])
         if cfg.norm_obs:
             if spec.obs_norm_size:  # entity rows are not normalised
-                part["obs_norm"] = running.merge(a.part["obs_norm"], sums[i]["obs"])
+                part = part._replace(obs_norm=running.merge(a.part.obs_norm, sums[i].obs))
             if spec.central_critic:
-                part["state_norm"] = running.merge(a.part["state_norm"], sums[i]["state"])
+                part = part._replace(state_norm=running.merge(a.part.state_norm, sums[i].state))
         if cfg.scale_rewards:
-            part["rew_norm"] = running.merge(a.part["rew_norm"], sums[i]["rew"])
-        new = with_learner(new, i, part)
-    return new, bufs, totals
+            part = part._replace(rew_norm=running.merge(a.part.rew_norm, sums[i].rew))
+        new = new.with_learner(i, part)
+    return new, bufs, carry.totals
 
 
 # ------------------------------------------------------------------------------------------
@@ -681,8 +713,34 @@ def normalized_value_terms(moments: policy.ValueMoments, values, old_values, ret
     return tuple((x - mean) / std for x in (values, old_values, returns))
 
 
-def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
-    """GAE and `epochs` passes of minibatch steps: (state, stats) (see the module doc)."""
+class _MinibatchCarry(NamedTuple):
+    """What `learn`'s minibatch scan carries from one minibatch step to the next."""
+
+    params: policy.Params
+    opt: Any
+    stopped: jax.Array
+    """() bool: `target_kl` stopped the epochs (the steps are computed and discarded)."""
+    sums: jax.Array
+    """[6] float32: the kept steps' `_STAT_NAMES` summed."""
+    steps: jax.Array
+    """() int32: the minibatch steps kept."""
+    finite: jax.Array
+    """() bool: every kept step's gradient norm was finite."""
+
+
+class _EpochCarry(NamedTuple):
+    """What `learn`'s epoch scan carries from one epoch to the next."""
+
+    fit: _MinibatchCarry
+    epochs: jax.Array
+    """() int32: the epochs run (not stopped by `target_kl`)."""
+
+
+def learn(
+    setup: Setup, state: Learner, buf: dict, lr, key: jax.Array
+) -> tuple[Learner, dict[str, jax.Array]]:
+    """GAE and `epochs` passes of minibatch steps on one learner's part `state` and its
+    rollout buffer: (its part, stats) (see the module doc)."""
     cfg = setup.config
     adv, ret = algorithm.compute_gae(
         buf["rewards"],
@@ -697,19 +755,21 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
     moments = None
     valued = buf.get("valued", buf["alive"])  # the team signal's value rows (`rollout`)
     if setup.spec.value_norm:
-        state = dict(state, value_norm=value_norm_merge(state["value_norm"], ret, valued))
-        moments = value_moments(state["value_norm"])
+        assert state.value_norm is not None  # initial_state holds it with --value-norm
+        value_norm = value_norm_merge(state.value_norm, ret, valued)
+        state = state._replace(value_norm=value_norm)
+        moments = value_moments(value_norm)
     total = len(setup.rows)
     size = math.ceil(total / cfg.minibatches)
     chunks = math.ceil(total / size)
     optimizer = make_optimizer(cfg)
     grad_fn = jax.value_and_grad(partial(_minibatch_loss, setup), has_aux=True)
-    clip_state, adam_state = state["opt"]
+    clip_state, adam_state = state.opt
     hyper = {**adam_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
     opt = (clip_state, adam_state._replace(hyperparams=hyper))
 
-    def minibatch(carry, xs):
-        params, opt, stopped, sums, steps, finite = carry
+    def minibatch(carry: _MinibatchCarry, xs):
+        params, opt, stopped = carry.params, carry.opt, carry.stopped
         idx, valid = xs
         (_, parts), grads = grad_fn(params, buf, adv, ret, idx, valid, moments)
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
@@ -718,49 +778,47 @@ def learn(setup: Setup, state: dict, buf: dict, lr, key: jax.Array):
         go = ~stopped
         keep = partial(jax.tree_util.tree_map, lambda new, old: jnp.where(go, new, old))
         stats = jnp.stack([parts[k] for k in _STAT_NAMES[:-1]] + [norm])
-        carry = (
-            keep(new_params, params),
-            keep(new_opt, opt),
-            stopped,
-            sums + jnp.where(go, stats, 0.0),
-            steps + go.astype(jnp.int32),
-            finite & (jnp.isfinite(norm) | stopped),
+        carry = _MinibatchCarry(
+            params=keep(new_params, params),
+            opt=keep(new_opt, opt),
+            stopped=stopped,
+            sums=carry.sums + jnp.where(go, stats, 0.0),
+            steps=carry.steps + go.astype(jnp.int32),
+            finite=carry.finite & (jnp.isfinite(norm) | stopped),
         )
         return carry, jnp.where(go, stats[3], 0.0)
 
-    def epoch(carry, k):
-        params, opt, stopped, sums, steps, finite, done = carry
+    def epoch(carry: _EpochCarry, k):
+        stopped = carry.fit.stopped
         perm = jax.random.permutation(k, total)
         padded = jnp.concatenate([perm, jnp.full(chunks * size - total, total)])
         idx = padded.reshape(chunks, size)
         valid = idx < total
-        inner = (params, opt, stopped, sums, steps, finite)
-        inner, kls = jax.lax.scan(minibatch, inner, (jnp.minimum(idx, total - 1), valid))
-        params, opt, _, sums, steps, finite = inner
-        done = done + (~stopped).astype(jnp.int32)
+        fit, kls = jax.lax.scan(minibatch, carry.fit, (jnp.minimum(idx, total - 1), valid))
+        epochs = carry.epochs + (~stopped).astype(jnp.int32)
         if cfg.target_kl is not None:
-            stopped = stopped | (kls.sum() / jnp.maximum(steps, 1) > cfg.target_kl)
-        return (params, opt, stopped, sums, steps, finite, done), None
+            stopped = stopped | (kls.sum() / jnp.maximum(fit.steps, 1) > cfg.target_kl)
+        return _EpochCarry(fit._replace(stopped=stopped), epochs), None
 
-    carry = (
-        state["params"],
-        opt,
-        jnp.zeros((), bool),
-        jnp.zeros(len(_STAT_NAMES)),
-        jnp.zeros((), jnp.int32),
-        jnp.ones((), bool),
-        jnp.zeros((), jnp.int32),
+    start = _MinibatchCarry(
+        params=state.params,
+        opt=opt,
+        stopped=jnp.zeros((), bool),
+        sums=jnp.zeros(len(_STAT_NAMES)),
+        steps=jnp.zeros((), jnp.int32),
+        finite=jnp.ones((), bool),
     )
+    carry = _EpochCarry(start, jnp.zeros((), jnp.int32))
     carry, _ = jax.lax.scan(epoch, carry, jax.random.split(key, cfg.epochs))
-    params, opt, _, sums, steps, finite, done = carry
-    finite = finite & jnp.all(
+    params, opt, sums, steps = carry.fit.params, carry.fit.opt, carry.fit.sums, carry.fit.steps
+    finite = carry.fit.finite & jnp.all(
         jnp.stack([jnp.isfinite(x).all() for x in jax.tree_util.tree_leaves(params)])
     )
     stats = dict(zip(_STAT_NAMES, sums / jnp.maximum(steps, 1), strict=True))
     stats["explained_variance"] = _explained_variance(ret, buf["values"], valued)
-    stats["epochs"] = done
+    stats["epochs"] = carry.epochs
     stats["finite"] = finite
-    return dict(state, params=params, opt=opt), stats
+    return state._replace(params=params, opt=opt), stats
 
 
 def _explained_variance(returns, values, mask):
@@ -783,20 +841,21 @@ def make_update(setup: Setup, runs: str | None = None):
     `runs`: when the update is vmapped over runs (`--seeds`), that vmap's `axis_name` (the
     frozen opponents use it to run a pool seat only when some run needs it)."""
 
-    def update(state: dict, lr):
-        key, k_roll, k_learn = jax.random.split(state["key"], 3)
-        state, bufs, stats = rollout(setup, dict(state, key=key), k_roll, runs)
+    def update(state: TrainState, lr) -> tuple[TrainState, dict[str, jax.Array]]:
+        key, k_roll, k_learn = jax.random.split(state.key, 3)
+        state, bufs, totals = rollout(setup, state._replace(key=key), k_roll, runs)
         learned: dict[str, Any] = {}
         for i, view in enumerate(setup.learners):
             k_i = k_learn if i == 0 else jax.random.fold_in(k_learn, _LEARNER1_STREAM)
-            part, out = learn(view, learner_state(state, i), bufs[i], lr, k_i)
-            state = with_learner(state, i, part)
+            part, out = learn(view, state.learner(i), bufs[i], lr, k_i)
+            state = state.with_learner(i, part)
             learned.update(out if i == 0 else {f"{k}_team1": v for k, v in out.items()})
-        done = state["update"] + 1
+        done = state.update + 1
         if setup.uses_pool:  # the learner after every pool_every-th update joins the pool
+            assert state.pool is not None  # initial_state holds it with a pool part
             add = done % setup.config.pool_every == 0
-            pool = frozen.pool_add(state["pool"], state["params"], state["obs_norm"], done, add)
-            state = dict(state, pool=pool)
-        return dict(state, update=done), {**stats, **learned}
+            pool = frozen.pool_add(state.pool, state.params, state.obs_norm, done, add)
+            state = state._replace(pool=pool)
+        return state._replace(update=done), {**totals._asdict(), **learned}
 
     return update

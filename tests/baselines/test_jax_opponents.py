@@ -205,7 +205,7 @@ def pool_run(tmp_path_factory) -> JaxTrainer:
 
 @pytest.mark.slow
 def test_pool_members_are_the_learner_after_every_pool_every_updates(pool_run):
-    pool = jax.device_get(pool_run.state["pool"])
+    pool = jax.device_get(pool_run.state.pool)
     # ring of 2: the initial policy (update 0), then 2 in slot 1, then 4 over the initial one
     assert pool["update"].tolist() == [4, 2]
     out = Path(pool_run.config.out)

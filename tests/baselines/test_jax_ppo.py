@@ -268,10 +268,10 @@ def test_the_unshaped_return_sums_the_rewards_of_the_game_without_its_shaping(tm
         state = initial_state(setup, 0)
         outs.append(jax.jit(lambda s, k, u=setup: rollout(u, s, k))(state, jax.random.key(5)))
     (s_state, _, s_totals), (p_state, _, p_totals) = jax.device_get(outs)
-    running, kept = s_state["env"]["unshaped"], p_state["env"]["states"].episode.returns
+    running, kept = s_state.env.unshaped, p_state.env.states.episode.returns
     assert np.any(running != 0)
     np.testing.assert_array_equal(running, kept)
-    s_counts, p_counts = s_totals["counts"], p_totals["counts"]
+    s_counts, p_counts = s_totals.counts, p_totals.counts
     assert p_counts[3].sum() > 0, "some episodes should end in the rollout"
     np.testing.assert_array_equal(s_counts[6], p_counts[5])  # unshaped == the plain return
     np.testing.assert_array_equal(p_counts[6], p_counts[5])  # no shaping: the same
@@ -421,7 +421,7 @@ def test_pytorch_replays_a_jax_rollout_to_the_acting_log_probs(core, scenario, t
     buf = jax.device_get(buf)
     assert buf["first"][1:].any(), "the rollout should cross an episode boundary"
     net = ActorCritic(setup.spec)
-    net.load_state_dict(policy.params_to_torch(state["params"]))
+    net.load_state_dict(policy.params_to_torch(state.params))
     types = np.eye(setup.spec.n_types, dtype=np.float32)[setup.row_type]
     with torch.no_grad():
         logp, _, value = net.evaluate(

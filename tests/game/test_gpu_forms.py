@@ -174,11 +174,11 @@ def run_ppo(strict: bool) -> dict[str, dict]:
     assert setup.uses_pool
     length = gigastep.make(config.scenario).config.max_episode_length
     start = initial_state(setup, 0)
-    states = start["env"]["states"]
+    states = start.env.states
     ep = states.episode
     step = jnp.where(jnp.arange(ep.step.shape[0]) % 2 == 0, length - 2, ep.step)
-    start = dict(
-        start, env=dict(start["env"], states=states.replace(episode=ep.replace(step=step)))
+    start = start._replace(
+        env=start.env._replace(states=states.replace(episode=ep.replace(step=step)))
     )
     out = {}
     for form in ("gpu", "cpu"):
