@@ -11,16 +11,9 @@ import pytest
 
 from gigastep.env import GigastepEnv
 from gigastep.opponents import pursuit
-from gigastep.types import EnvConfig, EnvState
+from gigastep.types import EnvState
 from gigastep.versus import VersusEnv
-
-
-def _config(teams, **fields) -> EnvConfig:
-    base = dict(
-        teams=teams, obs_type="vector", map_set="empty", stochastic_obs=False, stochastic_comm=False
-    )
-    base.update(fields)
-    return EnvConfig(**base)
+from tests.api.test_opponents import _config
 
 
 @pytest.fixture(scope="module")
