@@ -286,3 +286,43 @@ def test_a_run_trained_past_a_budget_it_never_evaluated_is_refused(tmp_path, mon
         assert "trained past 10 s" in str(err) and "result_10s.json" in str(err)
     else:
         raise AssertionError("a run past an unevaluated budget was accepted")
+
+
+def _ablation_config(run):
+    """The config `python -m baselines.ppo` builds for an ablation run (as `_ppo` calls it)."""
+    from baselines.config import validate
+    from baselines.ppo import parse_args
+
+    argv = [*learning.RECIPE, "--policy", run.policy, "--scenario", run.scenario, *run.flags]
+    config = parse_args(argv)
+    validate(config)
+    return config
+
+
+# What each ablation run changes in the recipe's config, and nothing else.
+_ABLATION_CHANGES = {
+    "s5": {},
+    "s5_team": {"signal": "team"},
+    "s5_entity": {"scenario": "identical_5_vs_5_fobs_ent_void_disc", "encoder": "entity"},
+    "s5_warm_pursuit": {"warm_start": "pursuit"},
+    "s5_shooter_0.2": {"env": "", "shooter_credit": 0.2},
+    "s5_factored": {"action_head": "factored"},
+    "s5_mappo_value_norm": {"algo": "mappo", "value_norm": True},
+}
+
+
+def test_the_ablation_preset_changes_the_recipe_one_option_at_a_time_then_all_together():
+    runs = {r.name: r for r in learning.PRESETS["ablation"]}
+    assert set(runs) == set(_ABLATION_CHANGES) | {"s5_all"}
+    assert all(r.policy == "s5" and r.budgets_s == (600.0,) for r in runs.values())
+    recipe = dataclasses.asdict(_ablation_config(runs["s5"]))
+    assert recipe["env"] == "reward_damage=1" and recipe["signal"] == "individual"
+    union: dict = {}
+    for name, changes in _ABLATION_CHANGES.items():
+        config = dataclasses.asdict(_ablation_config(runs[name]))
+        differs = {k: v for k, v in config.items() if v != recipe[k]}
+        assert differs == changes, name
+        if name != "s5_entity":  # cloning a scripted player needs vector observations
+            union.update(changes)
+    together = dataclasses.asdict(_ablation_config(runs["s5_all"]))
+    assert {k: v for k, v in together.items() if v != recipe[k]} == union
