@@ -104,6 +104,8 @@ _MAPPO = ("--algo", "mappo", "--value-norm")
 # The egocentric features: the entity observation (own frame, headings as cos/sin) of the same
 # game, read by the entity encoder. Cloning needs vector observations, so it is not combined.
 _ENTITY_SCENARIO = "identical_5_vs_5_fobs_ent_void_disc"
+# Another family for the ablation's winner: the same 5 vs 5 with mixed agent types per team.
+_HETEROGENEOUS_SCENARIO = "special_5_vs_5_fobs_vec_void_disc"
 
 PRESETS: dict[str, list[Run]] = {
     "paper": [
@@ -149,6 +151,16 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_factored", flags=_FACTORED),
         Run("s5_mappo_value_norm", flags=_MAPPO),
     ],
+    # The ablation's winner (the team signal): S5 at 10 and 30 minutes (the same runs as the
+    # ablation's s5_team up to 10 minutes, so its folders continue them), the other cores at 10,
+    # and the recipe beside it on a heterogeneous scenario.
+    "team": [
+        Run("s5_team", budgets_s=_PAPER_BUDGETS, flags=_TEAM),
+        Run("gru_team", policy="gru", flags=_TEAM),
+        Run("mlp_team", policy="mlp", flags=_TEAM),
+        Run("s5_special", scenario=_HETEROGENEOUS_SCENARIO),
+        Run("s5_team_special", scenario=_HETEROGENEOUS_SCENARIO, flags=_TEAM),
+    ],
     "quick": [
         Run(
             "s5_quick",
@@ -172,7 +184,10 @@ pair's width and rate, each at 10 and 30 minutes (~33 min per run and seed); abl
 each of the trainer's learning-signal options alone (team signal, shooter credit 0.2, factored
 action head, a warm start cloned from `pursuit`, MAPPO with value normalisation, the entity
 observation with its encoder) and the vector ones together, 10 minutes each (~11.5 min per run
-and seed); quick: one 60 s run
+and seed); team: the team signal with S5 at 10 and 30 minutes (continuing the ablation's
+s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the recipe and the
+team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
+10-minute run and seed, ~33 for S5's two budgets); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
@@ -412,14 +427,35 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--runs", nargs="+", default=None, metavar="NAME", help="only these runs of the preset"
     )
+    parser.add_argument(
+        "--max-budget-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="train and evaluate each run only up to its budgets of at most S seconds",
+    )
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error(f"--games must be positive, got {args.games}")
+    if args.max_budget_s is not None and args.max_budget_s <= 0:
+        parser.error(f"--max-budget-s must be positive, got {args.max_budget_s:g}")
     try:
         chosen = select_runs(args.preset, args.runs)
     except ValueError as err:
         parser.error(str(err))
     runs = [dataclasses.replace(r, seed=s) for s in args.seeds for r in chosen]
+    if args.max_budget_s is not None:
+        runs = [
+            dataclasses.replace(
+                r, budgets_s=tuple(b for b in r.budgets_s if b <= args.max_budget_s)
+            )
+            for r in runs
+        ]
+        if not any(r.budgets_s for r in runs):
+            parser.error(
+                f"--max-budget-s {args.max_budget_s:g}: no budget of the chosen runs is that "
+                f"short (shortest: {min(b for r in chosen for b in r.budgets_s):g} s)"
+            )
     out = Path(args.out)
     try:
         rows = run_learning(runs, out, args.games)

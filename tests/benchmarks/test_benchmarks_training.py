@@ -326,3 +326,45 @@ def test_the_ablation_preset_changes_the_recipe_one_option_at_a_time_then_all_to
             union.update(changes)
     together = dataclasses.asdict(_ablation_config(runs["s5_all"]))
     assert {k: v for k, v in together.items() if v != recipe[k]} == union
+
+
+# What each run of the team preset changes in the recipe's config, and nothing else.
+_TEAM_CHANGES = {
+    "s5_team": {"signal": "team"},
+    "gru_team": {"signal": "team", "policy": "gru"},
+    "mlp_team": {"signal": "team", "policy": "mlp"},
+    "s5_special": {"scenario": "special_5_vs_5_fobs_vec_void_disc"},
+    "s5_team_special": {"scenario": "special_5_vs_5_fobs_vec_void_disc", "signal": "team"},
+}
+
+
+def test_the_team_preset_runs_the_team_signal_on_each_core_and_on_another_family():
+    runs = {r.name: r for r in learning.PRESETS["team"]}
+    assert set(runs) == set(_TEAM_CHANGES)
+    recipe = dataclasses.asdict(_ablation_config(learning.PRESETS["ablation"][0]))
+    for name, changes in _TEAM_CHANGES.items():
+        config = dataclasses.asdict(_ablation_config(runs[name]))
+        assert {k: v for k, v in config.items() if v != recipe[k]} == changes, name
+    # S5's run is the ablation's up to 10 minutes, so the same folder continues to 30.
+    ablation = {r.name: r for r in learning.PRESETS["ablation"]}["s5_team"]
+    assert runs["s5_team"] == dataclasses.replace(ablation, budgets_s=(600.0, 1800.0))
+    assert all(r.budgets_s == (600.0,) for n, r in runs.items() if n != "s5_team")
+
+
+def test_max_budget_drops_the_longer_budgets_and_refuses_one_below_them_all(
+    tmp_path, monkeypatch, capsys
+):
+    seen = []
+    monkeypatch.setattr(learning, "run_learning", lambda runs, *a, **k: seen.extend(runs) or [])
+    monkeypatch.setattr(learning, "plot", lambda *a: None)
+    argv = ["--preset", "team", "--runs", "s5_team", "gru_team", "--out", str(tmp_path)]
+    learning.main([*argv, "--seeds", "2", "--max-budget-s", "600"])
+    assert [(r.name, r.seed, r.budgets_s) for r in seen] == [
+        ("s5_team", 2, (600.0,)),
+        ("gru_team", 2, (600.0,)),
+    ]
+    with pytest.raises(SystemExit):
+        learning.main([*argv, "--max-budget-s", "599"])
+    assert "--max-budget-s 599: no budget of the chosen runs is that short (shortest: 600 s)" in (
+        capsys.readouterr().err
+    )
