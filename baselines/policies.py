@@ -256,7 +256,7 @@ class EntityEncoder(nn.Module):
     waypoint), each row carrying its group's one-hot and, in column 0, its presence flag.
     Every row passes one shared embedding (linear + ReLU, F -> H); the ego's embedding
     (with the type one-hot) is the query of one masked attention head over the other rows
-    (keys and values from their embeddings, scaled dot products), and the other rows'
+    (keys and values linear in their embeddings, scaled dot products), and the other rows'
     embeddings are also mean-pooled over the present ones. [ego, attention, mean pool,
     type one-hot] pass a linear + ReLU layer to H features.
 
@@ -280,19 +280,26 @@ class EntityEncoder(nn.Module):
         """obs [N, G * F] float32 (G >= 1), types [N, K]."""
         n = obs.shape[0]
         rows = obs.reshape(n, -1, ENTITY_FEATURES)
-        e = self.embed(rows)  # [N, G, H]
-        ego, others = e[:, 0], e[:, 1:]
+        # the ego and the others embedded apart: slicing the input, which needs no gradient,
+        # rather than the embeddings
+        ego, others = self.embed(rows[:, 0]), self.embed(rows[:, 1:])  # [N, H], [N, G - 1, H]
         present = rows[:, 1:, 0] > 0.5  # [N, G - 1]
-        weight = present.to(e.dtype)
+        weight = present.to(ego.dtype)
         count = weight.sum(-1, keepdim=True)
-        any_present = (count > 0).to(e.dtype)
-        pooled = (others * weight.unsqueeze(-1)).sum(1) / count.clamp(min=1.0)
+        any_present = (count > 0).to(ego.dtype)
         q = self.query(torch.cat([ego, types], dim=-1))  # [N, H]
-        scores = torch.einsum("nh,ngh->ng", q, self.key(others)) * self.scale
+        # One query per agent, so the key and value layers fold into it rather than run on
+        # every row: q . (Wk e + bk) = (Wk^T q) . e + q . bk, and as the weights sum to 1,
+        # sum_g w_g (Wv e_g + bv) = Wv (sum_g w_g e_g) + bv. The same function as the
+        # per-row layers, with two H x H products per agent instead of per row.
+        qk = q @ self.key.weight  # [N, H]
+        bias = (q * self.key.bias).sum(-1, keepdim=True)  # a shift: keeps bk in the graph
+        scores = (torch.bmm(others, qk.unsqueeze(-1)).squeeze(-1) + bias) * self.scale
         scores = scores.masked_fill(~present, torch.finfo(scores.dtype).min)
         # with no row present the softmax is uniform over absent rows: zeroed below
-        attn = torch.einsum("ng,ngh->nh", torch.softmax(scores, dim=-1), self.value(others))
-        attn = attn * any_present
+        mix = torch.stack([torch.softmax(scores, dim=-1), weight / count.clamp(min=1.0)], 1)
+        mixed, pooled = torch.bmm(mix, others).unbind(1)  # attention and mean pool: [N, H]
+        attn = self.value(mixed) * any_present
         return self.fuse(torch.cat([ego, attn, pooled, types], dim=-1))
 
 

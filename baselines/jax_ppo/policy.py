@@ -166,11 +166,13 @@ def _encode_entities(p: Params, obs: jax.Array, types: jax.Array, name: str) -> 
     count = weight.sum(-1, keepdims=True)
     pooled = (others * weight[..., None]).sum(-2) / jnp.maximum(count, 1.0)
     q = _linear(p, name + "query", jnp.concatenate([ego, types], -1))
-    k, v = _linear(p, name + "key", others), _linear(p, name + "value", others)
-    scores = jnp.einsum("...h,...gh->...g", q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    # the key and value layers folded into the one query, as the PyTorch encoder does
+    qk = q @ p[name + "key.weight"]
+    bias = (q * p[name + "key.bias"]).sum(-1, keepdims=True)
+    scores = (jnp.einsum("...h,...gh->...g", qk, others) + bias) * (1.0 / math.sqrt(q.shape[-1]))
     scores = jnp.where(present, scores, jnp.finfo(scores.dtype).min)
-    attn = jnp.einsum("...g,...gh->...h", jax.nn.softmax(scores, axis=-1), v)
-    attn = attn * (count > 0).astype(e.dtype)
+    mixed = jnp.einsum("...g,...gh->...h", jax.nn.softmax(scores, axis=-1), others)
+    attn = _linear(p, name + "value", mixed) * (count > 0).astype(e.dtype)
     fused = jnp.concatenate([ego, attn, pooled, types], -1)
     return jax.nn.relu(_linear(p, name + "fuse.0", fused))
 

@@ -81,6 +81,39 @@ def test_the_ego_row_matters():
     assert not torch.allclose(enc(obs, TYPES), enc(other, TYPES))
 
 
+def _attention_row_by_row(enc: EntityEncoder, obs: torch.Tensor, types: torch.Tensor):
+    """The encoder's definition, written out: keys and values computed for every row."""
+    n = obs.shape[0]
+    rows = obs.reshape(n, -1, F)
+    e = torch.relu(rows @ enc.embed[0].weight.T + enc.embed[0].bias)
+    ego, others = e[:, 0], e[:, 1:]
+    present = rows[:, 1:, 0] > 0.5
+    q = torch.cat([ego, types], -1) @ enc.query.weight.T + enc.query.bias
+    keys = others @ enc.key.weight.T + enc.key.bias
+    values = others @ enc.value.weight.T + enc.value.bias
+    out = torch.zeros(n, e.shape[-1])
+    for i in range(n):
+        idx = present[i].nonzero().flatten()
+        if len(idx):
+            w = torch.softmax(keys[i, idx] @ q[i] / math.sqrt(e.shape[-1]), 0)
+            out[i] = w @ values[i, idx]
+    weight = present.float().unsqueeze(-1)
+    pooled = (others * weight).sum(1) / weight.sum(1).clamp(min=1.0)
+    fused = torch.cat([ego, out, pooled, types], -1)
+    return torch.relu(fused @ enc.fuse[0].weight.T + enc.fuse[0].bias)
+
+
+def test_the_attention_equals_keys_and_values_computed_row_by_row():
+    enc = _encoder(3)
+    with torch.no_grad():  # biases away from their zero start, so their terms count
+        for layer in (enc.query, enc.key, enc.value):
+            layer.bias.normal_()
+    obs = torch.cat([_rows(2, 6, present=4, seed=1), _rows(1, 6, present=0, seed=2)])
+    types = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    expected = _attention_row_by_row(enc, obs, types)
+    assert torch.allclose(enc(obs, types), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("g", [1, 6])
 def test_nothing_present_gives_finite_features_and_gradients(g):
     """A dead ego observes all zeros; an ego alone has no other row present."""
