@@ -51,6 +51,7 @@ __all__ = [
     "holds_checkpoint",
     "load_checkpoint",
     "load_policy",
+    "numbered_checkpoints",
     "policy_from_checkpoint",
     "save_checkpoint",
     "sealed",
@@ -228,10 +229,15 @@ def save_checkpoint(run_dir: str | os.PathLike, update: int, payload: dict, keep
         shutil.copyfile(latest, tmp)
     os.replace(tmp, numbered)
     if keep > 0:
-        old = sorted(p for p in run_dir.iterdir() if _NUMBERED.match(p.name))
-        for p in old[:-keep]:
+        for _, p in numbered_checkpoints(run_dir)[:-keep]:
             p.unlink()
     return numbered
+
+
+def numbered_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(update, path) of the run folder's numbered checkpoints, oldest first."""
+    found = ((_NUMBERED.match(p.name), p) for p in Path(run_dir).iterdir())
+    return sorted((int(m.group(1)), p) for m, p in found if m)
 
 
 def holds_checkpoint(folder: str | os.PathLike) -> bool:

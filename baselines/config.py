@@ -48,8 +48,9 @@ class PPOConfig:
     scenario: str = "identical_5_vs_5_fobs_vec_void_disc"
     """Gigastep scenario name (`gigastep list --all`) or scenario file (file.toml#name)."""
     env: str = ""
-    """EnvConfig overrides of the training game, `field=value,...`; evaluations use the scenario as
-    it is. reward_damage=1 is ~0.5-1% of the kill reward (nearly inert; docs/training-options)."""
+    """EnvConfig overrides of the training game, `field=value,...` (JSON values); evaluations keep
+    the scenario's reward weights. reward_damage=1 is ~0.5-1% of the kill reward (nearly inert;
+    docs/training-options)."""
     out: str = "runs/ppo"
     """Run folder: metrics.csv/jsonl, config.json, checkpoints, curves, TensorBoard events."""
     seed: int = 0
@@ -186,7 +187,8 @@ class PPOConfig:
     eval_every: int = 0
     """Updates between evaluations against scripted opponents (and one at the end; 0: none)."""
     eval_games: int = 64
-    """Games per opponent in each evaluation (the scenario as it is, without --env)."""
+    """Games per opponent in each evaluation (the training game with the scenario's reward
+    weights)."""
     eval_opponents: str = "auto"
     """Scripted opponents of the evaluations, `name,...`; auto: the mix's (else random,pursuit)."""
 
@@ -348,6 +350,24 @@ def _positive(config: PPOConfig, *names: str) -> None:
             )
 
 
+def _check_env_fields(text: str) -> None:
+    """--env's syntax and field names, before the run folder exists (values are checked when
+    the game is made)."""
+    import dataclasses
+
+    from gigastep.game.types import EnvConfig, closest
+
+    from .envs import parse_overrides
+
+    fields = [f.name for f in dataclasses.fields(EnvConfig)]
+    for name in parse_overrides(text):
+        if name not in fields:
+            raise ValueError(
+                f"--env: unknown EnvConfig field {name!r} (closest: "
+                f"{', '.join(closest(name, fields))}); help(gigastep.EnvConfig) lists them"
+            )
+
+
 def validate(config: PPOConfig) -> None:
     """Check the numbers of a config that do not need the scenario (before any compute).
 
@@ -424,6 +444,8 @@ def validate(config: PPOConfig) -> None:
         raise ValueError(f"--action-head must be joint or factored, got {config.action_head!r}")
     if config.signal not in ("individual", "team"):
         raise ValueError(f"--signal must be individual or team, got {config.signal!r}")
+    if config.env:
+        _check_env_fields(config.env)
     credit = config.shooter_credit
     if isinstance(credit, bool) or not isinstance(credit, int | float):
         raise ValueError(f"--shooter-credit must be a number >= 0, got {credit!r}")

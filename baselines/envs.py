@@ -129,15 +129,30 @@ def game_spec_from_config(config, name: str) -> GameSpec:
 
 def parse_overrides(text: str) -> dict:
     """`field=value,...` -> {field: value}; values are read as JSON (numbers, true/false,
-    null, [lists]) or else kept as strings.
+    null, [lists], {"objects": ...}) or else kept as strings. Only commas outside brackets
+    and braces separate entries, so `seeds=[0,16]` is one entry.
 
     Raises:
-        ValueError: an entry without `=`.
+        ValueError: an entry without `=`, or unbalanced brackets.
     """
     import json
 
+    entries, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"--env: unbalanced {ch!r} at character {i} of {text!r}")
+        elif ch == "," and depth == 0:
+            entries.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"--env: {depth} unclosed bracket(s) in {text!r}")
+    entries.append(text[start:])
     out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
+    for item in filter(None, (t.strip() for t in entries)):
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise ValueError(f"--env entries are field=value, got {item!r}")
@@ -158,6 +173,15 @@ def unshaped_config(scenario: str, config: EnvConfig) -> EnvConfig | None:
     own = gigastep.make(scenario).config
     score = config.replace(**{f: getattr(own, f) for f in WEIGHT_FIELDS})
     return None if score == config else score
+
+
+def evaluation_config(scenario: str, overrides: str = "", shooter_credit: float = 0.0):
+    """The game the trainers' evaluations play: the training game (`training_env`) with the
+    scenario's own reward weights. Reward shaping is not evaluated; other overrides (a map
+    generator, sensing ranges) are, since they change the game the policy learned to play.
+    With weights-only overrides it is the scenario itself."""
+    config = training_env(scenario, overrides, shooter_credit).config
+    return unshaped_config(scenario, config) or config
 
 
 def shooter_credit_weights(config: EnvConfig, credit: float) -> dict[str, float]:

@@ -1,13 +1,15 @@
 """Evaluation during training (`--eval-every`): the learner against scripted opponents in
-fresh games of the scenario as it is, logged, with the best policy kept.
+fresh games of the training game without its reward shaping, logged, with the best policy kept.
 
 Every `eval_every` updates, and after the last one, the main process plays `eval_games`
-complete episodes of the run's scenario without its `--env` overrides (no reward shaping)
-against each opponent of `eval_opponents` with `gigastep.eval.matches.evaluate` (in a
-symmetric scenario the learner plays team 0 in half of the games and team 1 in the other
-half). The games' seed is drawn from the run's seed and the update, apart from the training
-games' seeds; the policy samples its actions, as in training. Torch's global random state is
-left as it was, so evaluating does not change what the run trains.
+complete episodes of the run's game with the scenario's own reward weights
+(`baselines.envs.evaluation_config`: `--env` and `--shooter-credit` reward weights are not
+evaluated, other `--env` overrides such as a map generator are) against each opponent of
+`eval_opponents` with `gigastep.eval.matches.evaluate` (in a symmetric scenario the learner
+plays team 0 in half of the games and team 1 in the other half). The games' seed is drawn
+from the run's seed and the update, apart from the training games' seeds; the policy samples
+its actions, as in training. Torch's global random state is left as it was, so evaluating
+does not change what the run trains.
 
 Outputs, next to the training metrics:
     eval.csv, eval.jsonl   one row per evaluation: update, agent_steps, wall_s (the training
@@ -65,6 +67,7 @@ class Evaluator:
         self.opponents = eval_opponents(config, symmetric) if config.eval_every else ()
         self.best: dict = {"score": None, "update": None}
         self.logger: MetricsLogger | None = None
+        self._game = None  # the EnvConfig the evaluations play, made at the first one
 
     @property
     def enabled(self) -> bool:
@@ -98,8 +101,11 @@ class Evaluator:
         from gigastep.eval.matches import evaluate
 
         from .actor import PolicyPlayer
+        from .envs import evaluation_config
 
         cfg = self.config
+        if self._game is None:
+            self._game = evaluation_config(cfg.scenario, cfg.env, cfg.shooter_credit)
         payload = trainer.policy_payload()
         player = PolicyPlayer(
             policy_from_checkpoint(payload, trainer.device, "training", verify=False)
@@ -114,7 +120,7 @@ class Evaluator:
                 r = evaluate(
                     player,
                     name,
-                    cfg.scenario,
+                    self._game,
                     games=cfg.eval_games,
                     seed=seed,
                     a_team=None if trainer.game.symmetric else cfg.team,

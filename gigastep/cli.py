@@ -574,8 +574,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         return _cmd_eval_split(args)
     if args.b is None:
         raise CommandError("give two players A and B (or --split NAME and one policy)")
-    if args.marl_eval or args.few_shot:
-        raise CommandError("--marl-eval and --few-shot go with --split")
+    if args.marl_eval or args.few_shot or args.items is not None:
+        raise CommandError("--marl-eval, --few-shot and --items go with --split")
     args.games = 256 if args.games is None else args.games
     a, b = (resolve_player(p, args.device) for p in (args.a, args.b))
     scenario = _match_scenario(args, (a, b))
@@ -621,10 +621,14 @@ def _cmd_eval_split(args: argparse.Namespace) -> int:
         _check_output(args.marl_eval, "--marl-eval")
     split = load_split(args.split)
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    items = None
+    if args.items is not None:
+        items = tuple(i.strip() for i in args.items.split(",") if i.strip())
     result = evaluate_split(
         split,
         args.a,
         roles=roles,
+        items=items,
         games=args.games,
         few_shot=args.few_shot,
         batch_size=args.batch,
@@ -922,6 +926,12 @@ def _add_matches(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--roles",
         default="train,test",
         help="with --split: the items to play, comma-separated (default train,test)",
+    )
+    p.add_argument(
+        "--items",
+        metavar="ID,ID",
+        help="with --split: only these items of the roles (e.g. the one training item the "
+        "policy trained on)",
     )
     p.add_argument(
         "--marl-eval", metavar="PATH", help="with --split: also write marl-eval's JSON layout"

@@ -714,6 +714,7 @@ def evaluate_split(
     policy: PlayerLike,
     *,
     roles: Iterable[str] = ("train", "test"),
+    items: Iterable[str] | None = None,
     games: int | None = None,
     few_shot: Sequence[int] = (),
     few_shot_seed: int = 0,
@@ -721,6 +722,7 @@ def evaluate_split(
     device: Device = "cpu",
     confidence: float = 0.95,
     progress: Callable[[str], object] | None = None,
+    reference_cache: dict[tuple[str, str, int], tuple[MatchResult, MatchResult]] | None = None,
 ) -> SplitResult:
     """The zero-shot protocol, and optionally the few-shot one.
 
@@ -731,6 +733,12 @@ def evaluate_split(
     `FineTunable`; training seed `few_shot_seed`), then it and the references play `games`
     games from the item's seed plus `FEW_SHOT_SEED_OFFSET`.
 
+    `items` keeps only the items with these ids (of `roles`): a policy trained on one of a
+    split's training items is scored on that one (`levels-v1`: `levels-16` or `levels-1024`).
+    `reference_cache`, a dict shared by calls with the same split, games and options, keeps the
+    references' results per (item, opponent, seed), so that evaluating several checkpoints
+    plays the references once.
+
     A policy that cannot play an item (its `check` refuses the item's observation or action
     layout) gets a row saying why instead of a result; the others still run.
     """
@@ -740,6 +748,17 @@ def evaluate_split(
     for role in roles:
         if role not in ROLES:
             raise ValueError(f"roles must be among {list(ROLES)}, got {role!r}")
+    chosen = [i.id for i in split.items if i.role in roles]
+    if items is not None:
+        wanted = tuple(items)
+        for name in wanted:
+            if name not in chosen:
+                raise ValueError(
+                    f"items: {split.label} has no item {name!r} among its "
+                    f"{'/'.join(roles)} items (closest: {', '.join(closest(name, chosen))}; "
+                    f"all: {', '.join(chosen)})"
+                )
+        chosen = [i for i in chosen if i in wanted]
     n = split.games if games is None else games
     check_positive_int(n, "games")
     budgets = tuple(few_shot)
@@ -756,7 +775,7 @@ def evaluate_split(
     options = dict(games=n, batch_size=batch_size, device=device, confidence=confidence)
     rows = []
     for item in split.items:
-        if item.role not in roles:
+        if item.role not in roles or item.id not in chosen:
             continue
         config = split.config(item)
         tuned: dict[int, PlayerLike | str] = {}
@@ -773,7 +792,14 @@ def evaluate_split(
             if progress is not None:
                 progress(f"{item.id} vs {opponent}")
             rival = split.opponent(opponent)
-            row = _scored(player, low, high, rival, config, item.seed, options)
+            cached = (
+                None
+                if reference_cache is None
+                else reference_cache.get((item.id, opponent, item.seed))
+            )
+            row = _scored(player, low, high, rival, config, item.seed, options, cached)
+            if reference_cache is not None:
+                reference_cache[(item.id, opponent, item.seed)] = row[1:3]
             fresh = item.seed + FEW_SHOT_SEED_OFFSET
             refs: tuple[MatchResult, MatchResult] | None = None
             few: dict[int, Scored] = {}

@@ -143,6 +143,8 @@ def test_every_count_is_a_positive_integer(field, value):
         (["--lr", "fast"], "--lr"),
         (["--compile", "maybe"], "maybe"),
         (["--preset", "smok"], "closest"),
+        (["--env", 'map_generator={"seeds":[0,16]'], "1 unclosed bracket(s)"),
+        (["--env", "reward_dammage=1"], "unknown EnvConfig field 'reward_dammage' (closest: "),
     ],
 )
 def test_a_malformed_flag_exits_2_naming_it(tmp_path, capsys, argv, message):
@@ -192,3 +194,41 @@ def test_the_collectives_benchmark_names_a_malformed_launch_variable(monkeypatch
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=message):
         distributed_env()
+
+
+def test_env_overrides_split_at_top_level_commas_only():
+    from baselines.envs import parse_overrides
+
+    text = 'reward_damage=1, map_generator={"base": "procgen_dense", "seeds": [0, 16]},x=[1,2]'
+    assert parse_overrides(text) == {
+        "reward_damage": 1,
+        "map_generator": {"base": "procgen_dense", "seeds": [0, 16]},
+        "x": [1, 2],
+    }
+    with pytest.raises(ValueError, match=r"unbalanced '\]' at character 3 of 'a=1\]'"):
+        parse_overrides("a=1]")
+
+
+def test_env_overrides_train_on_a_split_item_exactly():
+    """levels-v1's levels-16 is its scenario with the generator override, hash for hash."""
+    from baselines.envs import training_env
+    from gigastep.eval.splits import load_split
+
+    split = load_split("levels-v1")
+    (item,) = [i for i in split.items if i.id == "levels-16"]
+    env = training_env(item.scenario, 'map_generator={"base": "procgen_dense", "seeds": [0, 16]}')
+    assert env.config == split.config(item)
+
+
+def test_evaluations_drop_reward_shaping_but_keep_a_map_generator():
+    import gigastep
+    from baselines.envs import evaluation_config
+
+    maps = "identical_5_vs_5_fobs_vec_maps_disc"
+    own = gigastep.make(maps).config
+    assert evaluation_config(maps, "reward_damage=5,reward_agent_disabled=2") == own
+    assert evaluation_config(maps, "", shooter_credit=0.2) == own
+    generator = 'map_generator={"base": "procgen_dense", "seeds": [0, 16]},reward_damage=5'
+    played = evaluation_config(maps, generator)
+    assert played.map_generator.seeds == (0, 16)
+    assert played.reward_damage == own.reward_damage

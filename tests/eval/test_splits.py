@@ -209,6 +209,35 @@ def test_the_protocol_plays_the_same_games_as_evaluate(tiny_split):
     )
 
 
+def test_items_keeps_only_the_named_items_and_names_a_wrong_one(tiny_split):
+    result = evaluate_split(tiny_split, "pursuit", games=4, items=["b"])
+    assert [(r.item, r.role) for r in result.rows] == [("b", "test")]
+    with pytest.raises(
+        ValueError, match=r"has no item 'bb' among its train/test items \(closest: b"
+    ):
+        evaluate_split(tiny_split, "pursuit", games=4, items=["bb"])
+    with pytest.raises(ValueError, match="no item 'a' among its test items"):
+        evaluate_split(tiny_split, "pursuit", games=4, roles=["test"], items=["a"])
+
+
+def test_a_reference_cache_plays_the_references_once_for_every_policy(tiny_split, monkeypatch):
+    import gigastep.eval.splits as splits
+
+    played = []
+    real = splits.evaluate
+
+    def counting(a, *args, **kwargs):
+        played.append(getattr(a, "name", a))
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(splits, "evaluate", counting)
+    cache: dict = {}
+    first = evaluate_split(tiny_split, "evade", games=4, reference_cache=cache)
+    second = evaluate_split(tiny_split, "circle", games=4, reference_cache=cache)
+    assert played == ["random", "pursuit", "evade"] * 2 + ["circle"] * 2
+    assert [r.low for r in first.rows] == [r.low for r in second.rows]
+
+
 class _Refuses:
     name = "refuses"
 
