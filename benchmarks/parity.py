@@ -11,6 +11,7 @@ Last, every PyTorch checkpoint plays every JAX checkpoint (the cross-framework l
 learning puts the PyTorch side's score, (wins + draws / 2) / games, near 0.5.
 
     python -m benchmarks.parity --out results/parity          # ~22 min on 2 cores
+    python -m benchmarks.parity --preset team --out results/parity_team   # the same, --signal team
     python -m benchmarks.parity --preset quick --out /tmp/p   # ~3 min: the plumbing
 
 Writes DIR/parity.json (runs, aggregates, league) and prints the tables as markdown. A run
@@ -57,6 +58,12 @@ PRESETS: dict[str, Recipe] = {
     "cpu": Recipe(
         updates=120,
         flags=("--preset", "cpu", "--num-envs", "256", "--eval-every", "0"),
+    ),
+    # The same with the team training signal (issue 53's winner at 10 minutes), so both
+    # trainers are shown to learn alike from it.
+    "team": Recipe(
+        updates=120,
+        flags=("--preset", "cpu", "--num-envs", "256", "--eval-every", "0", "--signal", "team"),
     ),
     # A small policy for a few updates: the plumbing, not a result.
     "quick": Recipe(

@@ -3,6 +3,7 @@ sweep, on made-up runs (no training) with hand-computed expected values."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -117,3 +118,8 @@ def test_bad_arguments_fail_before_any_training(tmp_path, capsys):
         assert err.value.code == 2
         assert named in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_the_team_preset_is_the_cpu_recipe_with_the_team_signal():
+    cpu, team = parity.PRESETS["cpu"], parity.PRESETS["team"]
+    assert team == dataclasses.replace(cpu, flags=(*cpu.flags, "--signal", "team"))
