@@ -137,14 +137,20 @@ def _observation_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
 
 def _level_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
     """The item's levels: (generator without its seeds, lo, hi); a generator without level
-    seeds draws from every key, so it holds every level [0, 2^31)."""
+    seeds draws from every key, so it holds every level [0, 2^31). An item of fixed maps
+    (`maps = [...]`, no generator) holds each layout as a level of its own, (layout, 0, 1):
+    a procedural split can test on the built-in maps, and a layout (or its flipped twin) on
+    both sides is refused like a shared level."""
     from gigastep.game.procmaps import MAX_SEED
 
     generator = config.map_generator
     if generator is None:
+        if item.maps:
+            return frozenset((f"map layout {_layout(m)}", 0, 1) for m in config.maps)
         raise ValueError(
             f"item {item.id!r} of a procedural_maps split needs a map generator (map_set = a "
             f"generator's name, or [items.env] map_generator = {{ base = ..., seeds = [lo, hi] }})"
+            f" or fixed maps (maps = [...])"
         )
     lo, hi = generator.seeds if generator.seeds is not None else (0, MAX_SEED)
     return frozenset([(repr(dataclasses.replace(generator, seeds=None)), lo, hi)])
@@ -153,7 +159,7 @@ def _level_axis(config: EnvConfig, item: SplitItem) -> frozenset[Any]:
 def _shared_levels(a: frozenset[Any], b: frozenset[Any]) -> frozenset[Any]:
     """Level ranges of one generator that meet: [max lo, min hi)."""
     return frozenset(
-        f"levels [{max(lo, lo2)}, {min(hi, hi2)})"
+        gen if gen.startswith("map layout") else f"levels [{max(lo, lo2)}, {min(hi, hi2)})"
         for gen, lo, hi in a
         for gen2, lo2, hi2 in b
         if gen == gen2 and max(lo, lo2) < min(hi, hi2)

@@ -29,6 +29,7 @@ from gigastep.opponents import POLICIES
 # is a new file with a new version (and a new row here).
 FROZEN = {
     "levels-v1": "48317c7b2414",
+    "levels-ent-v1": "cee4b07fe20d",
     "maps-layout-v1": "67213dd3ae61",
     "mix-v1": "fd6e2fed8f18",
     "opponents-v1": "23f614125b8c",
@@ -416,3 +417,36 @@ def test_the_shipped_level_ranges_are_disjoint():
     (lo, hi) = ranges["unseen"]
     for other in ("levels-16", "levels-1024", "validation"):
         assert ranges[other][1] <= lo or ranges[other][0] >= hi
+
+
+def _fixed_maps_test_item(maps: str) -> str:
+    return f"""
+        [[items]]
+        id = "c"
+        role = "test"
+        scenario = "identical_1_vs_1_fobs_vec_maps_disc"
+        maps = {maps}
+        opponents = ["random"]
+        seed = 2
+        """
+
+
+def test_a_procedural_split_tests_on_fixed_maps_each_layout_a_level_of_its_own(tmp_path):
+    body = _levels_split("[0, 16]", "[16, 20]")
+    split = load_split(_write(tmp_path, body + _fixed_maps_test_item('["center_block"]')))
+    assert [i.id for i in split.role("test")] == ["b", "c"]
+    # the same layout in training (its flipped twin here) and in test is refused
+    train = _fixed_maps_test_item('["center_block_flipped"]').replace('"test"', '"train"')
+    train = train.replace('id = "c"', 'id = "d"')
+    text = body + _fixed_maps_test_item('["center_block"]') + train
+    with pytest.raises(ValueError, match="shares .*map layout"):
+        load_split(_write(tmp_path, text, "twin.toml"))
+
+
+def test_the_entity_levels_split_is_levels_v1_on_entity_games_plus_the_built_in_maps():
+    vec, ent = load_split("levels-v1"), load_split("levels-ent-v1")
+    for item in vec.items:
+        twin = next(i for i in ent.items if i.id == item.id)
+        assert ent.config(twin) == vec.config(item).replace(obs_type="entity"), item.id
+    fixed = [i for i in ent.role("test") if i.maps]
+    assert sorted(m for i in fixed for m in i.maps) == sorted(builtin_maps())
