@@ -119,10 +119,10 @@ class PPOConfig:
     three 3-way categoricals whose log-probabilities add; the same 27 actions)."""
 
     # --- training signal -------------------------------------------------------------------
-    signal: Literal["individual", "team"] = "individual"
-    """individual: each agent learns from its own reward, its trajectory cut at its death;
-    team: every agent of a team, alive or dead, learns from the team's summed reward until the
-    episode ends (docs/training.md, "What the trainer learns from")."""
+    signal: Literal["individual", "team"] = "team"
+    """team: every agent of a team, alive or dead, learns from the team's summed reward until the
+    episode ends; individual: each agent learns from its own reward, its trajectory cut at its
+    death (docs/training.md, "What the trainer learns from"; the default until 2026-12-06)."""
     shooter_credit: float = 0.0
     """Shaping, as a fraction C of reward_defeat_one_opponent: the training game pays the
     shooter C x the kill reward for a kill's worth of damage dealt (reward_damage) and charges

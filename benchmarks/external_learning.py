@@ -18,8 +18,8 @@ Trainers:
     benchmarl-mappo  BenchMARL's `Experiment` with `MappoConfig.get_from_yaml()`, MLP actor and
                      critic (`MlpConfig.get_from_yaml()`), its default experiment config, on
                      `gigastep.benchmarl.task` (benchmarks/_benchmarl_run.py)
-    gigastep-ppo     the project's PPO, `python -m baselines.ppo --preset cpu` (as
-                     `benchmarks.learning` runs it)
+    gigastep-ppo     the project's PPO, `python -m baselines.ppo --preset cpu --signal
+                     individual` (as `benchmarks.learning` runs it)
 
 Opponents in training (`--opponent auto`): pursuit on 70% of the games and random on 30% (the
 `cpu` preset's mix) for the trainers that take a mix; BenchMARL's task takes one opponent,

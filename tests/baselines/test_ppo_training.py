@@ -46,8 +46,11 @@ def _tiny(tmp_path, **changes) -> PPOConfig:
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
-    """A trainer of the tiny config after one rollout (raw observations: no normalisation)."""
-    config = _tiny(tmp_path_factory.mktemp("collect"), norm_obs=False, rollout_steps=40)
+    """A trainer of the tiny config after one rollout (raw observations: no normalisation), on
+    the individual signal, whose buffers follow the game's alive masks (the team signal's are
+    tested in test_training_signal.py)."""
+    folder = tmp_path_factory.mktemp("collect")
+    config = _tiny(folder, norm_obs=False, rollout_steps=40, signal="individual")
     trainer = Trainer(config)
     trainer.start()
     trainer.collect()

@@ -122,4 +122,5 @@ def test_bad_arguments_fail_before_any_training(tmp_path, capsys):
 
 def test_the_team_preset_is_the_cpu_recipe_with_the_team_signal():
     cpu, team = parity.PRESETS["cpu"], parity.PRESETS["team"]
-    assert team == dataclasses.replace(cpu, flags=(*cpu.flags, "--signal", "team"))
+    assert cpu.flags[-2:] == ("--signal", "individual")
+    assert team == dataclasses.replace(cpu, flags=(*cpu.flags[:-2], "--signal", "team"))
