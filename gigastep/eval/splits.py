@@ -756,6 +756,8 @@ def evaluate_split(
             raise ValueError(f"roles must be among {list(ROLES)}, got {role!r}")
     chosen = [i.id for i in split.items if i.role in roles]
     if items is not None:
+        if isinstance(items, str):
+            raise TypeError(f"items is a list of item ids, got the string {items!r}")
         wanted = tuple(items)
         for name in wanted:
             if name not in chosen:

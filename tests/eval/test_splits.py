@@ -219,6 +219,8 @@ def test_items_keeps_only_the_named_items_and_names_a_wrong_one(tiny_split):
         evaluate_split(tiny_split, "pursuit", games=4, items=["bb"])
     with pytest.raises(ValueError, match="no item 'a' among its test items"):
         evaluate_split(tiny_split, "pursuit", games=4, roles=["test"], items=["a"])
+    with pytest.raises(TypeError, match="list of item ids, got the string 'b'"):
+        evaluate_split(tiny_split, "pursuit", games=4, items="b")
 
 
 def test_a_reference_cache_plays_the_references_once_for_every_policy(tiny_split, monkeypatch):
