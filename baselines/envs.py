@@ -175,7 +175,7 @@ def unshaped_config(scenario: str, config: EnvConfig) -> EnvConfig | None:
     return None if score == config else score
 
 
-def evaluation_config(scenario: str, overrides: str = "", shooter_credit: float = 0.0):
+def evaluation_config(scenario: str, overrides: str = "", shooter_credit: float = 0.0) -> EnvConfig:
     """The game the trainers' evaluations play: the training game (`training_env`) with the
     scenario's own reward weights. Reward shaping is not evaluated; other overrides (a map
     generator, sensing ranges) are, since they change the game the policy learned to play.

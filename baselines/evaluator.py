@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .checkpoint import atomic_save, policy_from_checkpoint, sealed
 from .config import SCRIPTED, PPOConfig, parse_opponents
 from .metrics import MetricsLogger
+
+if TYPE_CHECKING:
+    from gigastep.game.types import EnvConfig
 
 __all__ = ["Evaluator", "eval_opponents"]
 
@@ -67,7 +71,7 @@ class Evaluator:
         self.opponents = eval_opponents(config, symmetric) if config.eval_every else ()
         self.best: dict = {"score": None, "update": None}
         self.logger: MetricsLogger | None = None
-        self._game = None  # the EnvConfig the evaluations play, made at the first one
+        self._game: EnvConfig | None = None  # what the evaluations play, made at the first one
 
     @property
     def enabled(self) -> bool:
@@ -106,6 +110,7 @@ class Evaluator:
         cfg = self.config
         if self._game is None:
             self._game = evaluation_config(cfg.scenario, cfg.env, cfg.shooter_credit)
+        game = self._game
         payload = trainer.policy_payload()
         player = PolicyPlayer(
             policy_from_checkpoint(payload, trainer.device, "training", verify=False)
@@ -120,7 +125,7 @@ class Evaluator:
                 r = evaluate(
                     player,
                     name,
-                    self._game,
+                    game,
                     games=cfg.eval_games,
                     seed=seed,
                     a_team=None if trainer.game.symmetric else cfg.team,
