@@ -353,19 +353,14 @@ def _positive(config: PPOConfig, *names: str) -> None:
 def _check_env_fields(text: str) -> None:
     """--env's syntax and field names, before the run folder exists (values are checked when
     the game is made)."""
-    import dataclasses
-
-    from gigastep.game.types import EnvConfig, closest
+    from gigastep.game.types import check_fields
 
     from .envs import parse_overrides
 
-    fields = [f.name for f in dataclasses.fields(EnvConfig)]
-    for name in parse_overrides(text):
-        if name not in fields:
-            raise ValueError(
-                f"--env: unknown EnvConfig field {name!r} (closest: "
-                f"{', '.join(closest(name, fields))}); help(gigastep.EnvConfig) lists them"
-            )
+    try:
+        check_fields(parse_overrides(text), "--env")
+    except TypeError as err:  # one line with exit 2, like every other bad flag
+        raise ValueError(str(err)) from None
 
 
 def validate(config: PPOConfig) -> None:
