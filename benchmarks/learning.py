@@ -70,6 +70,12 @@ class Run:
     flags: tuple[str, ...] = ()
     """Extra flags of `python -m baselines.ppo`."""
     seed: int = 0
+    split: str | None = None
+    """A generalisation split (`gigastep.eval.splits`): when set, the final evaluation plays
+    `split_items` of it zero-shot (`evaluate_split`: the items' own opponents, beside the
+    split's reference players, `games` per item and opponent) instead of `opponents` on
+    `scenario`."""
+    split_items: tuple[str, ...] = ()
 
 
 # The training recipe of every run: the `cpu` preset of baselines.config (512 games x 32 steps
@@ -108,6 +114,33 @@ _MAPPO = ("--algo", "mappo", "--value-norm")
 _ENTITY_SCENARIO = "identical_5_vs_5_fobs_ent_void_disc"
 # Another family for the ablation's winner: the same 5 vs 5 with mixed agent types per team.
 _HETEROGENEOUS_SCENARIO = "special_5_vs_5_fobs_vec_void_disc"
+# Issue 55's maps result: the entity policy with the team signal on a training item of the
+# levels-ent-v1 split (16 or 1,024 procgen_dense levels; the recipe's reward_damage=1 kept
+# beside the generator), every checkpoint kept for the train and test curves, then scored on
+# the split's unseen levels and the 8 built-in maps.
+_MAPS_SPLIT = "levels-ent-v1"
+_MAPS_TESTS = ("unseen", "open", "two_rooms", "four_rooms", "center_block")
+
+
+def _levels_run(levels: int) -> Run:
+    generator = f'map_generator={{"base": "procgen_dense", "seeds": [0, {levels}]}}'
+    return Run(
+        f"s5_entity_levels_{levels}",
+        scenario="identical_5_vs_5_fobs_ent_maps_disc",
+        budgets_s=(1800.0,),
+        flags=(
+            *_TEAM,
+            "--encoder",
+            "entity",
+            "--env",
+            f"reward_damage=1,{generator}",
+            "--keep-checkpoints",
+            "0",
+        ),
+        split=_MAPS_SPLIT,
+        split_items=(f"levels-{levels}", *_MAPS_TESTS),
+    )
+
 
 PRESETS: dict[str, list[Run]] = {
     "paper": [
@@ -163,6 +196,7 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_special", scenario=_HETEROGENEOUS_SCENARIO),
         Run("s5_team_special", scenario=_HETEROGENEOUS_SCENARIO, flags=_TEAM),
     ],
+    "maps": [_levels_run(1024), _levels_run(16)],
     "quick": [
         Run(
             "s5_quick",
@@ -189,7 +223,10 @@ observation with its encoder) and the vector ones together, 10 minutes each (~11
 and seed); team: the team signal with S5 at 10 and 30 minutes (continuing the ablation's
 s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the recipe and the
 team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
-10-minute run and seed, ~33 for S5's two budgets); quick: one 60 s run
+10-minute run and seed, ~33 for S5's two budgets); maps: the entity policy with the team signal
+trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split, each scored
+on its training item, the unseen levels and the 8 built-in maps (~45 min per run and seed; the
+run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
@@ -244,6 +281,42 @@ def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
     return evaluate_checkpoint(checkpoint, run.scenario, run.opponents, games, seed)
 
 
+def _evaluate_split(checkpoint: Path, run: Run, games: int, cache: dict) -> tuple[list[dict], dict]:
+    """`run`'s split items played zero-shot: one `evaluate_player`-like row per (item,
+    opponent), its opponent named `item/opponent`, and the split's whole result (its JSON and
+    its table)."""
+    from gigastep.eval.splits import evaluate_split
+    from gigastep.eval.statistics import wilson_interval
+
+    assert run.split is not None
+    t0 = time.perf_counter()
+    result = evaluate_split(
+        run.split, str(checkpoint), items=list(run.split_items), games=games, reference_cache=cache
+    )
+    final = []
+    for r in result.rows:
+        if r.result is None:
+            raise RuntimeError(f"{checkpoint} cannot play {run.split} item {r.item}: {r.error}")
+        low, high = wilson_interval(r.result.wins, r.result.games)
+        final.append(
+            {
+                "opponent": f"{r.item}/{r.opponent}",
+                "games": r.result.games,
+                "wins": r.result.wins,
+                "draws": r.result.draws,
+                "losses": r.result.losses,
+                "win_rate": r.result.win_rate,
+                "ci_low": low,
+                "ci_high": high,
+                "normalised": r.normalised,
+                "role": r.role,
+                "eval_seed": r.result.seed,
+            }
+        )
+    split = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
+    return final, split
+
+
 def evaluate_checkpoint(
     checkpoint: Path, scenario: str, opponents, games: int, seed: int
 ) -> list[dict]:
@@ -292,6 +365,7 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
     """Train and evaluate every run; one result row per (run, budget)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    split_cache: dict = {}  # the split's reference players play each item once
     for run in runs:
         folder = out / f"{run.name}_seed{run.seed}"
         for budget in run.budgets_s:
@@ -326,9 +400,13 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                 file=log,
                 flush=True,
             )
-            final = _evaluate(
-                folder / f"checkpoint_{budget:.0f}s.pt", run, games, seed=10_000 + run.seed
-            )
+            checkpoint = folder / f"checkpoint_{budget:.0f}s.pt"
+            split = None
+            if run.split is None:
+                final = _evaluate(checkpoint, run, games, seed=10_000 + run.seed)
+            else:
+                final, split = _evaluate_split(checkpoint, run, games, split_cache)
+                print(f"[learning]   {split['table']}", file=log, flush=True)
             for f in final:
                 print(f"[learning]   {describe_final(f)}", file=log, flush=True)
             config = json.loads((folder / "config.json").read_text())
@@ -349,6 +427,8 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                     "recipe": [*RECIPE, *run.flags],
                 }
             )
+            if split is not None:
+                rows[-1]["split"] = split
             write_json(done, rows[-1])
     return rows
 

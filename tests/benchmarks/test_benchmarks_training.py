@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -367,4 +369,83 @@ def test_max_budget_drops_the_longer_budgets_and_refuses_one_below_them_all(
         learning.main([*argv, "--max-budget-s", "599"])
     assert "--max-budget-s 599: no budget of the chosen runs is that short (shortest: 600 s)" in (
         capsys.readouterr().err
+    )
+
+
+def test_the_maps_preset_trains_the_entity_policy_on_a_split_item_and_plays_the_split():
+    from baselines.envs import evaluation_config
+    from gigastep.eval.splits import load_split
+
+    runs = {r.name: r for r in learning.PRESETS["maps"]}
+    assert set(runs) == {"s5_entity_levels_16", "s5_entity_levels_1024"}
+    recipe = dataclasses.asdict(_ablation_config(learning.PRESETS["ablation"][0]))
+    split = load_split("levels-ent-v1")
+    tests = [i.id for i in split.role("test")]
+    for levels in (16, 1024):
+        run = runs[f"s5_entity_levels_{levels}"]
+        config = dataclasses.asdict(_ablation_config(run))
+        assert set(k for k, v in config.items() if v != recipe[k]) == {
+            "scenario",
+            "encoder",
+            "signal",
+            "env",
+            "keep_checkpoints",
+        }
+        assert (config["encoder"], config["signal"], config["keep_checkpoints"]) == (
+            "entity",
+            "team",
+            0,
+        )
+        assert "reward_damage=1" in config["env"]  # the recipe's shaping kept
+        # The run trains on its split item's game, and its split evaluation plays that item
+        # and every test item (the game's own reward weights: evaluation_config drops shaping).
+        (item,) = [i for i in split.items if i.id == f"levels-{levels}"]
+        assert run.split == "levels-ent-v1" and run.scenario == item.scenario
+        assert evaluation_config(run.scenario, config["env"]) == split.config(item)
+        assert list(run.split_items) == [item.id, *tests]
+        assert run.budgets_s == (1800.0,)
+
+
+def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
+    tmp_path, monkeypatch
+):
+    from gigastep.eval import splits
+
+    calls = []
+    _fake_training(monkeypatch, [])
+
+    def fake_split(split, policy, *, items, games, reference_cache):
+        calls.append((split, Path(policy).name, items, games, id(reference_cache)))
+        # What the split reads of a match: its counts, hash and seed.
+        result = SimpleNamespace(
+            wins=3, draws=1, losses=0, games=4, win_rate=0.75, scenario_hash="h", seed=7
+        )
+        row = splits.ItemResult(
+            result=result, low=result, high=result, item=items[0], role="train", opponent="random"
+        )
+        return splits.SplitResult(
+            split="s@h",
+            family="f",
+            policy="p",
+            reference=("random", "pursuit"),
+            games=4,
+            rows=[row],
+        )
+
+    monkeypatch.setattr(splits, "evaluate_split", fake_split)
+    runs = [
+        learning.Run("a", budgets_s=(10.0,), split="levels-ent-v1", split_items=("x", "y")),
+        learning.Run("b", budgets_s=(10.0,), split="levels-ent-v1", split_items=("z",)),
+    ]
+    rows = learning.run_learning(runs, tmp_path, games=4)
+    assert [c[:4] for c in calls] == [
+        ("levels-ent-v1", "checkpoint_10s.pt", ["x", "y"], 4),
+        ("levels-ent-v1", "checkpoint_10s.pt", ["z"], 4),
+    ]
+    assert calls[0][4] == calls[1][4]  # the references play once across runs
+    (final,) = rows[0]["final"]
+    assert (final["opponent"], final["wins"], final["win_rate"]) == ("x/random", 3, 0.75)
+    assert (
+        rows[0]["split"]["split"] == "s@h"
+        and "| train | x | random | 4 |" in (rows[0]["split"]["table"])
     )
