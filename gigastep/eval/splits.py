@@ -55,6 +55,7 @@ __all__ = [
     "FEW_SHOT_SEED_OFFSET",
     "FineTunable",
     "ItemResult",
+    "MIN_REFERENCE_SPAN",
     "Scored",
     "Split",
     "SplitItem",
@@ -448,6 +449,14 @@ def _parse(table: dict[str, Any], source: str) -> Split:
 # ------------------------------------------------------------------------------------------
 
 
+MIN_REFERENCE_SPAN = 0.1
+"""The least difference in points (wins + draws / 2, per game) between the two reference
+players for a row to get a normalised score. The score divides by that difference: where the
+references play alike (`random` and `pursuit` on dense procedural maps differ by 0.02-0.06
+points) it would scale a few games' noise into scores of 5 or 20. Such rows keep their win
+rate and points and are left out of the means, the gap and the IQM."""
+
+
 def _points(result: MatchResult) -> float:
     return (result.wins + 0.5 * result.draws) / result.games if result.games else math.nan
 
@@ -468,13 +477,19 @@ class Scored:
         return _points(self.result) if self.result is not None else math.nan
 
     @property
+    def reference_span(self) -> float:
+        """Points of the stronger reference minus those of the weaker (NaN without games)."""
+        return _points(self.high) - _points(self.low)
+
+    @property
     def normalised(self) -> float | None:
-        """(points - low) / (high - low); None when the references score alike or the player
-        could not play."""
-        low, high = _points(self.low), _points(self.high)
-        if self.result is None or not high != low:
+        """(points - low) / (high - low); None when the player could not play or the
+        references are less than `MIN_REFERENCE_SPAN` points apart on this row."""
+        # (the tolerance: 0.6 - 0.5 is 0.0999... in floating point)
+        if self.result is None or not abs(self.reference_span) >= MIN_REFERENCE_SPAN - 1e-12:
             return None
-        return (self.points - low) / (high - low)
+        low = _points(self.low)
+        return (self.points - low) / self.reference_span
 
     def outcomes(self) -> np.ndarray:
         """The player's points game by game (1, 1/2 or 0), for bootstrap intervals."""
@@ -586,7 +601,7 @@ class SplitResult:
                     few += f" {_fmt(shot.normalised)} |"
             lines.append(
                 f"| {r.role} | {r.item} | {r.opponent} | {n} | {win} | {points} | "
-                f"{_points(r.low):.3f} | {_points(r.high):.3f} | {_fmt(r.normalised, '')} |" + few
+                f"{_points(r.low):.3f} | {_points(r.high):.3f} | {_normalised_cell(r)} |" + few
             )
         lines.append("")
         train, test, gap = self.mean_normalised("train"), self.mean_normalised("test"), self.gap
@@ -640,6 +655,7 @@ class SplitResult:
                     "reference_low": match(r.low),
                     "reference_high": match(r.high),
                     "normalised": r.normalised,
+                    "reference_span": None if r.result is None else r.reference_span,
                     "error": r.error,
                     "few_shot": {
                         str(k): {
@@ -688,6 +704,14 @@ class SplitResult:
                 }
             }
         return {"gigastep": tasks}
+
+
+def _normalised_cell(row: Scored) -> str:
+    if row.result is None:
+        return ""
+    if row.normalised is None:
+        return f"refs {row.reference_span:.3f} apart"
+    return f"{row.normalised:.3f}"
 
 
 def _fmt(value: float | None, missing: str = "n/a") -> str:

@@ -167,6 +167,18 @@ def test_the_normalised_score_is_hand_computed():
     assert same.normalised is None  # the references cannot tell 0 from 1
 
 
+def test_references_less_than_a_tenth_of_a_point_apart_give_no_normalised_score():
+    # 20 games: the weaker reference 10 wins (0.5 points), the stronger 11 (0.55) or 12 (0.6)
+    close = ItemResult(_match(15, 0, 5), _match(10, 0, 10), _match(11, 0, 9), role="test")
+    assert close.reference_span == pytest.approx(0.05) and close.normalised is None
+    apart = ItemResult(_match(15, 0, 5), _match(10, 0, 10), _match(12, 0, 8), role="test")
+    assert apart.normalised == pytest.approx((0.75 - 0.5) / 0.1)  # 2.5, at the threshold
+    result = SplitResult("t@x", "maps", "p", ("random", "pursuit"), 20, [close, apart])
+    assert result.mean_normalised("test") == pytest.approx(2.5)  # the close row left out
+    assert "| refs 0.050 apart |" in result.table()
+    assert result.to_json()["rows"][0]["reference_span"] == pytest.approx(0.05)
+
+
 def test_gap_and_test_iqm_are_hand_computed():
     low, high = _match(0, 0, 4), _match(4, 0, 0)  # points 0 and 1: normalised = points
     rows = [ItemResult(_match(3, 0, 1), low, high, item="tr", role="train")]  # 0.75
