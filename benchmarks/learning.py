@@ -225,7 +225,7 @@ s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the
 team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
 10-minute run and seed, ~33 for S5's two budgets); maps: the entity policy with the team signal
 trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split, each scored
-on its training item, the unseen levels and the 8 built-in maps (~45 min per run and seed; the
+on its training item, the unseen levels and the 8 built-in maps (~37 min per run and seed; the
 run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
