@@ -82,6 +82,7 @@ def curve_rows(
         table = result.to_json()
         rows.append(
             {
+                "win_rate": _mean_win_rates(table["rows"]),
                 "run": str(folder),
                 "checkpoint": path.name,
                 "update": ckpt["update"],
@@ -96,8 +97,38 @@ def curve_rows(
     return rows
 
 
-def plot_curves(rows: list[dict[str, Any]], split_label: str, path: Path) -> None:
-    """curves.png: mean normalised training and test scores against agent-steps."""
+def _mean_win_rates(table_rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """role -> opponent -> the mean win rate of that role's rows against that opponent (rows
+    the policy could not play left out)."""
+    rates: dict[str, dict[str, list[float]]] = {}
+    for r in table_rows:
+        match = r.get("policy")
+        if match and match["games"]:
+            per_role = rates.setdefault(r["role"], {})
+            per_role.setdefault(r["opponent"], []).append(match["wins"] / match["games"])
+    return {role: {opp: sum(v) / len(v) for opp, v in per.items()} for role, per in rates.items()}
+
+
+def _series(rows: list[dict[str, Any]], metric: str) -> dict[str, list[float | None]]:
+    """label -> one value per row: 'train' and 'test' (mean normalised score), or 'train vs
+    OPPONENT' and 'test vs OPPONENT' (mean win rate)."""
+    if metric == "normalised":
+        return {role: [r[role] for r in rows] for role in ("train", "test")}
+    labels = sorted(
+        {(role, opp) for r in rows for role, per in r["win_rate"].items() for opp in per},
+        key=lambda k: (k[1], k[0] != "train"),
+    )
+    return {
+        f"{role} vs {opp}": [r["win_rate"].get(role, {}).get(opp) for r in rows]
+        for role, opp in labels
+    }
+
+
+def plot_curves(
+    rows: list[dict[str, Any]], split_label: str, path: Path, metric: str = "normalised"
+) -> None:
+    """curves.png: mean normalised training and test scores (or, with metric 'win_rate', the
+    mean win rates against each opponent) against agent-steps."""
     from matplotlib.ticker import EngFormatter
 
     from benchmarks.plot import _pyplot, save_figure
@@ -109,15 +140,21 @@ def plot_curves(rows: list[dict[str, Any]], split_label: str, path: Path) -> Non
         mine = [r for r in rows if r["run"] == run]
         steps = [r["agent_steps"] for r in mine]
         colour = f"C{i % 10}"
-        for role, style in (("train", "-"), ("test", "--")):
-            values = [r[role] for r in mine]
+        markers = iter(".x^sv*")
+        for label, values in _series(mine, metric).items():
             if any(v is not None for v in values):
-                label = f"{Path(run).name}: {role}"
-                ax.plot(steps, values, style, color=colour, marker=".", label=label)
+                style = "-" if label.startswith("train") else "--"
+                marker = "." if metric == "normalised" else next(markers, ".")
+                name = f"{Path(run).name}: {label}"
+                ax.plot(steps, values, style, color=colour, marker=marker, label=name)
     ax.axhline(0.0, color="0.6", lw=0.8)
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.set_xlabel("agent-steps of training")
-    ax.set_ylabel("mean normalised score (0: random, 1: pursuit)")
+    ax.set_ylabel(
+        "mean normalised score (0: random, 1: pursuit)"
+        if metric == "normalised"
+        else "mean win rate"
+    )
     ax.xaxis.set_major_formatter(EngFormatter())
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="x-small")
@@ -138,6 +175,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--games", type=int, default=128, help="games per item and opponent")
     parser.add_argument("--points", type=int, default=8, help="checkpoints per run, at most")
     parser.add_argument("--out", default="results/split_curves", help="folder of the outputs")
+    parser.add_argument(
+        "--metric",
+        choices=("normalised", "win_rate"),
+        default="normalised",
+        help="what curves.png draws: the mean normalised score per role, or the mean win rate "
+        "per role and opponent (for items whose references play alike, which have no "
+        "normalised score)",
+    )
     args = parser.parse_args(argv)
     for name in ("games", "points"):
         value = getattr(args, name)
@@ -172,7 +217,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         out / "curves.json",
         {"split": split.label, "games": args.games, "machine": run_info(), "rows": rows},
     )
-    plot_curves(rows, split.label, out / "curves.png")
+    plot_curves(rows, split.label, out / "curves.png", args.metric)
     print(f"wrote {out / 'curves.json'} and {out / 'curves.png'}", file=sys.stderr)
     return rows
 

@@ -44,7 +44,21 @@ class _Result:
         return self.mean_normalised("train") - 0.4
 
     def to_json(self):
-        return {"rows": [{"item": "unseen", "normalised": 0.4}]}
+        won = {"wins": 3, "games": 4}
+        return {
+            "rows": [
+                {"item": "l", "role": "train", "opponent": "random", "policy": won},
+                {"item": "u", "role": "test", "opponent": "random", "policy": won},
+                {"item": "u", "role": "test", "opponent": "pursuit", "policy": won},
+                {
+                    "item": "v",
+                    "role": "test",
+                    "opponent": "pursuit",
+                    "policy": {"wins": 1, "games": 4},
+                },
+                {"item": "w", "role": "test", "opponent": "pursuit", "policy": None},  # cannot play
+            ]
+        }
 
 
 def test_main_scores_every_point_shares_the_reference_cache_and_writes_json_and_png(
@@ -73,9 +87,19 @@ def test_main_scores_every_point_shares_the_reference_cache_and_writes_json_and_
         (30, 30_000, 0.53, 0.4),
     ]
     assert rows[2]["gap"] == pytest.approx(0.13)
+    # mean win rates per role and opponent: (3/4 + 1/4) / 2 against pursuit on the test rows
+    assert rows[0]["win_rate"] == {
+        "train": {"random": 0.75},
+        "test": {"random": 0.75, "pursuit": 0.5},
+    }
     assert len(caches) == 1 and all(c[1:] == (["levels-16", "unseen"], 4) for c in calls)
     data = json.loads((out / "curves.json").read_text())
     assert data["split"].startswith("levels-v1@") and len(data["rows"]) == 3
+    assert Image.open(out / "curves.png").size[0] > 300
+    series = split_curves._series(rows, "win_rate")  # by opponent, training first
+    assert list(series) == ["test vs pursuit", "train vs random", "test vs random"]
+    assert series["test vs pursuit"] == [0.5, 0.5, 0.5]
+    split_curves.main([*argv, *map(str, folders), "--out", str(out), "--metric", "win_rate"])
     assert Image.open(out / "curves.png").size[0] > 300
 
 
