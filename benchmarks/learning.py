@@ -121,6 +121,12 @@ _HETEROGENEOUS_SCENARIO = "special_5_vs_5_fobs_vec_void_disc"
 _MAPS_SPLIT = "levels-ent-v1"
 _MAPS_TESTS = ("unseen", "open", "two_rooms", "four_rooms", "center_block")
 
+# Issue 55's opponents result: the ablation's winner (S5, team signal) trained 10 minutes
+# against the opponents-v1 split's training opponents only, in equal parts, then scored
+# zero-shot against its held-out ones (and the training ones).
+_OPPONENTS_SPLIT = "opponents-v1"
+_SEEN_OPPONENTS = "random:0.5,circle:0.5"
+
 
 def _levels_run(levels: int) -> Run:
     generator = f'map_generator={{"base": "procgen_dense", "seeds": [0, {levels}]}}'
@@ -197,6 +203,14 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_team_special", scenario=_HETEROGENEOUS_SCENARIO, flags=_TEAM),
     ],
     "maps": [_levels_run(1024), _levels_run(16)],
+    "opponents": [
+        Run(
+            "s5_team_seen_opponents",
+            flags=(*_TEAM, "--opponent", _SEEN_OPPONENTS),
+            split=_OPPONENTS_SPLIT,
+            split_items=("seen", "unseen"),
+        )
+    ],
     "quick": [
         Run(
             "s5_quick",
@@ -223,10 +237,12 @@ observation with its encoder) and the vector ones together, 10 minutes each (~11
 and seed); team: the team signal with S5 at 10 and 30 minutes (continuing the ablation's
 s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the recipe and the
 team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
-10-minute run and seed, ~33 for S5's two budgets); maps: the entity policy with the team signal
-trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split, each scored
-on its training item, the unseen levels and the 8 built-in maps (~37 min per run and seed; the
-run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
+10-minute run and seed, ~33 for S5's two budgets); opponents: the team signal with S5 trained
+10 minutes against `random` and `circle` only and scored on the opponents-v1 split, those two
+and the held-out `pursuit` and `evade` (~16 min per seed); maps: the entity policy with the
+team signal trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split,
+each scored on its training item, the unseen levels and the 8 built-in maps (~37 min per run
+and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
@@ -282,11 +298,9 @@ def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
 
 
 def _evaluate_split(checkpoint: Path, run: Run, games: int, cache: dict) -> tuple[list[dict], dict]:
-    """`run`'s split items played zero-shot: one `evaluate_player`-like row per (item,
-    opponent), its opponent named `item/opponent`, and the split's whole result (its JSON and
-    its table)."""
+    """`run`'s split items played zero-shot: one `evaluate_player` row per (item, opponent),
+    its opponent named `item/opponent`, and the split's whole result (its JSON and its table)."""
     from gigastep.eval.splits import evaluate_split
-    from gigastep.eval.statistics import wilson_interval
 
     assert run.split is not None
     t0 = time.perf_counter()
@@ -297,24 +311,28 @@ def _evaluate_split(checkpoint: Path, run: Run, games: int, cache: dict) -> tupl
     for r in result.rows:
         if r.result is None:
             raise RuntimeError(f"{checkpoint} cannot play {run.split} item {r.item}: {r.error}")
-        low, high = wilson_interval(r.result.wins, r.result.games)
-        final.append(
-            {
-                "opponent": f"{r.item}/{r.opponent}",
-                "games": r.result.games,
-                "wins": r.result.wins,
-                "draws": r.result.draws,
-                "losses": r.result.losses,
-                "win_rate": r.result.win_rate,
-                "ci_low": low,
-                "ci_high": high,
-                "normalised": r.normalised,
-                "role": r.role,
-                "eval_seed": r.result.seed,
-            }
-        )
-    split = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
+        row = _match_row(r.result, f"{r.item}/{r.opponent}")
+        final.append({**row, "normalised": r.normalised, "role": r.role})
+    table = result.table()
+    split = {**result.to_json(), "table": table, "eval_s": time.perf_counter() - t0}
     return final, split
+
+
+def _match_row(result, opponent: str) -> dict:
+    """A match's counts, win rate and Wilson interval as one row of the results."""
+    low, high = result.win_rate_ci
+    return {
+        "opponent": opponent,
+        "games": result.games,
+        "wins": result.wins,
+        "draws": result.draws,
+        "losses": result.losses,
+        "win_rate": result.win_rate,
+        "ci_low": low,
+        "ci_high": high,
+        "unfinished": result.unfinished,
+        "eval_seed": result.seed,
+    }
 
 
 def evaluate_checkpoint(
@@ -334,22 +352,7 @@ def evaluate_player(player, scenario: str, opponents, games: int, seed: int) -> 
     for opponent in opponents:
         t0 = time.perf_counter()
         result = evaluate(player, opponent, scenario, games=games, seed=seed)
-        low, high = result.win_rate_ci
-        final.append(
-            {
-                "opponent": opponent,
-                "games": result.games,
-                "wins": result.wins,
-                "draws": result.draws,
-                "losses": result.losses,
-                "win_rate": result.win_rate,
-                "ci_low": low,
-                "ci_high": high,
-                "unfinished": result.unfinished,
-                "eval_s": time.perf_counter() - t0,
-                "eval_seed": seed,
-            }
-        )
+        final.append({**_match_row(result, opponent), "eval_s": time.perf_counter() - t0})
     return final
 
 

@@ -406,6 +406,26 @@ def test_the_maps_preset_trains_the_entity_policy_on_a_split_item_and_plays_the_
         assert run.budgets_s == (1800.0,)
 
 
+def test_the_opponents_preset_trains_against_the_split_training_opponents_only():
+    from baselines.envs import evaluation_config
+    from gigastep.eval.splits import load_split
+
+    (run,) = learning.PRESETS["opponents"]
+    recipe = dataclasses.asdict(_ablation_config(learning.PRESETS["ablation"][0]))
+    config = dataclasses.asdict(_ablation_config(run))
+    assert set(k for k, v in config.items() if v != recipe[k]) == {"signal", "opponent"}
+    assert (config["signal"], config["opponent"]) == ("team", "random:0.5,circle:0.5")
+    split = load_split("opponents-v1")
+    items = {i.id: i for i in split.items}
+    assert run.split == "opponents-v1" and list(run.split_items) == ["seen", "unseen"]
+    # Trained on the training item's opponents and game; the test item's opponents unseen.
+    assert set(items["seen"].opponents) == {"random", "circle"}
+    assert not set(items["unseen"].opponents) & {"random", "circle"}
+    for item in items.values():
+        assert evaluation_config(run.scenario, config["env"]) == split.config(item)
+    assert run.budgets_s == (600.0,)
+
+
 def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
     tmp_path, monkeypatch
 ):
@@ -418,7 +438,15 @@ def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
         calls.append((split, Path(policy).name, items, games, id(reference_cache)))
         # What the split reads of a match: its counts, hash and seed.
         result = SimpleNamespace(
-            wins=3, draws=1, losses=0, games=4, win_rate=0.75, scenario_hash="h", seed=7
+            wins=3,
+            draws=1,
+            losses=0,
+            games=4,
+            win_rate=0.75,
+            win_rate_ci=(0.3, 0.95),
+            unfinished=0,
+            scenario_hash="h",
+            seed=7,
         )
         row = splits.ItemResult(
             result=result, low=result, high=result, item=items[0], role="train", opponent="random"
@@ -445,6 +473,7 @@ def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
     assert calls[0][4] == calls[1][4]  # the references play once across runs
     (final,) = rows[0]["final"]
     assert (final["opponent"], final["wins"], final["win_rate"]) == ("x/random", 3, 0.75)
+    assert (final["ci_low"], final["ci_high"], final["role"]) == (0.3, 0.95, "train")
     assert (
         rows[0]["split"]["split"] == "s@h"
         and "| train | x | random | 4 |" in (rows[0]["split"]["table"])
