@@ -239,7 +239,7 @@ s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the
 team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
 10-minute run and seed, ~33 for S5's two budgets); opponents: the team signal with S5 trained
 10 minutes against `random` and `circle` only and scored on the opponents-v1 split, those two
-and the held-out `pursuit` and `evade` (~16 min per seed); maps: the entity policy with the
+and the held-out `pursuit` and `evade` (~12.5 min per seed); maps: the entity policy with the
 team signal trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split,
 each scored on its training item, the unseen levels and the 8 built-in maps (~37 min per run
 and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
@@ -313,8 +313,7 @@ def _evaluate_split(checkpoint: Path, run: Run, games: int, cache: dict) -> tupl
             raise RuntimeError(f"{checkpoint} cannot play {run.split} item {r.item}: {r.error}")
         row = _match_row(r.result, f"{r.item}/{r.opponent}")
         final.append({**row, "normalised": r.normalised, "role": r.role})
-    table = result.table()
-    split = {**result.to_json(), "table": table, "eval_s": time.perf_counter() - t0}
+    split = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
     return final, split
 
 
