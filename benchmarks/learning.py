@@ -76,6 +76,9 @@ class Run:
     split's reference players, `games` per item and opponent) instead of `opponents` on
     `scenario`."""
     split_items: tuple[str, ...] = ()
+    init_from: str | None = None
+    """A run of the same preset whose latest checkpoint (same seed and `--out`) this run starts
+    from (`--init-from`): a curriculum in stages, each run one stage."""
 
 
 # The training recipe of every run: the `cpu` preset of baselines.config (512 games x 32 steps
@@ -126,6 +129,48 @@ _MAPS_TESTS = ("unseen", "open", "two_rooms", "four_rooms", "center_block")
 # zero-shot against its held-out ones (and the training ones).
 _OPPONENTS_SPLIT = "opponents-v1"
 _SEEN_OPPONENTS = "random:0.5,circle:0.5"
+
+
+# Issue 55's sizes result: the same S5 with the team signal on sizes-drawn-v1's training items
+# (3 vs 3 for 15 minutes, then 5 vs 5 for 15 minutes from those weights: one team draw cannot
+# give both sizes without the held-out 5 vs 3 and 4 vs 4), read once through the entity
+# encoder and once as the roster's vector observation by the fixed-size MLP encoder
+# (sizes-drawn-vec-v1, the same games), then scored on every item. Width 64 and 256 games per
+# update (the sizes-ent-v1 runs' size): each update of the 20-slot roster costs about twice a
+# 5 vs 5 one.
+_SIZES_ITEMS = ("3v3", "5v5", "2v2", "4v4", "8v8", "5v3")
+_SIZES_SMALL = ("--hidden", "64", *_HALF_BATCH)
+
+
+def _team_draw(size: int) -> str:
+    return f'reward_damage=1,team_draw={{"sizes": [[{size}, {size}], [{size}, {size}]]}}'
+
+
+def _sizes_runs(observation: str) -> list[Run]:
+    """The two stages of the sizes curriculum on `observation` (`ent` or `vec`)."""
+    split = "sizes-drawn-v1" if observation == "ent" else "sizes-drawn-vec-v1"
+    common = {
+        "scenario": f"identical_3-10_vs_3-10_fobs_{observation}_void_disc",
+        "budgets_s": (900.0,),
+        "split": split,
+    }
+    encoder = ("--encoder", "entity" if observation == "ent" else "mlp")
+    first = f"s5_{observation}_sizes_3v3"
+    return [
+        Run(
+            first,
+            flags=(*_TEAM, *_SIZES_SMALL, *encoder, "--env", _team_draw(3)),
+            split_items=("3v3",),
+            **common,
+        ),
+        Run(
+            f"s5_{observation}_sizes",
+            flags=(*_TEAM, *_SIZES_SMALL, *encoder, "--env", _team_draw(5)),
+            split_items=_SIZES_ITEMS,
+            init_from=first,
+            **common,
+        ),
+    ]
 
 
 def _levels_run(levels: int) -> Run:
@@ -203,6 +248,7 @@ PRESETS: dict[str, list[Run]] = {
         Run("s5_team_special", scenario=_HETEROGENEOUS_SCENARIO, flags=_TEAM),
     ],
     "maps": [_levels_run(1024), _levels_run(16)],
+    "sizes": [*_sizes_runs("ent"), *_sizes_runs("vec")],
     "opponents": [
         Run(
             "s5_team_seen_opponents",
@@ -242,15 +288,19 @@ team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes
 and the held-out `pursuit` and `evade` (~12.5 min per seed); maps: the entity policy with the
 team signal trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split,
 each scored on its training item, the unseen levels and the 8 built-in maps (~37 min per run
-and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); quick: one 60 s run
+and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); sizes: S5
+with the team signal, 15 minutes on 3 vs 3 and then 15 on 5 vs 5 of the sizes-drawn-v1 roster,
+once with the entity encoder and once with the vector observation and the fixed-size encoder
+(sizes-drawn-vec-v1), each scored on its split's every item (~75 min per seed); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
-def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:
+def _ppo(run: Run, out: Path, budget: float, resume: bool, init_from: Path | None = None) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     if resume:
         args = ["--resume", "--out", str(out), "--time-budget-s", str(budget)]
     else:
+        start = () if init_from is None else ("--init-from", str(init_from))
         args = [
             *RECIPE,
             "--policy",
@@ -264,6 +314,7 @@ def _ppo(run: Run, out: Path, budget: float, resume: bool) -> None:
             "--out",
             str(out),
             *run.flags,
+            *start,
         ]
     proc = subprocess.run(
         [sys.executable, "-m", "baselines.ppo", *args, "--no-progress"],
@@ -367,7 +418,8 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
     """Train and evaluate every run; one result row per (run, budget)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    split_cache: dict = {}  # the split's reference players play each item once
+    # Per split, its reference players play each item once.
+    split_caches: dict[str, dict] = {}
     for run in runs:
         folder = out / f"{run.name}_seed{run.seed}"
         for budget in run.budgets_s:
@@ -391,7 +443,7 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                 flush=True,
             )
             if trained_s < budget:
-                _ppo(run, folder, budget, resume=started)
+                _ppo(run, folder, budget, started, _stage_start(run, out, started))
             # The next budget continues this checkpoint; keep a copy of this one so that its
             # evaluation can be redone.
             shutil.copyfile(folder / "checkpoint.pt", folder / f"checkpoint_{budget:.0f}s.pt")
@@ -407,7 +459,9 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
             if run.split is None:
                 final = _evaluate(checkpoint, run, games, seed=10_000 + run.seed)
             else:
-                final, split = _evaluate_split(checkpoint, run, games, split_cache)
+                final, split = _evaluate_split(
+                    checkpoint, run, games, split_caches.setdefault(run.split, {})
+                )
                 print(f"[learning]   {split['table']}", file=log, flush=True)
             for f in final:
                 print(f"[learning]   {describe_final(f)}", file=log, flush=True)
@@ -427,12 +481,26 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                     "final": final,
                     "run_dir": str(folder),
                     "recipe": [*RECIPE, *run.flags],
+                    "starts_from": run.init_from,
                 }
             )
             if split is not None:
                 rows[-1]["split"] = split
             write_json(done, rows[-1])
     return rows
+
+
+def _stage_start(run: Run, out: Path, resume: bool) -> Path | None:
+    """The checkpoint a fresh run of a later stage starts from (None: from scratch)."""
+    if run.init_from is None or resume:
+        return None
+    start = out / f"{run.init_from}_seed{run.seed}" / "checkpoint.pt"
+    if not start.is_file():
+        raise ValueError(
+            f"{run.name} starts from the checkpoint of run {run.init_from}, but {start} does not "
+            f"exist: run {run.init_from} first (same seed and --out)"
+        )
+    return start
 
 
 def json_checkpoint_info(folder: Path) -> dict:

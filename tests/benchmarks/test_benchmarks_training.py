@@ -240,8 +240,8 @@ def _fake_training(monkeypatch, calls):
     """`_ppo` records (budget, resume) and leaves a run folder as the trainer would; the
     evaluation is replaced by one fixed row."""
 
-    def ppo(run, out, budget, resume):
-        calls.append((budget, resume))
+    def ppo(run, out, budget, resume, init_from=None):
+        calls.append((budget, resume) if init_from is None else (budget, resume, init_from))
         out.mkdir(parents=True, exist_ok=True)
         (out / "checkpoint.pt").write_bytes(b"")
         (out / "config.json").write_text(json.dumps({"scenario_hash": "h"}))
@@ -464,13 +464,16 @@ def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
     runs = [
         learning.Run("a", budgets_s=(10.0,), split="levels-ent-v1", split_items=("x", "y")),
         learning.Run("b", budgets_s=(10.0,), split="levels-ent-v1", split_items=("z",)),
+        learning.Run("c", budgets_s=(10.0,), split="sizes-drawn-v1", split_items=("z",)),
     ]
     rows = learning.run_learning(runs, tmp_path, games=4)
     assert [c[:4] for c in calls] == [
         ("levels-ent-v1", "checkpoint_10s.pt", ["x", "y"], 4),
         ("levels-ent-v1", "checkpoint_10s.pt", ["z"], 4),
+        ("sizes-drawn-v1", "checkpoint_10s.pt", ["z"], 4),
     ]
-    assert calls[0][4] == calls[1][4]  # the references play once across runs
+    assert calls[0][4] == calls[1][4]  # the references play once across runs of a split
+    assert calls[2][4] != calls[0][4]  # ... and not for another split's items of the same ids
     (final,) = rows[0]["final"]
     assert (final["opponent"], final["wins"], final["win_rate"]) == ("x/random", 3, 0.75)
     assert (final["ci_low"], final["ci_high"], final["role"]) == (0.3, 0.95, "train")
@@ -478,3 +481,51 @@ def test_a_split_run_is_evaluated_on_its_split_items_with_one_reference_cache(
         rows[0]["split"]["split"] == "s@h"
         and "| train | x | random | 4 |" in (rows[0]["split"]["table"])
     )
+
+
+def test_a_later_stage_starts_from_the_first_stage_checkpoint_and_needs_it(tmp_path, monkeypatch):
+    calls = []
+    _fake_training(monkeypatch, calls)
+    first = learning.Run("a", budgets_s=(10.0,))
+    second = learning.Run("b", budgets_s=(10.0,), init_from="a")
+    with pytest.raises(ValueError, match=r"b starts from the checkpoint of run a, but .*a_seed0"):
+        learning.run_learning([second], tmp_path, games=4)
+    assert calls == []  # refused before training
+    rows = learning.run_learning([first, second], tmp_path, games=4)
+    assert calls == [(10.0, False), (10.0, False, tmp_path / "a_seed0" / "checkpoint.pt")]
+    assert [r["starts_from"] for r in rows] == [None, "a"]
+
+
+def test_the_sizes_preset_trains_both_observations_on_the_split_training_sizes_in_stages():
+    from baselines.envs import evaluation_config
+    from gigastep.eval.splits import load_split
+
+    runs = {r.name: r for r in learning.PRESETS["sizes"]}
+    assert list(runs) == ["s5_ent_sizes_3v3", "s5_ent_sizes", "s5_vec_sizes_3v3", "s5_vec_sizes"]
+    recipe = dataclasses.asdict(_ablation_config(learning.PRESETS["ablation"][0]))
+    changed = {"scenario", "encoder", "signal", "env", "hidden", "num_envs", "minibatches"}
+    configs = {}
+    for observation, split_name, encoder in (
+        ("ent", "sizes-drawn-v1", "entity"),
+        ("vec", "sizes-drawn-vec-v1", "mlp"),
+    ):
+        split = load_split(split_name)
+        items = {i.id: i for i in split.items}
+        first, second = runs[f"s5_{observation}_sizes_3v3"], runs[f"s5_{observation}_sizes"]
+        assert (first.init_from, second.init_from) == (None, first.name)
+        for run, size in ((first, "3v3"), (second, "5v5")):
+            config = dataclasses.asdict(_ablation_config(run))
+            assert set(k for k, v in config.items() if v != recipe[k]) == changed
+            assert (config["signal"], config["encoder"], config["hidden"]) == ("team", encoder, 64)
+            assert (config["num_envs"], config["minibatches"]) == (256, 4)
+            assert "reward_damage=1" in config["env"]
+            # Each stage trains on its split item's game; the split's held-out sizes never.
+            assert run.split == split_name and run.budgets_s == (900.0,)
+            assert evaluation_config(run.scenario, config["env"]) == split.config(items[size])
+            configs[observation, size] = config
+        assert list(first.split_items) == ["3v3"]
+        assert sorted(second.split_items) == sorted(items)
+    # The two policies differ in their observation and encoder only.
+    for size in ("3v3", "5v5"):
+        ent, vec = configs["ent", size], configs["vec", size]
+        assert {k for k in ent if ent[k] != vec[k]} == {"scenario", "encoder"}

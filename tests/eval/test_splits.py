@@ -3,6 +3,7 @@ zero-shot protocol and its scores."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -35,6 +36,7 @@ FROZEN = {
     "opponents-v1": "23f614125b8c",
     "sensing-v1": "4fb6ca5ab22f",
     "sizes-drawn-v1": "f5ff20844cc2",
+    "sizes-drawn-vec-v1": "54644588dbb8",
     "sizes-v1": "d6ab374d9632",
     "sizes-ent-v1": "6333a555f1de",
 }
@@ -397,6 +399,18 @@ def test_the_drawn_sizes_split_plays_one_size_per_item():
     split = load_split("sizes-drawn-v1")
     sizes = {i.id: split.config(i).team_draw.sizes for i in split.items}
     assert sizes["5v3"] == ((5, 5), (3, 3)) and sizes["8v8"] == ((8, 8), (8, 8))
+
+
+def test_the_drawn_sizes_vector_twin_plays_the_same_games_on_the_vector_observation():
+    ent, vec = load_split("sizes-drawn-v1"), load_split("sizes-drawn-vec-v1")
+    assert [(i.id, i.role, i.seed, i.opponents) for i in ent.items] == [
+        (i.id, i.role, i.seed, i.opponents) for i in vec.items
+    ]
+    for a, b in zip(ent.items, vec.items, strict=True):
+        assert b.scenario == a.scenario.replace("_fobs_ent_", "_fobs_vec_") != a.scenario
+        ca, cb = ent.config(a), vec.config(b)
+        assert ca.team_draw == cb.team_draw and ca.obs_type == "entity"
+        assert dataclasses.replace(ca, obs_type=cb.obs_type) == cb  # nothing else differs
 
 
 def _levels_split(train: str, test: str) -> str:
