@@ -136,8 +136,7 @@ _SEEN_OPPONENTS = "random:0.5,circle:0.5"
 # give both sizes without the held-out 5 vs 3 and 4 vs 4), read once through the entity
 # encoder and once as the roster's vector observation by the fixed-size MLP encoder
 # (sizes-drawn-vec-v1, the same games), then scored on every item. Width 64 and 256 games per
-# update (the sizes-ent-v1 runs' size): each update of the 20-slot roster costs about twice a
-# 5 vs 5 one.
+# update, the size of the sizes-ent-v1 runs (every game holds the roster's 20 slots).
 _SIZES_ITEMS = ("3v3", "5v5", "2v2", "4v4", "8v8", "5v3")
 _SIZES_SMALL = ("--hidden", "64", *_HALF_BATCH)
 
@@ -154,18 +153,18 @@ def _sizes_runs(observation: str) -> list[Run]:
         "budgets_s": (900.0,),
         "split": split,
     }
-    encoder = ("--encoder", "entity" if observation == "ent" else "mlp")
+    flags = (*_TEAM, *_SIZES_SMALL, "--encoder", "entity" if observation == "ent" else "mlp")
     first = f"s5_{observation}_sizes_3v3"
     return [
         Run(
             first,
-            flags=(*_TEAM, *_SIZES_SMALL, *encoder, "--env", _team_draw(3)),
+            flags=(*flags, "--env", _team_draw(3)),
             split_items=("3v3",),
             **common,
         ),
         Run(
             f"s5_{observation}_sizes",
-            flags=(*_TEAM, *_SIZES_SMALL, *encoder, "--env", _team_draw(5)),
+            flags=(*flags, "--env", _team_draw(5)),
             split_items=_SIZES_ITEMS,
             init_from=first,
             **common,
@@ -291,7 +290,7 @@ each scored on its training item, the unseen levels and the 8 built-in maps (~37
 and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); sizes: S5
 with the team signal, 15 minutes on 3 vs 3 and then 15 on 5 vs 5 of the sizes-drawn-v1 roster,
 once with the entity encoder and once with the vector observation and the fixed-size encoder
-(sizes-drawn-vec-v1), each scored on its split's every item (~75 min per seed); quick: one 60 s run
+(sizes-drawn-vec-v1), each scored on its split's every item (~71 min per seed); quick: one 60 s run
 against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
 
 
