@@ -214,13 +214,18 @@ class OpponentSpec:
     weight: float
     path: str | None = None
     """The checkpoint of a "file" opponent."""
+    tail: int = 1
+    """Path components of a "file" opponent's label: the fewest that tell it from the mix's
+    other files (`runs/a/checkpoint.pt` and `runs/b/checkpoint.pt` are `file:a/checkpoint` and
+    `file:b/checkpoint`)."""
 
     @property
     def label(self) -> str:
         """Name used in metrics (win_rate/<label>)."""
         if self.kind != "file":
             return self.kind
-        return "file:" + os.path.splitext(os.path.basename(str(self.path)))[0]
+        parts = os.path.splitext(os.path.normpath(str(self.path)))[0].split(os.sep)
+        return "file:" + "/".join(parts[-self.tail :])
 
 
 SCRIPTED = ("random", "circle", "pursuit", "evade")
@@ -267,11 +272,25 @@ def parse_opponents(text: str, symmetric: bool) -> tuple[OpponentSpec, ...]:
             )
     if not specs:
         raise ValueError(f"the opponent mix {text!r} is empty")
+    specs = _distinct_file_labels(specs)
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"opponent mix {text!r} names a kind twice")
     total = sum(s.weight for s in specs)
     return tuple(dataclasses.replace(s, weight=s.weight / total) for s in specs)
+
+
+def _distinct_file_labels(specs: list[OpponentSpec]) -> list[OpponentSpec]:
+    """`specs` with each file opponent's label as long as it takes to tell the files apart
+    (the same file twice keeps one label, refused as a kind named twice)."""
+    files = [s for s in specs if s.kind == "file"]
+    paths = {os.path.normpath(str(s.path)) for s in files}
+    for tail in range(1, 1 + max((p.count(os.sep) + 1 for p in paths), default=1)):
+        labelled = [dataclasses.replace(s, tail=tail) for s in files]
+        if len({s.label for s in labelled}) == len(paths):
+            break
+    swap = dict(zip(map(id, files), labelled, strict=True)) if files else {}
+    return [swap.get(id(s), s) for s in specs]
 
 
 PRESETS: dict[str, dict] = {

@@ -241,22 +241,29 @@ def make_plan(config: PPOConfig, game: GameSpec) -> MatchPlan:
     return MatchPlan(slices, frozen, b)
 
 
+# What a frozen checkpoint must share with the run to play in its games: the observations it
+# reads and the actions it writes. Its architecture is its own (the frozen player is built from
+# the file's spec), so a pool may mix cores, widths and action heads.
+_GAME_FIELDS = ("obs_type", "vector_size", "image_shape", "n_types", "discrete")
+
+
 def check_file_opponent(path, theirs: PolicySpec, mine: PolicySpec) -> None:
     """Raise unless the policy of checkpoint `path` (`theirs`) can play in a run of policy
-    `mine`: the same observations, actions and architecture (a central critic may differ:
-    an opponent only acts).
+    `mine`: the same observations and actions (`_GAME_FIELDS`; with entity observations the
+    row count may differ, the entity encoder reads any number of rows). Its architecture may
+    differ.
 
     Raises:
         ValueError: naming each differing field, with the file's and the run's values.
     """
-    a = {k: v for k, v in mine.to_dict().items() if k != "central_critic"}
-    b = {k: v for k, v in theirs.to_dict().items() if k != "central_critic"}
-    if a != b:
-        diff = {k: (b.get(k), a[k]) for k in a if b.get(k) != a[k]}
+    fields = [f for f in _GAME_FIELDS if not (f == "vector_size" and mine.obs_type == "entity")]
+    a, b = mine.to_dict(), theirs.to_dict()
+    diff = {k: (b.get(k), a[k]) for k in fields if b.get(k) != a[k]}
+    if diff:
         raise ValueError(
-            f"opponent {path} cannot play here: its policy differs from this run's in {diff} "
-            "(file vs run; the opponent must have this run's observations, actions and "
-            "architecture flags)"
+            f"opponent {path} cannot play here: its observations or actions differ from this "
+            f"run's in {diff} (file vs run; a checkpoint opponent must have been trained on "
+            "this run's observations and actions)"
         )
 
 

@@ -290,16 +290,16 @@ class Trainer:
     def _frozen_player(self, name, opponent, vocab) -> FrozenPlayer | PoolPlayer:
         rows = Rows.of(self.plan.blocks(name), self.game, vocab, self.device, self.games)
         types = one_hot(rows.type_id, self.spec.n_types)
-        args = (name, self.spec, rows, types, self.device, self.config.norm_obs)
-        if opponent.kind == "pool":
-            return PoolPlayer(*args)
-        player = FrozenPlayer(*args)
-        if opponent.kind == "file":
-            policy = load_policy(opponent.path, self.device)
-            check_file_opponent(opponent.path, policy.spec, self.spec)
-            team = next(iter(policy.teams))
-            model, norm = policy.nets[team].state_dict(), policy.normalizers[team].state_dict()
-            player.load(model, norm, opponent.path)
+        if opponent.kind != "file":
+            args = (name, self.spec, rows, types, self.device, self.config.norm_obs)
+            return PoolPlayer(*args) if opponent.kind == "pool" else FrozenPlayer(*args)
+        policy = load_policy(opponent.path, self.device)
+        check_file_opponent(opponent.path, policy.spec, self.spec)
+        # The file's own architecture: a pool of checkpoints may mix cores and widths.
+        player = FrozenPlayer(name, policy.spec, rows, types, self.device, self.config.norm_obs)
+        team = next(iter(policy.teams))
+        model, norm = policy.nets[team].state_dict(), policy.normalizers[team].state_dict()
+        player.load(model, norm, opponent.path)
         return player
 
     def start(self) -> None:

@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._common import run_info, write_json
+from benchmarks._common import run_info, write_json, write_text
 from gigastep.eval.aggregates import (
     interquartile_mean,
     probability_of_improvement,
@@ -42,6 +43,7 @@ from gigastep.eval.aggregates import (
 
 __all__ = [
     "PRESETS",
+    "PopulationSplit",
     "Run",
     "describe_final",
     "evaluate_checkpoint",
@@ -58,6 +60,52 @@ SCENARIO = "identical_5_vs_5_fobs_vec_void_disc"
 
 
 @dataclass(frozen=True)
+class PopulationSplit:
+    """A `populations` split whose players are checkpoints of the preset's own runs: written
+    to `--out` as `<name>_seed<seed>.toml` when a run is first scored on it, each opponent the
+    checkpoint at the last evaluated budget of a run of the same seed, as a path relative to
+    the file (so the split's hash is the same wherever `--out` is)."""
+
+    name: str
+    scenario: str
+    items: tuple[tuple[str, str, tuple[str, ...]], ...]
+    """(id, role, the runs whose checkpoints are its opponents) of each item."""
+    description: str = ""
+    games: int = 512
+    reference: tuple[str, str] = ("random", "pursuit")
+
+    def write(self, out: Path, seed: int) -> Path:
+        """The split file of seed `seed`'s runs under `out` (rewritten on every call).
+
+        Raises:
+            ValueError: a run named by an item has no evaluated checkpoint yet.
+        """
+        path = out / f"{self.name}_seed{seed}.toml"
+        lines = [
+            "# Written by python -m benchmarks.learning: a populations split of its own runs.",
+            f"name = {json.dumps(self.name)}",
+            "version = 1",
+            'family = "populations"',
+            f"description = {json.dumps(self.description)}",
+            f"games = {self.games}",
+            f"reference = {json.dumps(list(self.reference))}",
+        ]
+        for i, (item, role, runs) in enumerate(self.items):
+            players = [final_checkpoint(out, r, seed).relative_to(out).as_posix() for r in runs]
+            lines += [
+                "",
+                "[[items]]",
+                f"id = {json.dumps(item)}",
+                f"role = {json.dumps(role)}",
+                f"scenario = {json.dumps(self.scenario)}",
+                f"opponents = {json.dumps(players)}",
+                f"seed = {i}",
+            ]
+        write_text(path, "\n".join(lines) + "\n")
+        return path
+
+
+@dataclass(frozen=True)
 class Run:
     """One training run, evaluated at each of its budgets."""
 
@@ -68,9 +116,14 @@ class Run:
     opponents: tuple[str, ...] = ("random", "pursuit")
     """Scripted opponents of the final evaluation."""
     flags: tuple[str, ...] = ()
-    """Extra flags of `python -m baselines.ppo`."""
+    """Extra flags of `python -m baselines.ppo`; `{run:NAME}` in a flag stands for the
+    checkpoint of run NAME of the same seed and `--out` at its last evaluated budget (a
+    frozen opponent: `--opponent {run:a}:0.5,pursuit:0.5`)."""
     seed: int = 0
-    split: str | None = None
+    seed_offset: int = 0
+    """Added to `seed` for the trainer's `--seed`: runs of one recipe at distinct seeds within
+    a preset seed (a population)."""
+    split: str | PopulationSplit | None = None
     """A generalisation split (`gigastep.eval.splits`): when set, the final evaluation plays
     `split_items` of it zero-shot (`evaluate_split`: the items' own opponents, beside the
     split's reference players, `games` per item and opponent) instead of `opponents` on
@@ -79,6 +132,14 @@ class Run:
     init_from: str | None = None
     """A run of the same preset whose latest checkpoint (same seed and `--out`) this run starts
     from (`--init-from`): a curriculum in stages, each run one stage."""
+    evaluates: str | None = None
+    """A run of the same preset whose checkpoint at each of `budgets_s` this run scores on its
+    split, with no training of its own: an evaluation that needs later runs (an exploiter of
+    that checkpoint) among its opponents."""
+
+    @property
+    def trainer_seed(self) -> int:
+        return self.seed + self.seed_offset
 
 
 # The training recipe of every run: the `cpu` preset of baselines.config (512 games x 32 steps
@@ -139,6 +200,35 @@ _SEEN_OPPONENTS = "random:0.5,circle:0.5"
 # update, the size of the sizes-ent-v1 runs (every game holds the roster's 20 slots).
 _SIZES_ITEMS = ("3v3", "5v5", "2v2", "4v4", "8v8", "5v3")
 _SIZES_SMALL = ("--hidden", "64", *_HALF_BATCH)
+
+
+# Issue 55's population result: a population of the team signal's runs at other seeds, 5
+# minutes each (S5 and MLP in the training pool; S5 and GRU held out), a focal S5 trained 15
+# minutes against the pool (with `pursuit` and `random` beside it), an exploiter trained 10
+# minutes from the focal policy's weights against it alone, and the focal policy scored on the
+# pool, the held-out members and the exploiter; beside it the same S5 trained 15 minutes
+# against `pursuit` and `random` only (the recipe's mix), scored on the same games.
+_POOL = ("pop_s5_a", "pop_mlp_b")
+_HELD_OUT = ("pop_s5_c", "pop_gru_d")
+_POPULATION_SPLIT = PopulationSplit(
+    "populations-runs",
+    SCENARIO,
+    items=(
+        ("pool", "train", _POOL),
+        ("held-out", "test", _HELD_OUT),
+        ("exploiter", "test", ("exploiter",)),
+    ),
+    description="Train against a pool of runs; test against runs of other seeds and cores, "
+    "and an exploiter of the focal policy.",
+)
+_POPULATION_ITEMS = ("pool", "held-out", "exploiter")
+_FOCAL_S = (900.0,)
+
+
+def _member(name: str, policy: str, offset: int) -> Run:
+    return Run(
+        name, policy=policy, budgets_s=(300.0,), opponents=(), flags=_TEAM, seed_offset=offset
+    )
 
 
 def _team_draw(size: int) -> str:
@@ -256,6 +346,44 @@ PRESETS: dict[str, list[Run]] = {
             split_items=("seen", "unseen"),
         )
     ],
+    "population": [
+        _member("pop_s5_a", "s5", 100),
+        _member("pop_mlp_b", "mlp", 200),
+        _member("pop_s5_c", "s5", 300),
+        _member("pop_gru_d", "gru", 400),
+        Run(
+            "s5_pool",
+            budgets_s=_FOCAL_S,
+            flags=(
+                *_TEAM,
+                "--opponent",
+                "{run:pop_s5_a}:0.35,{run:pop_mlp_b}:0.35,pursuit:0.15,random:0.15",
+            ),
+        ),
+        Run(
+            "exploiter",
+            budgets_s=(600.0,),
+            opponents=(),
+            flags=(*_TEAM, "--opponent", "{run:s5_pool}"),
+            seed_offset=500,
+            init_from="s5_pool",
+        ),
+        Run(
+            "s5_pool_on_population",
+            budgets_s=_FOCAL_S,
+            evaluates="s5_pool",
+            split=_POPULATION_SPLIT,
+            split_items=_POPULATION_ITEMS,
+        ),
+        Run("s5_scripted", budgets_s=_FOCAL_S, flags=_TEAM),
+        Run(
+            "s5_scripted_on_population",
+            budgets_s=_FOCAL_S,
+            evaluates="s5_scripted",
+            split=_POPULATION_SPLIT,
+            split_items=_POPULATION_ITEMS,
+        ),
+    ],
     "quick": [
         Run(
             "s5_quick",
@@ -265,33 +393,38 @@ PRESETS: dict[str, list[Run]] = {
         )
     ],
 }
-"""paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe
-trained against random only, evaluated at 5 and 10 minutes (~11 min per seed); epochs: the
-recipe against the same recipe with 2 epochs per update instead of 4 (half the update's cost),
-10 minutes each (~24 min per seed; `--seeds 0 1` runs them alternated, seed by seed); tune: runs
-for tuning on a seed the results do not report, 10 minutes each (~12 min per run and seed; pick
-some with --runs): the recipe, three single changes of it (learning rate 1e-3 instead of 5e-4,
-width 64 instead of 128, 256 games per update with 4 minibatches of the same size instead of 512
-with 8), the pair width 64 with rate 1e-3, and runs that change that pair once more (256 games,
-rate 2e-3, value normalisation, `pursuit` only, 2 epochs, the rate annealed to zero over the
-budget); tuned: the pair and the pair at rate 2e-3 on the reported seeds, and GRU and MLP at the
-pair's width and rate, each at 10 and 30 minutes (~33 min per run and seed); ablation: the recipe,
-each of the trainer's learning-signal options alone (team signal, shooter credit 0.2, factored
-action head, a warm start cloned from `pursuit`, MAPPO with value normalisation, the entity
-observation with its encoder) and the vector ones together, 10 minutes each (~11.5 min per run
-and seed); team: the team signal with S5 at 10 and 30 minutes (continuing the ablation's
-s5_team folders when --out is the same), with GRU and MLP at 10 minutes, and the recipe and the
-team signal on the heterogeneous special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per
-10-minute run and seed, ~33 for S5's two budgets); opponents: the team signal with S5 trained
-10 minutes against `random` and `circle` only and scored on the opponents-v1 split, those two
-and the held-out `pursuit` and `evade` (~12.5 min per seed); maps: the entity policy with the
-team signal trained 30 minutes on 1,024 and on 16 procedural levels of the levels-ent-v1 split,
-each scored on its training item, the unseen levels and the 8 built-in maps (~37 min per run
-and seed; the run folders keep every checkpoint for `benchmarks.split_curves`); sizes: S5
-with the team signal, 15 minutes on 3 vs 3 and then 15 on 5 vs 5 of the sizes-drawn-v1 roster,
-once with the entity encoder and once with the vector observation and the fixed-size encoder
-(sizes-drawn-vec-v1), each scored on its split's every item (~71 min per seed); quick: one 60 s run
-against random for the benchmark report (~1.5 min with start-up and its evaluation)."""
+"""paper: the learning results of docs/results.md (~70 min on 2 cores); random: the recipe trained
+against random only, evaluated at 5 and 10 minutes (~11 min per seed); epochs: the recipe against
+the same recipe with 2 epochs per update instead of 4 (half the update's cost), 10 minutes each
+(~24 min per seed; `--seeds 0 1` runs them alternated, seed by seed); tune: runs for tuning on a
+seed the results do not report, 10 minutes each (~12 min per run and seed; pick some with --runs):
+the recipe, three single changes of it (learning rate 1e-3 instead of 5e-4, width 64 instead of
+128, 256 games per update with 4 minibatches of the same size instead of 512 with 8), the pair
+width 64 with rate 1e-3, and runs that change that pair once more (256 games, rate 2e-3, value
+normalisation, `pursuit` only, 2 epochs, the rate annealed to zero over the budget); tuned: the
+pair and the pair at rate 2e-3 on the reported seeds, and GRU and MLP at the pair's width and rate,
+each at 10 and 30 minutes (~33 min per run and seed); ablation: the recipe, each of the trainer's
+learning-signal options alone (team signal, shooter credit 0.2, factored action head, a warm start
+cloned from `pursuit`, MAPPO with value normalisation, the entity observation with its encoder) and
+the vector ones together, 10 minutes each (~11.5 min per run and seed); team: the team signal with
+S5 at 10 and 30 minutes (continuing the ablation's s5_team folders when --out is the same), with
+GRU and MLP at 10 minutes, and the recipe and the team signal on the heterogeneous
+special_5_vs_5_fobs_vec_void_disc at 10 minutes (~11.5 min per 10-minute run and seed, ~33 for S5's
+two budgets); opponents: the team signal with S5 trained 10 minutes against `random` and `circle`
+only and scored on the opponents-v1 split, those two and the held-out `pursuit` and `evade` (~12.5
+min per seed); maps: the entity policy with the team signal trained 30 minutes on 1,024 and on 16
+procedural levels of the levels-ent-v1 split, each scored on its training item, the unseen levels
+and the 8 built-in maps (~37 min per run and seed; the run folders keep every checkpoint for
+`benchmarks.split_curves`); sizes: S5 with the team signal, 15 minutes on 3 vs 3 and then 15 on 5
+vs 5 of the sizes-drawn-v1 roster, once with the entity encoder and once with the vector
+observation and the fixed-size encoder (sizes-drawn-vec-v1), each scored on its split's every item
+(~71 min per seed); population: four runs of the team signal at other seeds, 5 minutes each (S5 and
+MLP form the training pool, S5 and GRU are held out), S5 trained 15 minutes against the pool with
+`pursuit` and `random`, an exploiter trained 10 minutes from its weights against it alone, and that
+S5 scored on a populations split of these runs (`<out>/populations-runs_seed<seed>.toml`: the pool,
+the held-out runs, the exploiter), then the same S5 trained 15 minutes against `pursuit` and
+`random` only and scored on the same split; quick: one 60 s run against random for the benchmark
+report (~1.5 min with start-up and its evaluation)."""
 
 
 def _ppo(run: Run, out: Path, budget: float, resume: bool, init_from: Path | None = None) -> None:
@@ -307,7 +440,7 @@ def _ppo(run: Run, out: Path, budget: float, resume: bool, init_from: Path | Non
             "--scenario",
             run.scenario,
             "--seed",
-            str(run.seed),
+            str(run.trainer_seed),
             "--time-budget-s",
             str(budget),
             "--out",
@@ -347,20 +480,22 @@ def _evaluate(checkpoint: Path, run: Run, games: int, seed: int) -> list[dict]:
     return evaluate_checkpoint(checkpoint, run.scenario, run.opponents, games, seed)
 
 
-def _evaluate_split(checkpoint: Path, run: Run, games: int, cache: dict) -> tuple[list[dict], dict]:
-    """`run`'s split items played zero-shot: one `evaluate_player` row per (item, opponent),
-    its opponent named `item/opponent`, and the split's whole result (its JSON and its table)."""
+def _evaluate_split(
+    checkpoint: Path, split: str, run: Run, games: int, cache: dict
+) -> tuple[list[dict], dict]:
+    """`run`'s items of `split` played zero-shot: one `evaluate_player` row per (item,
+    opponent), its opponent named `item/opponent`, and the split's whole result (its JSON and
+    its table)."""
     from gigastep.eval.splits import evaluate_split
 
-    assert run.split is not None
     t0 = time.perf_counter()
     result = evaluate_split(
-        run.split, str(checkpoint), items=list(run.split_items), games=games, reference_cache=cache
+        split, str(checkpoint), items=list(run.split_items), games=games, reference_cache=cache
     )
     final = []
     for r in result.rows:
         if r.result is None:
-            raise RuntimeError(f"{checkpoint} cannot play {run.split} item {r.item}: {r.error}")
+            raise RuntimeError(f"{checkpoint} cannot play {split} item {r.item}: {r.error}")
         row = _match_row(r.result, f"{r.item}/{r.opponent}")
         final.append({**row, "normalised": r.normalised, "role": r.role})
     split = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
@@ -421,50 +556,43 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
     split_caches: dict[str, dict] = {}
     for run in runs:
         folder = out / f"{run.name}_seed{run.seed}"
+        source = out / f"{run.evaluates}_seed{run.seed}" if run.evaluates else folder
         for budget in run.budgets_s:
             done = folder / f"result_{budget:.0f}s.json"
             if done.is_file():
                 print(f"[learning] {run.name}: {budget:.0f} s already evaluated", file=log)
                 rows.append(json.loads(done.read_text()))
                 continue
-            started = (folder / "checkpoint.pt").is_file()
-            trained_s = json_checkpoint_info(folder)["wall_s"] if started else 0.0
-            if trained_s > budget + _LATE_S:
-                raise ValueError(
-                    f"{folder} has trained past {budget:.0f} s without an evaluation at that "
-                    f"budget ({done.name} is missing): remove the folder to rerun it"
-                )
-            if folder.exists() and not started:
-                raise ValueError(f"{folder} exists without a checkpoint: remove it to rerun it")
-            print(
-                f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s",
-                file=log,
-                flush=True,
-            )
-            if trained_s < budget:
-                _ppo(run, folder, budget, started, _stage_start(run, out, started))
-            # The next budget continues this checkpoint; keep a copy of this one so that its
-            # evaluation can be redone.
-            shutil.copyfile(folder / "checkpoint.pt", folder / f"checkpoint_{budget:.0f}s.pt")
-            ckpt = json_checkpoint_info(folder)
+            checkpoint = source / f"checkpoint_{budget:.0f}s.pt"
+            if run.evaluates:
+                if not checkpoint.is_file():
+                    raise ValueError(
+                        f"{run.name} scores run {run.evaluates}'s checkpoint at {budget:.0f} s, "
+                        f"but {checkpoint} does not exist: run {run.evaluates} first (same seed "
+                        "and --out)"
+                    )
+                folder.mkdir(exist_ok=True)
+                ckpt = json_checkpoint_info(source, checkpoint.name)
+            else:
+                ckpt = _train(run, folder, budget, out, log)
             print(
                 f"[learning] {run.name}: {ckpt['update']} updates, {ckpt['wall_s']:.0f} s; "
                 f"evaluating on {games} games",
                 file=log,
                 flush=True,
             )
-            checkpoint = folder / f"checkpoint_{budget:.0f}s.pt"
             split = None
             if run.split is None:
                 final = _evaluate(checkpoint, run, games, seed=10_000 + run.seed)
             else:
+                path = _split_path(run, out)
                 final, split = _evaluate_split(
-                    checkpoint, run, games, split_caches.setdefault(run.split, {})
+                    checkpoint, path, run, games, split_caches.setdefault(path, {})
                 )
                 print(f"[learning]   {split['table']}", file=log, flush=True)
             for f in final:
                 print(f"[learning]   {describe_final(f)}", file=log, flush=True)
-            config = json.loads((folder / "config.json").read_text())
+            config = json.loads((source / "config.json").read_text())
             rows.append(
                 {
                     "name": run.name,
@@ -472,21 +600,92 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                     "scenario": run.scenario,
                     "scenario_hash": config["scenario_hash"],
                     "seed": run.seed,
+                    "trainer_seed": config.get("seed", run.trainer_seed),
                     "budget_s": budget,
                     "trained_s": ckpt["wall_s"],
                     "updates": ckpt["update"],
                     "agent_steps": ckpt["agent_steps"],
-                    "curve": _curve(folder),
+                    "curve": _curve(source),
                     "final": final,
-                    "run_dir": str(folder),
+                    "run_dir": str(source),
                     "recipe": [*RECIPE, *run.flags],
                     "starts_from": run.init_from,
+                    "evaluates": run.evaluates,
                 }
             )
             if split is not None:
                 rows[-1]["split"] = split
             write_json(done, rows[-1])
     return rows
+
+
+def _train(run: Run, folder: Path, budget: float, out: Path, log) -> dict:
+    """Train `run` to `budget` seconds (resuming its folder's checkpoint when it has one),
+    keep a copy of the checkpoint at that budget, and return its `json_checkpoint_info`."""
+    started = (folder / "checkpoint.pt").is_file()
+    trained_s = json_checkpoint_info(folder)["wall_s"] if started else 0.0
+    if trained_s > budget + _LATE_S:
+        raise ValueError(
+            f"{folder} has trained past {budget:.0f} s without an evaluation at that "
+            f"budget (result_{budget:.0f}s.json is missing): remove the folder to rerun it"
+        )
+    if folder.exists() and not started:
+        raise ValueError(f"{folder} exists without a checkpoint: remove it to rerun it")
+    print(
+        f"[learning] {run.name} seed {run.seed}: training to {budget:.0f} s", file=log, flush=True
+    )
+    if trained_s < budget:
+        if not started:  # the runs it names must exist before any training
+            run = dataclasses.replace(run, flags=resolve_flags(run, out))
+        _ppo(run, folder, budget, started, _stage_start(run, out, started))
+    # The next budget continues this checkpoint; keep a copy of this one so that its
+    # evaluation can be redone.
+    shutil.copyfile(folder / "checkpoint.pt", folder / f"checkpoint_{budget:.0f}s.pt")
+    return json_checkpoint_info(folder)
+
+
+_RUN_REFERENCE = re.compile(r"\{run:([^{}]+)\}")
+
+
+def final_checkpoint(out: Path, name: str, seed: int) -> Path:
+    """Run `name`'s checkpoint at its last evaluated budget (seed `seed`, under `out`).
+
+    Raises:
+        ValueError: the run has no evaluated budget yet (it is named, with what to run).
+    """
+    folder = out / f"{name}_seed{seed}"
+    budgets = sorted(
+        float(p.stem.removeprefix("result_").removesuffix("s"))
+        for p in folder.glob("result_*s.json")
+    )
+    if not budgets or not (folder / f"checkpoint_{budgets[-1]:.0f}s.pt").is_file():
+        raise ValueError(
+            f"run {name} (seed {seed}) has no evaluated checkpoint under {out}: run it first "
+            "(same seed and --out)"
+        )
+    return folder / f"checkpoint_{budgets[-1]:.0f}s.pt"
+
+
+def resolve_flags(run: Run, out: Path) -> tuple[str, ...]:
+    """`run.flags` with each `{run:NAME}` replaced by `final_checkpoint` of run NAME.
+
+    Raises:
+        ValueError: a named run has no evaluated checkpoint yet.
+    """
+
+    def path(match: re.Match) -> str:
+        return str(final_checkpoint(out, match.group(1), run.seed))
+
+    return tuple(_RUN_REFERENCE.sub(path, flag) for flag in run.flags)
+
+
+def _split_path(run: Run, out: Path) -> str:
+    """The split `run` is scored on, as `evaluate_split` takes it (a population split of the
+    preset's runs is written first)."""
+    if isinstance(run.split, PopulationSplit):
+        return str(run.split.write(out, run.seed))
+    assert run.split is not None
+    return run.split
 
 
 def _stage_start(run: Run, out: Path, resume: bool) -> Path | None:
@@ -502,11 +701,12 @@ def _stage_start(run: Run, out: Path, resume: bool) -> Path | None:
     return start
 
 
-def json_checkpoint_info(folder: Path) -> dict:
-    """update, agent_steps and wall_s of a run's latest checkpoint (read without code)."""
+def json_checkpoint_info(folder: Path, name: str = "checkpoint.pt") -> dict:
+    """update, agent_steps and wall_s of a run's checkpoint (its latest unless `name` says
+    which; read without code)."""
     from baselines.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(folder / "checkpoint.pt")
+    ckpt = load_checkpoint(folder / name)
     return {k: ckpt[k] for k in ("update", "agent_steps", "wall_s")}
 
 

@@ -373,6 +373,19 @@ def test_the_opponent_mix_is_parsed_and_normalised():
     assert [s.kind for s in parse_opponents("auto", symmetric=False)] == ["pursuit", "random"]
 
 
+def test_checkpoint_opponents_of_one_file_name_are_labelled_by_their_folders(tmp_path):
+    for run in ("a", "b"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "checkpoint.pt").write_bytes(b"")
+    a, b = (str(tmp_path / "runs" / r / "checkpoint.pt") for r in ("a", "b"))
+    labels = [s.label for s in parse_opponents(f"{a}:1,{b}:1,pursuit", symmetric=True)]
+    assert labels == ["file:a/checkpoint", "file:b/checkpoint", "pursuit"]
+    # One file keeps its short label; the same file twice is one kind named twice.
+    assert [s.label for s in parse_opponents(a, symmetric=True)] == ["file:checkpoint"]
+    with pytest.raises(ValueError, match="names a kind twice"):
+        parse_opponents(f"{a},{tmp_path}/runs/b/../a/checkpoint.pt", symmetric=True)
+
+
 @pytest.mark.parametrize(
     ("text", "symmetric", "message"),
     [

@@ -151,8 +151,22 @@ def test_a_checkpoint_file_is_a_frozen_opponent(smoke_run, tmp_path):
     assert frozen.source == str(smoke_run / "checkpoint.pt")
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert "win_rate/file:checkpoint" in row
-    with pytest.raises(ValueError, match="its policy differs from this run's in"):
-        Trainer(dataclasses.replace(config, hidden=16, out=str(tmp_path / "other")))
+    # A run of another core and width plays it with the file's own architecture.
+    other = Trainer(dataclasses.replace(config, policy="gru", hidden=16, out=str(tmp_path / "o")))
+    (frozen,) = other.frozen
+    assert (frozen.net.spec.core, frozen.net.spec.hidden) == (
+        trainer.spec.core,
+        trainer.spec.hidden,
+    )
+    assert (other.spec.core, other.spec.hidden) == ("gru", 16)
+    other.run()
+    # A game of other observations is refused, naming the field.
+    with pytest.raises(ValueError, match=r"observations or actions differ .*'vector_size'"):
+        Trainer(
+            dataclasses.replace(
+                config, scenario="identical_2_vs_2_fobs_vec_void_disc", out=str(tmp_path / "x")
+            )
+        )
 
 
 @pytest.mark.parametrize(

@@ -253,7 +253,11 @@ def _fake_training(monkeypatch, calls):
     monkeypatch.setattr(
         learning,
         "json_checkpoint_info",
-        lambda folder: {"update": 1, "agent_steps": 10, "wall_s": state["wall_s"]},
+        lambda folder, name="checkpoint.pt": {
+            "update": 1,
+            "agent_steps": 10,
+            "wall_s": state["wall_s"],
+        },
     )
     monkeypatch.setattr(learning, "_evaluate", lambda *a, **k: [FINAL])
     return state
@@ -529,3 +533,134 @@ def test_the_sizes_preset_trains_both_observations_on_the_split_training_sizes_i
     for size in ("3v3", "5v5"):
         ent, vec = configs["ent", size], configs["vec", size]
         assert {k for k in ent if ent[k] != vec[k]} == {"scenario", "encoder"}
+
+
+def test_a_flag_names_another_runs_last_evaluated_checkpoint_and_needs_it(tmp_path, monkeypatch):
+    calls = []
+    _fake_training(monkeypatch, calls)
+    seen = []
+    monkeypatch.setattr(learning, "_ppo", _recording_ppo(learning._ppo, seen))
+    a = learning.Run("a", budgets_s=(10.0, 30.0))
+    b = learning.Run("b", budgets_s=(10.0,), flags=("--opponent", "{run:a}:0.5,pursuit:0.5"))
+    with pytest.raises(ValueError, match=r"run a \(seed 0\) has no evaluated checkpoint"):
+        learning.run_learning([b], tmp_path, games=4)
+    assert calls == []  # refused before training
+    learning.run_learning([a, b], tmp_path, games=4)
+    a30 = tmp_path / "a_seed0" / "checkpoint_30s.pt"
+    assert seen[-1] == ("b", ("--opponent", f"{a30}:0.5,pursuit:0.5"))
+
+
+def _recording_ppo(ppo, seen):
+    def record(run, out, budget, resume, init_from=None):
+        seen.append((run.name, run.flags))
+        ppo(run, out, budget, resume, init_from)
+
+    return record
+
+
+def test_an_evaluation_step_scores_an_earlier_checkpoint_without_training(tmp_path, monkeypatch):
+    calls = []
+    _fake_training(monkeypatch, calls)
+    scored = []
+    monkeypatch.setattr(
+        learning, "_evaluate", lambda checkpoint, *a, **k: scored.append(checkpoint) or [FINAL]
+    )
+    step = learning.Run("a_scored", budgets_s=(10.0,), evaluates="a")
+    with pytest.raises(ValueError, match=r"a_scored scores run a's checkpoint at 10 s"):
+        learning.run_learning([step], tmp_path, games=4)
+    rows = learning.run_learning([learning.Run("a", budgets_s=(10.0,)), step], tmp_path, games=4)
+    assert calls == [(10.0, False)]  # the step trained nothing
+    assert scored == [tmp_path / "a_seed0" / "checkpoint_10s.pt"] * 2
+    assert (rows[1]["name"], rows[1]["evaluates"], rows[1]["run_dir"]) == (
+        "a_scored",
+        "a",
+        str(tmp_path / "a_seed0"),
+    )
+    assert (tmp_path / "a_scored_seed0" / "result_10s.json").is_file()
+
+
+def _evaluated(out: Path, name: str, budget: float, seed: int = 0) -> None:
+    folder = out / f"{name}_seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"checkpoint_{budget:.0f}s.pt").write_bytes(b"")
+    (folder / f"result_{budget:.0f}s.json").write_text("{}")
+
+
+def test_a_population_split_names_the_runs_checkpoints_relative_to_itself(tmp_path):
+    from gigastep.eval.splits import load_split
+
+    split = learning.PopulationSplit(
+        "pop", learning.SCENARIO, items=(("pool", "train", ("a", "b")), ("new", "test", ("c",)))
+    )
+    with pytest.raises(ValueError, match=r"run a \(seed 3\) has no evaluated checkpoint"):
+        split.write(tmp_path / "x", seed=3)
+    loaded = {}
+    for out in ("one", "two", "later"):
+        for name, budget in (("a", 10.0), ("b", 20.0), ("c", 10.0)):
+            _evaluated(tmp_path / out, name, budget, seed=3)
+        if out == "later":
+            _evaluated(tmp_path / out, "a", 30.0, seed=3)
+        loaded[out] = load_split(split.write(tmp_path / out, seed=3))
+    one = loaded["one"]
+    assert (one.family, [i.role for i in one.items]) == ("populations", ["train", "test"])
+    assert [Path(one.opponent(o)) for o in one.items[0].opponents] == [
+        tmp_path / "one" / "a_seed3" / "checkpoint_10s.pt",
+        tmp_path / "one" / "b_seed3" / "checkpoint_20s.pt",
+    ]
+    # The paths are relative to the file: the same runs give the same hash wherever --out
+    # is; a run's later checkpoint is another player, so another hash.
+    assert one.hash == loaded["two"].hash != loaded["later"].hash
+    later = loaded["later"]
+    assert Path(later.opponent(later.items[0].opponents[0])).name == "checkpoint_30s.pt"
+
+
+def test_the_population_preset_pools_some_runs_holds_out_others_and_exploits_the_focal_one(
+    tmp_path,
+):
+    runs = {r.name: r for r in learning.PRESETS["population"]}
+    members = ["pop_s5_a", "pop_mlp_b", "pop_s5_c", "pop_gru_d"]
+    assert list(runs) == [
+        *members,
+        "s5_pool",
+        "exploiter",
+        "s5_pool_on_population",
+        "s5_scripted",
+        "s5_scripted_on_population",
+    ]
+    # Every trained run has its own trainer seed, none the preset's own.
+    trained = [r for r in runs.values() if r.evaluates is None]
+    seeds = [dataclasses.replace(r, seed=1).trainer_seed for r in trained if r.seed_offset]
+    assert len(set(seeds)) == len(seeds) == 5 and 1 not in seeds
+    assert [runs[m].policy for m in members] == ["s5", "mlp", "s5", "gru"]
+    for name in ("s5_pool", "exploiter", "pop_s5_a", "pop_mlp_b", "pop_s5_c", "pop_gru_d"):
+        _evaluated(tmp_path, name, max(runs[name].budgets_s))
+    recipe = dataclasses.asdict(_ablation_config(learning.PRESETS["ablation"][0]))
+    configs = {}
+    for name in ("s5_pool", "exploiter", "s5_scripted", *members):
+        run = dataclasses.replace(runs[name], flags=learning.resolve_flags(runs[name], tmp_path))
+        configs[name] = dataclasses.asdict(_ablation_config(run))
+        assert configs[name]["signal"] == "team"
+    pool = configs["s5_pool"]["opponent"]
+    for member in ("pop_s5_a", "pop_mlp_b"):
+        assert str(tmp_path / f"{member}_seed0" / "checkpoint_300s.pt") in pool
+    assert "pop_s5_c" not in pool and "pop_gru_d" not in pool
+    assert {k for k in recipe if configs["s5_scripted"][k] != recipe[k]} == {"signal"}
+    assert {k for k in recipe if configs["s5_pool"][k] != recipe[k]} == {"signal", "opponent"}
+    exploiter = runs["exploiter"]
+    assert exploiter.init_from == "s5_pool"
+    assert configs["exploiter"]["opponent"] == str(
+        tmp_path / "s5_pool_seed0" / "checkpoint_900s.pt"
+    )
+    # Both focal policies are scored on the same split: the pool trained on, the held-out
+    # members and the exploiter tested.
+    split = runs["s5_pool_on_population"].split
+    assert split == runs["s5_scripted_on_population"].split
+    assert [(i, role, r) for i, role, r in split.items] == [
+        ("pool", "train", ("pop_s5_a", "pop_mlp_b")),
+        ("held-out", "test", ("pop_s5_c", "pop_gru_d")),
+        ("exploiter", "test", ("exploiter",)),
+    ]
+    assert (runs["s5_pool_on_population"].evaluates, runs["s5_pool_on_population"].budgets_s) == (
+        "s5_pool",
+        runs["s5_pool"].budgets_s,
+    )
