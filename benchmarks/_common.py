@@ -591,7 +591,12 @@ def add_options(parser, options_cls) -> None:
 
     for f in dataclasses.fields(options_cls):
         meta = dict(f.metadata)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            raise TypeError(f"{options_cls.__name__}.{f.name} needs a default to be a flag")
         flag = "--" + f.name.replace("_", "-")
         kwargs: dict[str, Any] = {"help": meta.pop("help", "") + f" (default: {default})"}
         elem_type = meta.pop("type", None)

@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks._common import run_info, write_json, write_text
 from gigastep.eval.aggregates import (
@@ -238,7 +239,7 @@ def _team_draw(size: int) -> str:
 def _sizes_runs(observation: str) -> list[Run]:
     """The two stages of the sizes curriculum on `observation` (`ent` or `vec`)."""
     split = "sizes-drawn-v1" if observation == "ent" else "sizes-drawn-vec-v1"
-    common = {
+    common: dict[str, Any] = {
         "scenario": f"identical_3-10_vs_3-10_fobs_{observation}_void_disc",
         "budgets_s": (900.0,),
         "split": split,
@@ -498,8 +499,8 @@ def _evaluate_split(
             raise RuntimeError(f"{checkpoint} cannot play {split} item {r.item}: {r.error}")
         row = _match_row(r.result, f"{r.item}/{r.opponent}")
         final.append({**row, "normalised": r.normalised, "role": r.role})
-    split = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
-    return final, split
+    whole = {**result.to_json(), "table": result.table(), "eval_s": time.perf_counter() - t0}
+    return final, whole
 
 
 def _match_row(result, opponent: str) -> dict:
@@ -596,8 +597,8 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
             rows.append(
                 {
                     "name": run.name,
-                    "policy": run.policy,
-                    "scenario": run.scenario,
+                    "policy": config.get("policy", run.policy),
+                    "scenario": config.get("scenario", run.scenario),
                     "scenario_hash": config["scenario_hash"],
                     "seed": run.seed,
                     "trainer_seed": config.get("seed", run.trainer_seed),
@@ -608,7 +609,8 @@ def run_learning(runs: list[Run], out: Path, games: int, log=sys.stderr) -> list
                     "curve": _curve(source),
                     "final": final,
                     "run_dir": str(source),
-                    "recipe": [*RECIPE, *run.flags],
+                    # An evaluation step's recipe is its source run's row.
+                    "recipe": None if run.evaluates else [*RECIPE, *run.flags],
                     "starts_from": run.init_from,
                     "evaluates": run.evaluates,
                 }
@@ -721,7 +723,8 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     last = {}
     for row in rows:
-        last[row["name"]] = row  # the longest budget of each run has the whole curve
+        if not row.get("evaluates"):  # an evaluation step's curve is its source run's
+            last[row["name"]] = row  # the longest budget of each run has the whole curve
     for name, row in last.items():
         for label in ("random", "pursuit"):
             pts = [

@@ -576,6 +576,7 @@ def test_an_evaluation_step_scores_an_earlier_checkpoint_without_training(tmp_pa
         "a",
         str(tmp_path / "a_seed0"),
     )
+    assert rows[1]["recipe"] is None  # its recipe is run a's
     assert (tmp_path / "a_scored_seed0" / "result_10s.json").is_file()
 
 
