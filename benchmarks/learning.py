@@ -226,6 +226,26 @@ _POPULATION_ITEMS = ("pool", "held-out", "exploiter")
 _FOCAL_S = (900.0,)
 
 
+_POOL_MIX = ("--opponent", "{run:pop_s5_a}:0.35,{run:pop_mlp_b}:0.35,pursuit:0.15,random:0.15")
+
+
+def _focal(name: str, mix: tuple[str, ...] = (), seed_offset: int = 0) -> list[Run]:
+    """A focal S5 of the team signal trained 15 minutes against `mix` (else the recipe's
+    `pursuit` and `random`)."""
+    return [Run(name, budgets_s=_FOCAL_S, flags=(*_TEAM, *mix), seed_offset=seed_offset)]
+
+
+def _on_population(focal: str) -> Run:
+    """`focal`'s checkpoint scored on the population split (no training)."""
+    return Run(
+        f"{focal}_on_population",
+        budgets_s=_FOCAL_S,
+        evaluates=focal,
+        split=_POPULATION_SPLIT,
+        split_items=_POPULATION_ITEMS,
+    )
+
+
 def _member(name: str, policy: str, offset: int) -> Run:
     return Run(
         name, policy=policy, budgets_s=(300.0,), opponents=(), flags=_TEAM, seed_offset=offset
@@ -352,15 +372,7 @@ PRESETS: dict[str, list[Run]] = {
         _member("pop_mlp_b", "mlp", 200),
         _member("pop_s5_c", "s5", 300),
         _member("pop_gru_d", "gru", 400),
-        Run(
-            "s5_pool",
-            budgets_s=_FOCAL_S,
-            flags=(
-                *_TEAM,
-                "--opponent",
-                "{run:pop_s5_a}:0.35,{run:pop_mlp_b}:0.35,pursuit:0.15,random:0.15",
-            ),
-        ),
+        *_focal("s5_pool", _POOL_MIX),
         Run(
             "exploiter",
             budgets_s=(600.0,),
@@ -369,21 +381,14 @@ PRESETS: dict[str, list[Run]] = {
             seed_offset=500,
             init_from="s5_pool",
         ),
-        Run(
-            "s5_pool_on_population",
-            budgets_s=_FOCAL_S,
-            evaluates="s5_pool",
-            split=_POPULATION_SPLIT,
-            split_items=_POPULATION_ITEMS,
-        ),
-        Run("s5_scripted", budgets_s=_FOCAL_S, flags=_TEAM),
-        Run(
-            "s5_scripted_on_population",
-            budgets_s=_FOCAL_S,
-            evaluates="s5_scripted",
-            split=_POPULATION_SPLIT,
-            split_items=_POPULATION_ITEMS,
-        ),
+        _on_population("s5_pool"),
+        *_focal("s5_scripted"),
+        _on_population("s5_scripted"),
+        # The two focal policies again at another trainer seed, against the same population.
+        *_focal("s5_pool_b", _POOL_MIX, seed_offset=600),
+        _on_population("s5_pool_b"),
+        *_focal("s5_scripted_b", seed_offset=600),
+        _on_population("s5_scripted_b"),
     ],
     "quick": [
         Run(
@@ -424,8 +429,10 @@ MLP form the training pool, S5 and GRU are held out), S5 trained 15 minutes agai
 `pursuit` and `random`, an exploiter trained 10 minutes from its weights against it alone, and that
 S5 scored on a populations split of these runs (`<out>/populations-runs_seed<seed>.toml`: the pool,
 the held-out runs, the exploiter), then the same S5 trained 15 minutes against `pursuit` and
-`random` only and scored on the same split; quick: one 60 s run against random for the benchmark
-report (~1.5 min with start-up and its evaluation)."""
+`random` only and scored on the same split (~67 min per seed), then both focal runs again at
+another trainer seed against the same population (`s5_pool_b`, `s5_scripted_b`: ~34 min more);
+quick: one 60 s run against random for the benchmark report (~1.5 min with start-up and its
+evaluation)."""
 
 
 def _ppo(run: Run, out: Path, budget: float, resume: bool, init_from: Path | None = None) -> None:

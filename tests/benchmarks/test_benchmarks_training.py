@@ -627,11 +627,21 @@ def test_the_population_preset_pools_some_runs_holds_out_others_and_exploits_the
         "s5_pool_on_population",
         "s5_scripted",
         "s5_scripted_on_population",
+        "s5_pool_b",
+        "s5_pool_b_on_population",
+        "s5_scripted_b",
+        "s5_scripted_b_on_population",
     ]
-    # Every trained run has its own trainer seed, none the preset's own.
+    # The population and the exploiter each have their own trainer seed, none the preset's
+    # own; each focal policy is trained at two seeds.
     trained = [r for r in runs.values() if r.evaluates is None]
     seeds = [dataclasses.replace(r, seed=1).trainer_seed for r in trained if r.seed_offset]
-    assert len(set(seeds)) == len(seeds) == 5 and 1 not in seeds
+    assert len(set(seeds)) == 6 and 1 not in seeds and len(seeds) == 7
+    assert runs["s5_pool_b"].seed_offset == runs["s5_scripted_b"].seed_offset != 0
+    for focal in ("s5_pool", "s5_scripted"):
+        again = dataclasses.replace(runs[f"{focal}_b"], name=focal, seed_offset=0)
+        assert again == runs[focal]  # the same run at another seed
+        assert runs[f"{focal}_b_on_population"].evaluates == f"{focal}_b"
     assert [runs[m].policy for m in members] == ["s5", "mlp", "s5", "gru"]
     for name in ("s5_pool", "exploiter", "pop_s5_a", "pop_mlp_b", "pop_s5_c", "pop_gru_d"):
         _evaluated(tmp_path, name, max(runs[name].budgets_s))
