@@ -258,14 +258,30 @@ def test_a_run_with_pool_and_file_opponents_resumes_exactly(file_run, tmp_path):
         assert torch.equal(a, b)
 
 
-def test_a_file_opponent_of_another_architecture_fails_naming_the_difference(tmp_path):
+def test_a_file_opponent_of_another_architecture_plays_with_its_own(tmp_path):
     from baselines.train import Trainer
 
-    other = _tiny(tmp_path, framework="torch", updates=1, hidden=8, out=str(tmp_path / "h8"))
+    other = _tiny(
+        tmp_path, framework="torch", updates=1, policy="gru", hidden=8, out=str(tmp_path / "h8")
+    )
     Trainer(other).run()
     path = tmp_path / "h8" / "checkpoint.pt"
-    with pytest.raises(ValueError, match=r"hidden.*\(8, 16\)"):
-        JaxTrainer(_tiny(tmp_path, opponent=str(path), out=str(tmp_path / "x")))
+    trainer = JaxTrainer(_tiny(tmp_path, opponent=f"{path}:0.5,pursuit:0.5", updates=1))
+    trainer.run()
+    assert load_checkpoint(tmp_path / "run")["update"] == 1
+    # A checkpoint of other observations (a 5 vs 5 game's vector) is refused, naming it.
+    Trainer(
+        _tiny(
+            tmp_path,
+            framework="torch",
+            updates=1,
+            scenario="identical_5_vs_5_fobs_vec_void_disc",
+            out=str(tmp_path / "5v5"),
+        )
+    ).run()
+    wrong = tmp_path / "5v5" / "checkpoint.pt"
+    with pytest.raises(ValueError, match=r"observations or actions differ .*'vector_size'"):
+        JaxTrainer(_tiny(tmp_path, opponent=str(wrong), out=str(tmp_path / "x")))
     assert not (tmp_path / "x").exists()
 
 
