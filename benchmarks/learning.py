@@ -229,10 +229,10 @@ _FOCAL_S = (900.0,)
 _POOL_MIX = ("--opponent", "{run:pop_s5_a}:0.35,{run:pop_mlp_b}:0.35,pursuit:0.15,random:0.15")
 
 
-def _focal(name: str, mix: tuple[str, ...] = (), seed_offset: int = 0) -> list[Run]:
+def _focal(name: str, mix: tuple[str, ...] = (), seed_offset: int = 0) -> Run:
     """A focal S5 of the team signal trained 15 minutes against `mix` (else the recipe's
     `pursuit` and `random`)."""
-    return [Run(name, budgets_s=_FOCAL_S, flags=(*_TEAM, *mix), seed_offset=seed_offset)]
+    return Run(name, budgets_s=_FOCAL_S, flags=(*_TEAM, *mix), seed_offset=seed_offset)
 
 
 def _on_population(focal: str) -> Run:
@@ -372,7 +372,7 @@ PRESETS: dict[str, list[Run]] = {
         _member("pop_mlp_b", "mlp", 200),
         _member("pop_s5_c", "s5", 300),
         _member("pop_gru_d", "gru", 400),
-        *_focal("s5_pool", _POOL_MIX),
+        _focal("s5_pool", _POOL_MIX),
         Run(
             "exploiter",
             budgets_s=(600.0,),
@@ -382,12 +382,12 @@ PRESETS: dict[str, list[Run]] = {
             init_from="s5_pool",
         ),
         _on_population("s5_pool"),
-        *_focal("s5_scripted"),
+        _focal("s5_scripted"),
         _on_population("s5_scripted"),
         # The two focal policies again at another trainer seed, against the same population.
-        *_focal("s5_pool_b", _POOL_MIX, seed_offset=600),
+        _focal("s5_pool_b", _POOL_MIX, seed_offset=600),
         _on_population("s5_pool_b"),
-        *_focal("s5_scripted_b", seed_offset=600),
+        _focal("s5_scripted_b", seed_offset=600),
         _on_population("s5_scripted_b"),
     ],
     "quick": [
